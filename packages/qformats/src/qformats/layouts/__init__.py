@@ -1,0 +1,1 @@
+"""Checkpoint layouts: one module per layout, each registered under its FORMAT key."""

@@ -1,0 +1,82 @@
+"""The layout registry: FORMAT key -> :class:`Layout`.
+
+A layout converts between the logical :class:`~qformats.logical.QuantizedWeight` and the named
+tensors of one checkpoint module. Every function is pure: named arrays in, named arrays out, inputs
+never mutated. A duplicate registration is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ..errors import DuplicateRegistrationError, UnsupportedLayoutError
+from ..logical import QuantizedWeight
+from ..violations import Violation
+
+
+@dataclass(frozen=True)
+class LayoutMeta:
+    """What a reader needs besides the tensors to interpret a module's packed tensors.
+
+    ``in_features``/``out_features`` are the logical (unpadded) dimensions; ``pack_dtype`` is the
+    numpy dtype name of the packed words (``"int32"`` unless the layout says otherwise).
+    """
+
+    bits: int
+    group_size: int
+    in_features: int
+    out_features: int
+    sym: bool = True
+    pack_dtype: str = "int32"
+
+
+class Layout(Protocol):
+    """The contract every registered layout fulfils."""
+
+    key: str
+
+    def pack(self, weight: QuantizedWeight, *, pack_dtype: str = "int32") -> dict[str, np.ndarray]:
+        """Lay ``weight`` out as this layout's named tensors (``qweight``, ``qzeros``, ...)."""
+        ...
+
+    def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
+        """Recover the logical weight; raises LayoutError (after validate) on malformed input."""
+        ...
+
+    def validate(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> list[Violation]:
+        """Every violation of the layout's rules (empty when the tensors can be trusted)."""
+        ...
+
+    def cannot_represent(self, weight: QuantizedWeight) -> str | None:
+        """``None`` when :meth:`pack` can hold ``weight`` losslessly, else the exact reason why not."""
+        ...
+
+
+_REGISTRY: dict[str, Layout] = {}
+
+
+def register_layout(layout: Layout) -> Layout:
+    """Register ``layout`` under ``layout.key``; a second registration of a key raises."""
+    key = str(layout.key)
+    if key in _REGISTRY:
+        raise DuplicateRegistrationError(f"layout {key!r} is already registered")
+    _REGISTRY[key] = layout
+    return layout
+
+
+def get_layout(key: str) -> Layout:
+    """The layout registered under ``key`` (a FORMAT value such as ``"gptq_v2"``)."""
+    try:
+        return _REGISTRY[str(key)]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise UnsupportedLayoutError(f"no layout registered for format {key!r}; known: {known}") from None
+
+
+def registered_layouts() -> tuple[str, ...]:
+    """Keys of every registered layout, sorted."""
+    return tuple(sorted(_REGISTRY))

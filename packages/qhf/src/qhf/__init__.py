@@ -1,0 +1,5 @@
+"""Hugging Face transformers integration for lowbit."""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

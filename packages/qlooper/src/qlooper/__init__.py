@@ -1,0 +1,5 @@
+"""Layer-by-layer calibration orchestration with resume."""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]
