@@ -7,6 +7,7 @@ never mutated. A duplicate registration is an error.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,6 +59,20 @@ class Layout(Protocol):
 
 _REGISTRY: dict[str, Layout] = {}
 
+# Built-in layout families: each is a subpackage of ``qformats.layouts`` whose import registers its
+# layouts. They are imported on first lookup, so ``import qformats`` stays cheap.
+BUILTIN_FAMILIES: tuple[str, ...] = ("gptq", "awq", "marlin", "fp8", "bnb", "gguf")
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    for family in BUILTIN_FAMILIES:
+        importlib.import_module(f"qformats.layouts.{family}")
+
 
 def register_layout(layout: Layout) -> Layout:
     """Register ``layout`` under ``layout.key``; a second registration of a key raises."""
@@ -70,6 +85,7 @@ def register_layout(layout: Layout) -> Layout:
 
 def get_layout(key: str) -> Layout:
     """The layout registered under ``key`` (a FORMAT value such as ``"gptq_v2"``)."""
+    _load_builtins()
     try:
         return _REGISTRY[str(key)]
     except KeyError:
@@ -79,4 +95,5 @@ def get_layout(key: str) -> Layout:
 
 def registered_layouts() -> tuple[str, ...]:
     """Keys of every registered layout, sorted."""
+    _load_builtins()
     return tuple(sorted(_REGISTRY))

@@ -1,0 +1,1 @@
+"""The awq layout family (importing this package registers its layouts)."""

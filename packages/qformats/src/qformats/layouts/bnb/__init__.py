@@ -1,0 +1,1 @@
+"""The bnb layout family (importing this package registers its layouts)."""

@@ -1,0 +1,1 @@
+"""The fp8 layout family (importing this package registers its layouts)."""

@@ -1,0 +1,1 @@
+"""The gguf layout family (importing this package registers its layouts)."""

@@ -1,0 +1,1 @@
+"""The gptq layout family (importing this package registers its layouts)."""

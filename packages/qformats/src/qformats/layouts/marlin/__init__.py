@@ -1,0 +1,1 @@
+"""The marlin layout family (importing this package registers its layouts)."""
