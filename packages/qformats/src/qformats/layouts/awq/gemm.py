@@ -1,0 +1,144 @@
+"""AWQ GEMM layout (FORMAT ``gemm``): codes packed along the **output** axis.
+
+Tensors (``G = in // group_size``, or 1 for ``group_size == -1``):
+
+* ``qweight`` int32 ``[in, ceil(out*bits/32)]``: for 4-bit, each word holds 8 consecutive output
+  columns with the AWQ order map (nibble slot k holds column ``[0,2,4,6,1,3,5,7][k]``, spec rule
+  AWQ-004); other widths are a continuous little-endian bit stream along the output axis.
+* ``qzeros``  int32 ``[G, ceil(out*bits/32)]``: true zero points (AWQ-005), packed like ``qweight``.
+* ``scales``  ``[G, out]`` float16 (float32 kept when produced so).
+
+Dequantization: ``W[o, i] = scales[i // gs, o] * (code[i, o] - zero[i // gs, o])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ...errors import UnsupportedLayoutError
+from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_tensors
+from ...logical import QuantizedWeight, default_g_idx
+from ...violations import Violation
+from ..registry import LayoutMeta
+from ._rules import SCALE_DTYPES, awq_group_count, awq_representability, symmetric_zero_violations
+from ._words import (
+    AWQ_ORDER,
+    as_int32_words,
+    pack_bitstream,
+    pack_nibbles_ordered,
+    unpack_bitstream,
+    unpack_nibbles_ordered,
+    words_for,
+)
+
+RULE = "AWQ-GEMM"
+
+
+def pack_output_axis(codes_rows: np.ndarray, bits: int) -> np.ndarray:
+    """Pack ``[R, out]`` codes along the output axis the GEMM way; returns int32 ``[R, ceil(out*bits/32)]``."""
+    if bits == 4:
+        return as_int32_words(pack_nibbles_ordered(codes_rows, AWQ_ORDER))
+    return as_int32_words(pack_bitstream(codes_rows, bits))
+
+
+def unpack_output_axis(words: np.ndarray, bits: int, out_features: int) -> np.ndarray:
+    """Inverse of :func:`pack_output_axis`: int32 ``[R, words]`` -> uint8 codes ``[R, out]``."""
+    if bits == 4:
+        return unpack_nibbles_ordered(words.view(np.uint32), AWQ_ORDER)[:, :out_features]
+    return unpack_bitstream(words.view(np.uint32), bits, out_features)
+
+
+class AwqGemmLayout:
+    """The AutoAWQ ``WQLinear_GEMM`` checkpoint layout."""
+
+    key = "gemm"
+    bits_allowed = (2, 3, 4, 5, 6, 7, 8)
+
+    def cannot_represent(self, weight: QuantizedWeight) -> str | None:
+        reason = awq_representability(weight, "AWQ GEMM", self.bits_allowed)
+        if reason is None and weight.bits == 4 and weight.out_features % 8:
+            reason = (
+                f"AWQ GEMM 4-bit packs 8 output columns per word with the order map (AWQ-004); "
+                f"out_features={weight.out_features} is not a multiple of 8"
+            )
+        return reason
+
+    def pack(self, weight: QuantizedWeight, *, pack_dtype: str = "int32") -> dict[str, np.ndarray]:
+        if pack_dtype != "int32":
+            raise UnsupportedLayoutError(f"AWQ GEMM packs int32 words only; pack_dtype={pack_dtype!r}")
+        reason = self.cannot_represent(weight)
+        if reason is not None:
+            raise UnsupportedLayoutError(reason)
+        zeros = np.asarray(weight.zeros)
+        return {
+            "qweight": pack_output_axis(np.ascontiguousarray(weight.codes.T), weight.bits),
+            "qzeros": pack_output_axis(zeros.astype(np.uint8), weight.bits),
+            "scales": np.array(weight.scales, copy=True),
+        }
+
+    def validate(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> list[Violation]:
+        found: list[Violation] = []
+        if meta.bits not in self.bits_allowed:
+            found.append(Violation(f"{RULE}-BITS", "config.bits", "2..8", str(meta.bits)))
+            return found
+        if meta.group_size != -1 and meta.in_features % meta.group_size:
+            found.append(
+                Violation(
+                    f"{RULE}-GROUP",
+                    "config.group_size",
+                    f"a divisor of in_features={meta.in_features}",
+                    str(meta.group_size),
+                )
+            )
+            return found
+        if meta.bits == 4 and meta.out_features % 8:
+            found.append(
+                Violation("AWQ-004", "qweight", "out_features % 8 == 0 (order-mapped nibbles)", str(meta.out_features))
+            )
+            return found
+        if not require_tensors(tensors, ("qweight", "qzeros", "scales"), RULE, found):
+            return found
+        groups = awq_group_count(meta.in_features, meta.group_size)
+        width = words_for(meta.out_features, meta.bits)
+        check_dtype(tensors, "qweight", ("int32",), RULE, found)
+        check_dtype(tensors, "qzeros", ("int32",), RULE, found)
+        check_dtype(tensors, "scales", SCALE_DTYPES, RULE, found)
+        shapes_ok = check_shape(tensors, "qweight", (meta.in_features, width), RULE, found)
+        shapes_ok &= check_shape(tensors, "qzeros", (groups, width), RULE, found)
+        shapes_ok &= check_shape(tensors, "scales", (groups, meta.out_features), RULE, found)
+        if found or not shapes_ok:
+            return found
+        found.extend(self._padding_violations(tensors, meta))
+        if meta.sym:
+            zeros = unpack_output_axis(np.asarray(tensors["qzeros"]), meta.bits, meta.out_features)
+            found.extend(symmetric_zero_violations(zeros, meta.bits, "qzeros"))
+        return found
+
+    def _padding_violations(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> list[Violation]:
+        used = meta.out_features * meta.bits
+        spare = words_for(meta.out_features, meta.bits) * 32 - used
+        if meta.bits == 4 or spare == 0:
+            return []
+        mask = np.uint32(((1 << spare) - 1) << (32 - spare))
+        found = []
+        for name in ("qweight", "qzeros"):
+            last = np.asarray(tensors[name]).view(np.uint32)[:, -1]
+            if bool(np.any(last & mask)):
+                found.append(Violation(f"{RULE}-PAD", name, f"the top {spare} bits of the last word zero", "set bits"))
+        return found
+
+    def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
+        raise_on_violations("AWQ GEMM", self.validate(tensors, meta))
+        codes_t = unpack_output_axis(np.asarray(tensors["qweight"]), meta.bits, meta.out_features)
+        zeros = unpack_output_axis(np.asarray(tensors["qzeros"]), meta.bits, meta.out_features)
+        return QuantizedWeight(
+            codes=np.ascontiguousarray(codes_t.T),
+            scales=np.array(tensors["scales"], copy=True),
+            zeros=zeros.astype(np.int32),
+            g_idx=default_g_idx(meta.in_features, meta.group_size),
+            bits=meta.bits,
+            group_size=meta.group_size,
+            sym=meta.sym,
+        )
