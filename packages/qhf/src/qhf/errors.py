@@ -1,0 +1,39 @@
+"""The qhf exception hierarchy.
+
+One root, :class:`QHFError`; every leaf also subclasses the builtin that fits, so callers that catch
+``ValueError`` or ``FileNotFoundError`` keep working.
+"""
+
+from __future__ import annotations
+
+
+class QHFError(Exception):
+    """Root of every error raised by qhf."""
+
+
+class UnsupportedArchitectureError(QHFError, ValueError):
+    """``config.model_type`` has no model definition; the message lists the supported types."""
+
+
+class MissingFileError(QHFError, FileNotFoundError):
+    """A file a source or checkpoint directory needs is absent (names the directory and the file)."""
+
+
+class SourceFormatError(QHFError, ValueError):
+    """A source file exists but is unusable: unreadable config, refused pickle weights, missing tensors."""
+
+
+class TokenizerError(QHFError, ValueError):
+    """The tokenizer cannot do what the run needs (load, pad, or encode the calibration text)."""
+
+
+class CalibrationError(QHFError, ValueError):
+    """The calibration or evaluation data is empty or unusable (says how much was dropped and why)."""
+
+
+class VerificationError(QHFError, RuntimeError):
+    """Verify-after-save found a difference between the saved checkpoint and the in-memory model."""
+
+
+class StateError(QHFError, RuntimeError):
+    """An API call came in the wrong order (e.g. ``save`` before ``quantize``)."""

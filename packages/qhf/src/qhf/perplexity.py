@@ -1,0 +1,82 @@
+"""Deterministic perplexity over non-overlapping windows of one token stream.
+
+The stream is cut into consecutive windows of ``window`` tokens (the last, shorter one is kept when it
+has at least two tokens). Inside a window every token after the first is predicted from the ones before
+it; windows never see each other. The result counts exactly the predicted tokens. Negative
+log-likelihoods are summed in float64, one window at a time, so the number does not depend on batching.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .errors import CalibrationError
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    """``perplexity = exp(nll / tokens)``; ``tokens``: predicted tokens counted; ``windows``: windows run."""
+
+    perplexity: float
+    nll: float
+    tokens: int
+    windows: int
+    window: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "perplexity": self.perplexity,
+            "nll": self.nll,
+            "tokens": self.tokens,
+            "windows": self.windows,
+            "window": self.window,
+            "seconds": self.seconds,
+        }
+
+
+def windows_of(ids: Sequence[int], window: int) -> list[list[int]]:
+    """Non-overlapping windows of ``window`` tokens; a last shorter one is kept if it has >= 2 tokens."""
+    if window < 2:
+        raise CalibrationError(f"perplexity: window must be >= 2 tokens, found {window}")
+    out = [list(ids[i : i + window]) for i in range(0, len(ids), window)]
+    return [w for w in out if len(w) >= 2]
+
+
+@torch.no_grad()
+def perplexity(
+    model: nn.Module, ids: Sequence[int], *, window: int = 512, max_windows: int | None = None
+) -> PerplexityResult:
+    """Perplexity of ``model`` (a causal LM returning ``.logits``) on token ``ids``."""
+    chunks = windows_of(ids, window)
+    if max_windows is not None:
+        chunks = chunks[:max_windows]
+    if not chunks:
+        raise CalibrationError(f"perplexity: the evaluation text gives {len(ids)} tokens, fewer than 2")
+    device = next((p.device for p in model.parameters() if p.device.type != "meta"), torch.device("cpu"))
+    start = time.perf_counter()
+    total = 0.0
+    counted = 0
+    was_training = model.training
+    model.eval()
+    for chunk in chunks:
+        inputs = torch.tensor([chunk], dtype=torch.long, device=device)
+        logits = model(input_ids=inputs, use_cache=False).logits[0, :-1].double()
+        nll = nn.functional.cross_entropy(logits, inputs[0, 1:], reduction="sum")
+        total += float(nll)
+        counted += len(chunk) - 1
+    model.train(was_training)
+    return PerplexityResult(
+        perplexity=math.exp(total / counted),
+        nll=total,
+        tokens=counted,
+        windows=len(chunks),
+        window=window,
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,26 @@
+"""Open any supported source by path: a Hugging Face directory (a .gguf file once qformats reads it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import MissingFileError
+from .hf_directory import open_hf_directory
+from .opened_source import OpenedSource, open_source_model
+from .tensor_reader import TensorReader
+
+
+def open_source(source: str | Path, dtype: torch.dtype = torch.float32) -> OpenedSource:
+    """Open ``source`` lazily: nothing but the config and the tensor names is read."""
+    path = Path(source)
+    if not path.exists():
+        raise MissingFileError(f"{path}: no such file or directory (expected a Hugging Face model directory)")
+    if path.is_file() and path.suffix == ".gguf":
+        from .gguf_source import open_gguf_source
+
+        return open_gguf_source(path, dtype)
+    directory = open_hf_directory(path)
+    reader = TensorReader(directory.weight_map)
+    return open_source_model("hf", path, directory.config, frozenset(directory.weight_map), reader.get, dtype)

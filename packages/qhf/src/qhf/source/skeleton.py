@@ -1,0 +1,109 @@
+"""The model skeleton on the meta device, materialized one module subtree at a time.
+
+:func:`meta_skeleton` builds the transformers model from its config with every *parameter* on the meta
+device (no memory) while buffers computed from the config (rotary ``inv_freq``) stay real on the CPU.
+:func:`materialize` fills the parameters under one prefix (say ``model.layers.3``) from a tensor source;
+:func:`release` sends them back to meta. Peak memory is then one decoder layer plus what the caller keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import SourceFormatError
+
+TensorSource = Callable[[str], torch.Tensor]
+
+
+@contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """While active, every parameter registered on any module is moved to the meta device."""
+    original = nn.Module.register_parameter
+
+    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None and param.device.type != "meta":
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        original(module, name, param)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """``AutoModelForCausalLM.from_config(config)`` with parameters on meta, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    with _parameters_on_meta():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    return model.eval()
+
+
+def tied_output(config: Any) -> bool:
+    """Whether the output projection shares the input embedding's weight."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return bool(getattr(text, "tie_word_embeddings", getattr(config, "tie_word_embeddings", False)))
+
+
+def _set_parameter(module: nn.Module, name: str, value: torch.Tensor, full: str) -> None:
+    old = module._parameters[name]
+    if old is not None and tuple(old.shape) != tuple(value.shape):
+        raise SourceFormatError(f"tensor {full!r}: expected shape {tuple(old.shape)}, found {tuple(value.shape)}")
+    module._parameters[name] = nn.Parameter(value, requires_grad=False)
+
+
+def materialize(model: nn.Module, prefix: str, source: TensorSource, dtype: torch.dtype | None = None) -> int:
+    """Load every meta parameter under ``prefix`` (``""`` = whole model) from ``source(name)``.
+
+    Returns the number of bytes materialized. Parameters already real are left alone.
+    """
+    root = model.get_submodule(prefix) if prefix else model
+    loaded = 0
+    for module_name, module in root.named_modules():
+        for name, param in list(module._parameters.items()):
+            if param is None or param.device.type != "meta":
+                continue
+            full = ".".join(p for p in (prefix, module_name, name) if p)
+            tensor = source(full)
+            if dtype is not None and tensor.is_floating_point():
+                tensor = tensor.to(dtype)
+            _set_parameter(module, name, tensor.contiguous(), full)
+            loaded += tensor.numel() * tensor.element_size()
+    return loaded
+
+
+def materialize_names(
+    model: nn.Module, names: list[str], source: TensorSource, dtype: torch.dtype | None = None
+) -> int:
+    """Load the named parameters (full dotted names) from ``source(name)``; returns bytes loaded."""
+    loaded = 0
+    for full in names:
+        module_name, _, pname = full.rpartition(".")
+        module = model.get_submodule(module_name) if module_name else model
+        tensor = source(full)
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        _set_parameter(module, pname, tensor.contiguous(), full)
+        loaded += tensor.numel() * tensor.element_size()
+    return loaded
+
+
+def release(model: nn.Module, prefix: str) -> None:
+    """Send every parameter under ``prefix`` back to the meta device (frees its memory)."""
+    root = model.get_submodule(prefix) if prefix else model
+    for module in root.modules():
+        for name, param in list(module._parameters.items()):
+            if param is not None and param.device.type != "meta":
+                module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=False)
+
+
+def meta_parameters(model: nn.Module) -> list[str]:
+    """Names of parameters still on the meta device (empty once fully materialized)."""
+    return [n for n, p in model.named_parameters(remove_duplicate=False) if p.device.type == "meta"]
