@@ -53,3 +53,12 @@ def raise_on_violations(layout: str, violations: Sequence[Violation]) -> None:
     if violations:
         lines = "; ".join(str(v) for v in violations)
         raise LayoutError(f"{layout}: tensors break the layout rules: {lines}")
+
+
+def require_dims(layout: str, tensors: Mapping[str, np.ndarray], names: Sequence[str]) -> None:
+    """Raise :class:`LayoutError` unless every named tensor is present and 2-D (used to infer dims)."""
+    for name in names:
+        if name not in tensors:
+            raise LayoutError(f"{layout}: cannot infer dimensions without the {name!r} tensor")
+        if np.ndim(tensors[name]) != 2:
+            raise LayoutError(f"{layout}: {name!r} must be 2-D, found shape {np.shape(tensors[name])}")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ...errors import UnsupportedLayoutError
-from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_tensors
+from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_dims, require_tensors
 from ...logical import QuantizedWeight, default_g_idx
 from ...violations import Violation
 from ..registry import LayoutMeta
@@ -128,6 +128,21 @@ class AwqGemmLayout:
             if bool(np.any(last & mask)):
                 found.append(Violation(f"{RULE}-PAD", name, f"the top {spare} bits of the last word zero", "set bits"))
         return found
+
+    def infer_meta(
+        self,
+        tensors: Mapping[str, np.ndarray],
+        *,
+        bits: int,
+        group_size: int,
+        sym: bool = True,
+        pack_dtype: str = "int32",
+    ) -> LayoutMeta:
+        """Logical ``in``/``out`` read from the tensor shapes (raises LayoutError naming a missing tensor)."""
+        require_dims(self.key, tensors, ("qweight", "scales"))
+        in_ = int(np.shape(tensors["qweight"])[0])
+        out = int(np.shape(tensors["scales"])[1])
+        return LayoutMeta(bits, group_size, in_, out, sym, pack_dtype)
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations("AWQ GEMM", self.validate(tensors, meta))

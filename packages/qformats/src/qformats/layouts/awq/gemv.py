@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ...errors import UnsupportedLayoutError
-from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_tensors
+from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_dims, require_tensors
 from ...logical import QuantizedWeight, default_g_idx
 from ...violations import Violation
 from ..registry import LayoutMeta
@@ -88,6 +88,21 @@ class AwqGemvLayout:
         if meta.sym:
             found.extend(symmetric_zero_violations(zeros[:, :groups], 4, "qzeros"))
         return found
+
+    def infer_meta(
+        self,
+        tensors: Mapping[str, np.ndarray],
+        *,
+        bits: int,
+        group_size: int,
+        sym: bool = True,
+        pack_dtype: str = "int32",
+    ) -> LayoutMeta:
+        """Logical ``in``/``out`` read from the tensor shapes (raises LayoutError naming a missing tensor)."""
+        require_dims(self.key, tensors, ("qweight", "scales"))
+        out = int(np.shape(tensors["qweight"])[0])
+        in_ = int(np.shape(tensors["qweight"])[1]) * 8
+        return LayoutMeta(bits, group_size, in_, out, sym, pack_dtype)
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations("AWQ GEMV", self.validate(tensors, meta))

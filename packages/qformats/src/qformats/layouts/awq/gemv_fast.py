@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ...errors import UnsupportedLayoutError
-from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_tensors
+from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_dims, require_tensors
 from ...logical import QuantizedWeight, default_g_idx
 from ...violations import Violation
 from ..registry import LayoutMeta
@@ -135,6 +135,21 @@ class AwqGemvFastLayout:
         if meta.sym and not found:
             found.extend(symmetric_zero_violations(zeros, 4, self.zeros_name))
         return found
+
+    def infer_meta(
+        self,
+        tensors: Mapping[str, np.ndarray],
+        *,
+        bits: int,
+        group_size: int,
+        sym: bool = True,
+        pack_dtype: str = "int16",
+    ) -> LayoutMeta:
+        """Logical ``in``/``out`` read from the tensor shapes (raises LayoutError naming a missing tensor)."""
+        require_dims(self.key, tensors, ("qweight", "scales"))
+        in_ = int(np.shape(tensors["qweight"])[1])
+        out = int(np.shape(tensors["scales"])[1])
+        return LayoutMeta(bits, group_size, in_, out, sym, pack_dtype)
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations(self.title, self.validate(tensors, meta))

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ...errors import UnsupportedLayoutError
-from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_tensors
+from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_dims, require_tensors
 from ...logical import QuantizedWeight, group_count
 from ...violations import Violation
 from ..registry import LayoutMeta
@@ -90,6 +90,21 @@ class GptqMarlinLayout:
                 Violation(f"{RULE}-GIDX", "g_idx", f"sorted group ids in [0, {groups})", "unsorted or out of range")
             )
         return found
+
+    def infer_meta(
+        self,
+        tensors: Mapping[str, np.ndarray],
+        *,
+        bits: int,
+        group_size: int,
+        sym: bool = True,
+        pack_dtype: str = "int32",
+    ) -> LayoutMeta:
+        """Logical ``in``/``out`` read from the tensor shapes (raises LayoutError naming a missing tensor)."""
+        require_dims(self.key, tensors, ("qweight", "scales"))
+        in_ = int(np.shape(tensors["qweight"])[0]) * 16
+        out = int(np.shape(tensors["scales"])[1])
+        return LayoutMeta(bits, group_size, in_, out, sym, pack_dtype)
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations(TITLE, self.validate(tensors, meta))
