@@ -1,1 +1,15 @@
-"""The gguf layout family (importing this package registers its layouts)."""
+"""The gguf layout family: ggml block codecs and the GGUF-family module layout.
+
+Importing this package registers :class:`~qformats.layouts.gguf.layout.GGUFLayout` under ``"gguf"``.
+Public helpers: :func:`encode_rows`, :func:`decode_rows`, :class:`GGUFWeight`, :func:`ggml_type`.
+"""
+
+from ..registry import register_layout
+from .codec import decode_rows, encodable_types, encode_rows
+from .layout import GGUFLayout
+from .logical import GGUFWeight
+from .types import GGMLType, ggml_type
+
+register_layout(GGUFLayout())
+
+__all__ = ["GGMLType", "GGUFLayout", "GGUFWeight", "decode_rows", "encodable_types", "encode_rows", "ggml_type"]
