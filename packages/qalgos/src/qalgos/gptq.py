@@ -1,0 +1,113 @@
+"""GPTQ: Hessian-aware quantization of one linear weight from streamed calibration activations."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .column_order import plan_columns
+from .errors import ShapeError
+from .fallback import FallbackPolicy, fall_back
+from .gptq_solve import solve, static_params
+from .group_params import gptq_params
+from .hessian import HessianAccumulator
+from .hessian_inverse import damped_inverse
+from .result import QuantResult, build_logical, check_weight
+from .spec import QuantSpec
+
+
+class GPTQ:
+    """Accumulate activations for one linear layer (``in_features`` inputs), then solve its weight.
+
+    ``add_batch(x [..., in], mask [...] | None)`` streams activations (masked-out tokens excluded);
+    ``quantize(weight [out, in])`` returns a :class:`QuantResult`. The Hessian sum is kept in float64 and
+    the solve runs in float32, so the same inputs give the same bits on every run and thread count.
+    """
+
+    def __init__(self, in_features: int, spec: QuantSpec) -> None:
+        self.spec = spec
+        self.in_features = in_features
+        self._acc = HessianAccumulator(in_features)
+
+    @property
+    def nsamples(self) -> int:
+        """Calibration tokens accumulated so far."""
+        return self._acc.nsamples
+
+    def add_batch(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> int:
+        """Add activations ``x [..., in]``; ``mask [...]`` bool keeps True tokens. Returns tokens added."""
+        return self._acc.add_batch(x, mask)
+
+    def hessian(self) -> torch.Tensor:
+        """The float32 Hessian ``2/N * sum x xᵀ`` ``[in, in]`` accumulated so far."""
+        return self._acc.hessian()
+
+    def state_dict(self) -> dict[str, torch.Tensor | int | float]:
+        """Resume state: ``hessian_sum`` float64 ``[in, in]``, ``nsamples``, ``in_features``."""
+        return dict(self._acc.state_dict())
+
+    def load_state_dict(self, state: dict[str, torch.Tensor | int | float]) -> None:
+        """Continue from a :meth:`state_dict` (raises :class:`~qalgos.errors.StateError` naming a bad key)."""
+        self._acc.load_state_dict(state)
+
+    def quantize(
+        self,
+        weight: torch.Tensor,
+        total_tokens: int | None = None,
+        policy: FallbackPolicy | None = None,
+    ) -> QuantResult:
+        """Solve ``weight [out, in]``. With ``total_tokens`` and ``policy`` a module that saw too few tokens
+        falls back to RTN; a module with no token, an unfactorisable Hessian or a non-finite loss always
+        does. Every fallback is logged and recorded in ``QuantResult.fallback``."""
+        check_weight(weight)
+        if weight.shape[1] != self.in_features:
+            raise ShapeError(
+                f"weight: expected [out, {self.in_features}] (in_features of this GPTQ), found {tuple(weight.shape)}"
+            )
+        n = self.nsamples
+        if policy is not None and total_tokens is not None:
+            reason = policy.reason(n, total_tokens)
+        else:
+            reason = "no calibration token reached this module" if n == 0 else None
+        if reason is not None:
+            return fall_back(weight, self.spec, reason, n)
+        return self._solve(weight)
+
+    def _solve(self, weight: torch.Tensor) -> QuantResult:
+        spec = self.spec
+        hessian = self._acc.hessian()
+        w = weight.detach().to(torch.float32).clone()
+        dead = torch.diagonal(hessian) == 0
+        if bool(dead.any()):
+            hessian[dead, dead] = 1.0
+            w[:, dead] = 0.0
+        if spec.group_size == -1:
+            scale, zero = gptq_params(w, spec)
+            scales, zeros = scale[None, :].clone(), zero[None, :].clone()
+        elif spec.static_groups:
+            scales, zeros = static_params(w, spec)
+        else:
+            groups = spec.groups(self.in_features)
+            scales = torch.empty(groups, w.shape[0], dtype=torch.float32)
+            zeros = torch.empty_like(scales)
+        plan = plan_columns(torch.diagonal(hessian), spec)
+        if not plan.is_identity():
+            hessian = hessian[plan.perm][:, plan.perm]
+        inverse = damped_inverse(hessian, spec.damp_percent, spec.damp_auto_increment)
+        if inverse.upper is None:
+            reason = f"Hessian unusable: Cholesky failed for every damping tried ({inverse.attempts} attempts)"
+            return fall_back(weight, spec, reason, self.nsamples)
+        wt = w[:, plan.perm].T.contiguous()
+        out = solve(wt, inverse.upper, plan, spec, scales, zeros)
+        loss = out.loss_sum / self.nsamples
+        if not math.isfinite(loss):
+            return fall_back(weight, spec, f"GPTQ loss is not finite ({loss})", self.nsamples)
+        inv = torch.argsort(plan.perm)
+        codes = out.codes_t[inv].T
+        dequant = out.dequant_t[inv].T.contiguous()
+        meta: dict[str, object] = {"algorithm": "gptq", "damp": inverse.damp}
+        if inverse.floor:
+            meta["damp_floor"] = inverse.floor
+        logical = build_logical(codes, out.scales, out.zeros, plan.g_idx(), spec, meta)
+        return QuantResult(logical, dequant.to(weight.dtype), loss, inverse.damp, self.nsamples, None)

@@ -1,0 +1,92 @@
+"""The GPTQ column solve: quantize columns in order and push each column's error onto the rest.
+
+Works on the transposed weight ``Wt [in, out]`` (a column of ``W`` is a contiguous row of ``Wt``), already
+permuted into the visiting order, with ``U [in, in]`` the upper Cholesky factor of the damped inverse
+Hessian in the same order. Column ``j``'s error ``e_j = (w_j - q_j) / U[j, j]`` updates every later column
+``k`` by ``w_k -= U[j, k] * e_j``. Updates are applied at three levels so that most flops are matmuls:
+rank-1 inside a sub-block, one matmul from a finished sub-block to the rest of its block, one matmul from
+a finished block to all later columns (the lazy update). Group parameters are computed when a dynamic
+group's segment starts, at which point all of its columns are fully updated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .column_order import ColumnPlan, inner_blocks, outer_blocks
+from .group_params import codes_of, dequant_of, gptq_params
+from .spec import QuantSpec
+
+INNER_WIDTH = 16
+
+
+@dataclass(frozen=True)
+class SolveOutput:
+    """Solve results in visiting order: ``codes_t``/``dequant_t`` ``[in, out]`` float32, per-group
+    ``scales``/``zeros`` ``[G, out]`` float32, and ``loss_sum`` = ``sum((w - q)**2 / d**2) / 2``."""
+
+    codes_t: torch.Tensor
+    dequant_t: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor
+    loss_sum: float
+
+
+def static_params(weight: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Parameters of every natural group of ``weight [out, in]`` before any update: ``[G, out]`` each."""
+    out, in_ = weight.shape
+    width = spec.group_width(in_)
+    groups = spec.groups(in_)
+    scales = torch.empty(groups, out, dtype=torch.float32)
+    zeros = torch.empty(groups, out, dtype=torch.float32)
+    for g in range(groups):
+        scales[g], zeros[g] = gptq_params(weight[:, g * width : (g + 1) * width], spec)
+    return scales, zeros
+
+
+def solve(
+    wt: torch.Tensor,
+    upper: torch.Tensor,
+    plan: ColumnPlan,
+    spec: QuantSpec,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+) -> SolveOutput:
+    """Run the column solve in place on ``wt [in, out]`` (float32, visiting order).
+
+    ``scales``/``zeros`` ``[G, out]`` hold precomputed parameters when ``plan.dynamic`` is False and are
+    filled in as segments start otherwise.
+    """
+    in_, out = wt.shape
+    maxq = spec.maxq
+    codes_t = torch.empty(in_, out, dtype=torch.float32)
+    dequant_t = torch.empty(in_, out, dtype=torch.float32)
+    losses = torch.zeros(in_, dtype=torch.float32)
+    diag = torch.diagonal(upper).clone()
+    group_of = plan.group_of.tolist()
+    seg_end = {s: e for s, e, _ in plan.segments} if plan.dynamic else {}
+    for b0, b1 in outer_blocks(plan, spec.block_size):
+        block_err = torch.empty(b1 - b0, out, dtype=torch.float32)
+        for c0, c1 in inner_blocks(plan, b0, b1, INNER_WIDTH):
+            for j in range(c0, c1):
+                g = group_of[j]
+                if j in seg_end:
+                    scale, zero = gptq_params(wt[j : seg_end[j]].T, spec)
+                    scales[g], zeros[g] = scale, zero
+                w = wt[j]
+                q = codes_of(w, scales[g], zeros[g], maxq)
+                codes_t[j] = q
+                deq = dequant_of(q, scales[g], zeros[g])
+                dequant_t[j] = deq
+                err = (w - deq).div_(diag[j])
+                losses[j] = err.square().sum() / 2
+                block_err[j - b0] = err
+                if j + 1 < c1:
+                    wt[j + 1 : c1].addr_(upper[j, j + 1 : c1], err, alpha=-1)
+            if c1 < b1:
+                wt[c1:b1].addmm_(upper[c0:c1, c1:b1].T, block_err[c0 - b0 : c1 - b0], alpha=-1)
+        if b1 < in_:
+            wt[b1:].addmm_(upper[b0:b1, b1:].T, block_err, alpha=-1)
+    return SolveOutput(codes_t, dequant_t, scales, zeros, float(losses.to(torch.float64).sum()))

@@ -1,0 +1,102 @@
+"""The damped inverse Hessian GPTQ needs, with automatic damping increase when Cholesky fails.
+
+Given a float32 Hessian ``H [in, in]`` (dead columns already set to 1 on the diagonal), GPTQ needs the
+upper Cholesky factor ``U`` of ``(H + λI)⁻¹`` with ``λ = damp * mean(diag H)``. Damping candidates are
+``damp_percent + k * damp_auto_increment`` (below 1); the first one for which every factorisation
+succeeds is found by bisection over that grid (success is monotone in λ, so this equals a linear walk
+at a logarithmic number of factorisations). If none succeeds, up to six diagonal floors
+``1e-6 * max|diag| * 10**j`` are added on top of the largest candidate. If that fails too the result
+carries no factor and the caller falls back to RTN.
+
+The factorisations run in float64 and the factor is rounded to float32: LAPACK's blocking depends on the
+thread count, and float64 keeps those differences far below float32 resolution, so the factor GPTQ uses
+is the same on every thread count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+FLOOR_ATTEMPTS = 6
+
+
+@dataclass(frozen=True)
+class DampedInverse:
+    """``upper``: float32 ``[in, in]`` upper Cholesky factor of the damped inverse, or ``None``.
+
+    ``damp`` is the damping fraction used, ``floor`` the absolute diagonal floor added on top (0.0 when
+    none was needed), ``attempts`` the number of factorisations tried.
+    """
+
+    upper: torch.Tensor | None
+    damp: float | None
+    floor: float
+    attempts: int
+
+
+def damp_candidates(damp_percent: float, increment: float) -> list[float]:
+    """``damp_percent + k * increment`` for k = 0, 1, ... while below 1 (only k = 0 if increment is 0)."""
+    if increment <= 0:
+        return [damp_percent]
+    out: list[float] = []
+    k = 0
+    while True:
+        value = round(damp_percent + k * increment, 12)
+        if value >= 1.0:
+            return out or [damp_percent]
+        out.append(value)
+        k += 1
+
+
+def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
+    damped = hessian.to(torch.float64)
+    damped.diagonal().add_(add)
+    lower, info = torch.linalg.cholesky_ex(damped)
+    if int(info) != 0:
+        return None
+    inverse = torch.cholesky_inverse(lower)
+    upper, info = torch.linalg.cholesky_ex(inverse, upper=True)
+    if int(info) != 0 or not bool(torch.isfinite(upper).all()):
+        return None
+    return upper.to(torch.float32)
+
+
+def damped_inverse(hessian: torch.Tensor, damp_percent: float, increment: float) -> DampedInverse:
+    """Upper Cholesky factor of ``(H + damp * mean(diag H) I)⁻¹`` with the smallest working damp."""
+    if not bool(torch.isfinite(hessian).all()):
+        return DampedInverse(None, None, 0.0, 0)
+    mean_diag = float(torch.mean(torch.diagonal(hessian)))
+    candidates = damp_candidates(damp_percent, increment)
+    attempts = 0
+    cache: dict[int, torch.Tensor | None] = {}
+
+    def trial(k: int) -> torch.Tensor | None:
+        nonlocal attempts
+        if k not in cache:
+            attempts += 1
+            cache[k] = _factor(hessian, candidates[k] * mean_diag)
+        return cache[k]
+
+    if trial(0) is not None:
+        return DampedInverse(cache[0], candidates[0], 0.0, attempts)
+    last = len(candidates) - 1
+    if last > 0 and trial(last) is not None:
+        lo, hi = 0, last  # lo fails, hi succeeds
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if trial(mid) is not None:
+                hi = mid
+            else:
+                lo = mid
+        return DampedInverse(cache[hi], candidates[hi], 0.0, attempts)
+    max_diag = float(torch.diagonal(hessian).abs().max())
+    base = candidates[last] * mean_diag
+    for j in range(FLOOR_ATTEMPTS):
+        floor = 1e-6 * max_diag * 10.0**j
+        attempts += 1
+        upper = _factor(hessian, base + floor)
+        if upper is not None:
+            return DampedInverse(upper, candidates[last], floor, attempts)
+    return DampedInverse(None, None, 0.0, attempts)

@@ -1,0 +1,69 @@
+"""What every integer quantizer returns: the logical weight plus the solve's report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from qformats.logical import QuantizedWeight
+
+from .errors import ShapeError
+from .spec import QuantSpec
+
+
+@dataclass(frozen=True, eq=False)
+class QuantResult:
+    """The result of quantizing one weight ``[out, in]``.
+
+    * ``weight``: the logical quantized weight (codes uint8 ``[out, in]``, scales ``[G, out]`` in
+      ``spec.scale_dtype``, true zero points int32 ``[G, out]``, g_idx int32 ``[in]``).
+    * ``dequantized``: ``[out, in]`` in the input weight's dtype, equal to ``weight.dequantize()`` cast.
+    * ``loss``: GPTQ: ``sum((w - q)**2 / d**2) / 2 / nsamples``; RTN and AWQ: mean squared weight error.
+    * ``damp``: the damping fraction actually used by GPTQ (``None`` for RTN/AWQ or when GPTQ fell back).
+    * ``nsamples``: calibration tokens behind the result (0 for data-free quantizers).
+    * ``fallback``: why RTN replaced the requested algorithm, or ``None``.
+    """
+
+    weight: QuantizedWeight
+    dequantized: torch.Tensor
+    loss: float
+    damp: float | None
+    nsamples: int
+    fallback: str | None = None
+
+
+def check_weight(weight: torch.Tensor, name: str = "weight") -> None:
+    """Raise :class:`ShapeError` unless ``weight`` is a 2-D floating tensor ``[out, in]``."""
+    if not isinstance(weight, torch.Tensor):
+        raise ShapeError(f"{name}: expected a torch.Tensor [out, in], found {type(weight).__name__}")
+    if weight.ndim != 2 or weight.shape[0] == 0 or weight.shape[1] == 0:
+        raise ShapeError(f"{name}: expected a non-empty 2-D tensor [out, in], found shape {tuple(weight.shape)}")
+    if not weight.dtype.is_floating_point:
+        raise ShapeError(f"{name}: expected a floating dtype, found {weight.dtype}")
+    if not bool(torch.isfinite(weight).all()):
+        raise ShapeError(f"{name}: contains NaN or infinity")
+
+
+def build_logical(
+    codes: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    g_idx: torch.Tensor,
+    spec: QuantSpec,
+    meta: dict[str, object],
+) -> QuantizedWeight:
+    """Numpy :class:`QuantizedWeight` from torch ``codes [out, in]``, ``scales``/``zeros [G, out]``, ``g_idx [in]``."""
+    np_scales = scales.detach().to(torch.float32).cpu().numpy()
+    if spec.scale_dtype == "float16":
+        np_scales = np_scales.astype(np.float16)
+    return QuantizedWeight(
+        codes=codes.detach().cpu().to(torch.uint8).numpy(),
+        scales=np.ascontiguousarray(np_scales),
+        zeros=zeros.detach().cpu().round().to(torch.int32).numpy(),
+        g_idx=g_idx.detach().cpu().to(torch.int32).numpy(),
+        bits=spec.bits,
+        group_size=spec.group_size,
+        sym=spec.sym,
+        meta=meta,
+    )
