@@ -1,0 +1,72 @@
+"""Dequantizing a whole checkpoint into a dense state dict, streamed shard by shard.
+
+Memory stays bounded by one shard's quantized modules (plus modules whose tensors straddle into the
+next shard, held until complete): tensors are memory-mapped one at a time and every dense weight is
+yielded as soon as its module is complete. ``prefix.weight`` = the module's dequantized ``[out, in]``
+weight (``scales[g_idx[i], o] * (codes[o, i] - zeros[g_idx[i], o])`` in float32, then cast to
+``dtype``); every other tensor (biases, norms, embeddings) passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from .modules import split_name
+from .reader import Checkpoint
+from .writer import WriteReport, write_checkpoint
+
+
+def iter_dense_tensors(checkpoint: Checkpoint, *, dtype: str = "float16") -> Iterator[tuple[str, np.ndarray]]:
+    """Yield ``(name, array)`` of the dense state dict, shard by shard (see the module docstring)."""
+    modules = {entry.prefix: entry for entry in checkpoint.modules()}
+    owner = {name: entry.prefix for entry in modules.values() for name in entry.tensors.values()}
+    pending: dict[str, dict[str, np.ndarray]] = {}
+    for shard in sorted(set(checkpoint.weight_map.values())):
+        handle = checkpoint.files[shard]
+        for name in sorted(handle.tensors):
+            prefix = owner.get(name)
+            if prefix is None:
+                yield name, handle.load(name)
+                continue
+            entry = modules[prefix]
+            got = pending.setdefault(prefix, {})
+            got[split_name(name)[1]] = handle.load(name)
+            if len(got) == len(entry.tensors):
+                del pending[prefix]
+                weight = checkpoint.unpack(entry, got)
+                yield f"{prefix}.weight", weight.dequantize().astype(dtype)
+
+
+def dequantize_checkpoint(
+    source: str | Path,
+    target: str | Path,
+    *,
+    dtype: str = "float16",
+    max_shard_size: int | str = "4GB",
+) -> WriteReport:
+    """Write the dense equivalent of checkpoint ``source`` to ``target`` (no quantization config)."""
+    checkpoint = Checkpoint(source)
+    model_config = _model_config_without_quantization(Path(source))
+    return write_checkpoint(
+        target,
+        iter_dense_tensors(checkpoint, dtype=dtype),
+        quantize_config=None,
+        model_config=model_config,
+        max_shard_size=max_shard_size,
+    )
+
+
+def _model_config_without_quantization(root: Path) -> dict[str, object] | None:
+
+    path = root / "config.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict):
+        data.pop("quantization_config", None)
+        return data
+    return None

@@ -1,0 +1,86 @@
+"""Grouping checkpoint tensor names into quantized modules and resolving each module's layout.
+
+A quantized module is a name prefix that owns a ``qweight`` tensor (``model.layers.0.mlp.up_proj``
+owns ``...up_proj.qweight``). Its layout tensors are the prefix's tensors with a suffix in
+:data:`LAYOUT_SUFFIXES`; its ``bias`` and every tensor outside a quantized module are dense.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CheckpointFormatError, LayoutError
+from ..layouts.registry import LayoutMeta, get_layout
+from .config_files import QuantFields, module_overrides
+
+LAYOUT_SUFFIXES: frozenset[str] = frozenset(
+    {"qweight", "qzeros", "scales", "g_idx", "scaled_zeros", "g_idx_sort_indices"}
+)
+
+
+@dataclass(frozen=True)
+class ModuleEntry:
+    """One quantized module: its prefix, layout key, reader metadata and full tensor names by suffix."""
+
+    prefix: str
+    layout: str
+    meta: LayoutMeta
+    tensors: dict[str, str]
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``"a.b.qweight"`` -> ``("a.b", "qweight")``; a name without a dot has an empty prefix."""
+    prefix, _, suffix = name.rpartition(".")
+    return prefix, suffix
+
+
+def group_modules(names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Prefix -> {suffix: full name} for every prefix that owns a ``qweight``."""
+    names = list(names)
+    owners = {split_name(n)[0] for n in names if split_name(n)[1] == "qweight"}
+    modules: dict[str, dict[str, str]] = {p: {} for p in sorted(owners)}
+    for name in names:
+        prefix, suffix = split_name(name)
+        if prefix in modules and suffix in LAYOUT_SUFFIXES:
+            modules[prefix][suffix] = name
+    return modules
+
+
+def _shape_stub(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A zero-stride array with the given shape (lets ``infer_meta`` read shapes without loading data)."""
+    return np.broadcast_to(np.zeros((), dtype=dtype), shape)
+
+
+def resolve_module(
+    prefix: str,
+    members: Mapping[str, str],
+    shapes: Mapping[str, tuple[tuple[int, ...], str]],
+    fields: QuantFields,
+) -> ModuleEntry | None:
+    """The module's :class:`ModuleEntry` (``None`` when a ``-:`` dynamic rule keeps it dense).
+
+    ``shapes`` maps full tensor names to ``(shape, numpy dtype name)``. Raises
+    :class:`CheckpointFormatError` naming the module when its layout or dimensions cannot be resolved.
+    """
+    override = module_overrides(fields, prefix)
+    if override is None:
+        return None
+    bits = int(override.get("bits", fields.bits))
+    group_size = int(override.get("group_size", fields.group_size))
+    sym = bool(override.get("sym", fields.sym))
+    try:
+        layout = get_layout(fields.layout)
+    except LayoutError as exc:
+        raise CheckpointFormatError(f"module {prefix!r}: {exc}") from None
+    stubs = {suffix: _shape_stub(*shapes[name]) for suffix, name in members.items()}
+    infer = getattr(layout, "infer_meta", None)
+    if infer is None:
+        raise CheckpointFormatError(f"module {prefix!r}: layout {fields.layout!r} cannot infer module dimensions")
+    try:
+        meta = infer(stubs, bits=bits, group_size=group_size, sym=sym, pack_dtype=fields.pack_dtype)
+    except LayoutError as exc:
+        raise CheckpointFormatError(f"module {prefix!r} ({fields.layout}): {exc}") from None
+    return ModuleEntry(prefix, fields.layout, meta, dict(members))

@@ -1,0 +1,191 @@
+"""Opening a checkpoint directory: safetensors files, the shard index, the config, the module map.
+
+Reading never executes code: only ``.safetensors`` files are read. A directory (or file) holding
+only pickle-based weights (``.bin``, ``.pt``, ``.pth``, ``.ckpt``) is refused with a message on how to
+convert it safely.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CheckpointFormatError, LayoutError
+from ..layouts.registry import get_layout
+from ..logical import QuantizedWeight
+from ..violations import Violation
+from .config_files import QuantFields, find_quant_config, read_quant_fields
+from .dtypes import SAFETENSORS_DTYPES
+from .modules import ModuleEntry, group_modules, resolve_module
+from .safetensors_io import SafetensorsFile
+
+log = logging.getLogger(__name__)
+
+INDEX_NAME = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+CONVERT_HINT = (
+    "pickle-based weights can execute code when loaded, so qformats never reads them. Convert them once, "
+    "in an environment you trust, with torch.load(path, weights_only=True) followed by "
+    "safetensors.torch.save_file(state_dict, 'model.safetensors'), then point qformats at the result"
+)
+
+
+def refuse_pickle(path: Path) -> CheckpointFormatError:
+    """The error for a pickle-based weights file (names it and says how to convert it)."""
+    return CheckpointFormatError(f"{path}: refused: {CONVERT_HINT}")
+
+
+class Checkpoint:
+    """A read-only view of a quantized checkpoint directory (headers parsed eagerly, tensors on demand)."""
+
+    def __init__(self, path: str | Path, *, fields: QuantFields | None = None) -> None:
+        root = Path(path)
+        if root.is_file():
+            if root.suffix in PICKLE_SUFFIXES:
+                raise refuse_pickle(root)
+            raise CheckpointFormatError(f"{root}: expected a checkpoint directory, found a file")
+        if not root.is_dir():
+            raise CheckpointFormatError(f"{root}: no such checkpoint directory")
+        self.root = root
+        self.warnings: list[str] = []
+        self.index_metadata: dict[str, object] = {}
+        self.files: dict[str, SafetensorsFile] = {}
+        self.weight_map = self._load_weight_map()
+        if fields is None:
+            config_path, raw = find_quant_config(root)
+            fields = read_quant_fields(raw, source_file=config_path.name)
+        self.fields = fields
+        self._modules: list[ModuleEntry] | None = None
+
+    # -- discovery -----------------------------------------------------------------------------
+    def _load_weight_map(self) -> dict[str, str]:
+        index = self.root / INDEX_NAME
+        if index.is_file():
+            return self._from_index(index)
+        files = sorted(p.name for p in self.root.glob("*.safetensors"))
+        if not files:
+            pickles = sorted(p for p in self.root.iterdir() if p.suffix in PICKLE_SUFFIXES)
+            if pickles:
+                raise refuse_pickle(pickles[0])
+            raise CheckpointFormatError(f"{self.root}: no .safetensors weights found")
+        weight_map: dict[str, str] = {}
+        for name in files:
+            handle = self._open(name)
+            for tensor in handle.keys():
+                if tensor in weight_map:
+                    raise CheckpointFormatError(
+                        f"{self.root}: duplicate tensor name {tensor!r} in {weight_map[tensor]} and {name}"
+                    )
+                weight_map[tensor] = name
+        return weight_map
+
+    def _from_index(self, index: Path) -> dict[str, str]:
+        try:
+            data = json.loads(index.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointFormatError(f"{index}: unreadable index ({exc})") from None
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointFormatError(f"{index}: expected an object with a 'weight_map' of name -> file")
+        self.index_metadata = dict(data.get("metadata") or {})
+        total = 0
+        seen: dict[str, str] = {}
+        for shard in sorted(set(weight_map.values())):
+            if Path(shard).name != shard:
+                raise CheckpointFormatError(f"{index}: shard name {shard!r} must be a plain file name")
+            if not (self.root / shard).is_file():
+                raise CheckpointFormatError(f"{index}: shard {shard!r} is listed but missing")
+            handle = self._open(shard)
+            for tensor, info in handle.tensors.items():
+                total += info.nbytes
+                if tensor in seen:
+                    raise CheckpointFormatError(
+                        f"{self.root}: duplicate tensor name {tensor!r} in {seen[tensor]} and {shard}"
+                    )
+                seen[tensor] = shard
+                if weight_map.get(tensor) != shard:
+                    raise CheckpointFormatError(
+                        f"{index}: tensor {tensor!r} in {shard} has no index entry pointing at it "
+                        f"(index says {weight_map.get(tensor)!r})"
+                    )
+        for tensor, shard in weight_map.items():
+            if tensor not in self.files[shard].tensors:
+                raise CheckpointFormatError(f"{index}: tensor {tensor!r} is indexed in {shard} but absent from it")
+        declared = self.index_metadata.get("total_size")
+        if declared is not None and declared != total:
+            message = f"{index}: metadata.total_size is {declared}, the shards hold {total} tensor bytes"
+            log.warning(message)
+            self.warnings.append(message)
+        return dict(weight_map)
+
+    def _open(self, name: str) -> SafetensorsFile:
+        if name not in self.files:
+            self.files[name] = SafetensorsFile(self.root / name)
+        return self.files[name]
+
+    # -- tensors -------------------------------------------------------------------------------
+    def shape_of(self, name: str) -> tuple[tuple[int, ...], str]:
+        """``(shape, numpy dtype name as read)`` of a tensor, from the headers only."""
+        info = self.files[self.weight_map[name]].tensors[name]
+        dtype = "float32" if info.dtype == "BF16" else SAFETENSORS_DTYPES[info.dtype][0].name
+        return info.shape, dtype
+
+    def load(self, name: str) -> np.ndarray:
+        """One tensor by full name (raises naming the tensor when it is not in the checkpoint)."""
+        try:
+            shard = self.weight_map[name]
+        except KeyError:
+            raise CheckpointFormatError(f"{self.root}: no tensor named {name!r}") from None
+        return self.files[shard].load(name)
+
+    def total_size(self) -> int:
+        """Sum of tensor bytes over every shard."""
+        return sum(info.nbytes for f in self.files.values() for info in f.tensors.values())
+
+    # -- modules -------------------------------------------------------------------------------
+    def modules(self) -> list[ModuleEntry]:
+        """Every quantized module (prefix order), with its layout and dimensions resolved."""
+        if self._modules is None:
+            shapes = {name: self.shape_of(name) for name in self.weight_map}
+            entries = []
+            for prefix, members in group_modules(self.weight_map).items():
+                entry = resolve_module(prefix, members, shapes, self.fields)
+                if entry is not None:
+                    entries.append(entry)
+            self._modules = entries
+        return self._modules
+
+    def module_tensors(self, entry: ModuleEntry) -> dict[str, np.ndarray]:
+        """The module's layout tensors keyed by suffix (``qweight``, ``scales``, ...)."""
+        return {suffix: self.load(name) for suffix, name in entry.tensors.items()}
+
+    def unpack(self, entry: ModuleEntry, tensors: Mapping[str, np.ndarray] | None = None) -> QuantizedWeight:
+        """The module's logical weight (raises :class:`CheckpointFormatError` naming the module)."""
+        data = self.module_tensors(entry) if tensors is None else tensors
+        try:
+            return get_layout(entry.layout).unpack(data, entry.meta)
+        except LayoutError as exc:
+            raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: {exc}") from None
+
+    def validate(self) -> dict[str, list[Violation]]:
+        """Violations per module prefix (only modules with findings are listed)."""
+        found: dict[str, list[Violation]] = {}
+        for entry in self.modules():
+            problems = get_layout(entry.layout).validate(self.module_tensors(entry), entry.meta)
+            if problems:
+                found[entry.prefix] = problems
+        return found
+
+    def dense_names(self) -> list[str]:
+        """Tensor names that belong to no quantized module's layout tensors."""
+        owned = {name for entry in self.modules() for name in entry.tensors.values()}
+        return [name for name in self.weight_map if name not in owned]
+
+
+def open_checkpoint(path: str | Path) -> Checkpoint:
+    """Open and check a checkpoint directory (see :class:`Checkpoint`)."""
+    return Checkpoint(path)

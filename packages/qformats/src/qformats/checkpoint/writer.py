@@ -1,0 +1,175 @@
+"""Writing a checkpoint directory: size-bounded shards, the index, metadata and both config files.
+
+:func:`write_checkpoint` streams ``(name, array)`` pairs into shards of at most ``max_shard_size``
+bytes (a tensor larger than the limit gets a shard of its own; a module's tensors may land in different
+shards), names them ``model-0000i-of-0000N.safetensors`` (or ``model.safetensors`` when one suffices),
+writes ``model.safetensors.index.json`` (``metadata.total_size`` and a sorted ``weight_map``),
+``quantize_config.json`` and ``config.json`` with the same dict under ``quantization_config``.
+
+Everything is first written into a temporary directory inside the target; when ``validate`` is set the
+result is opened with the reader and every module validated. Only then are the files renamed into
+place (stale shards and index of an earlier write are removed). On any failure the temporary directory
+is deleted and the target is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CheckpointFormatError
+from .config_files import read_quant_fields
+from .reader import INDEX_NAME, Checkpoint
+from .safetensors_io import write_safetensors
+from .shard_size import parse_shard_size
+
+
+@dataclass
+class WriteReport:
+    """What a write produced: file names (in the target), tensor bytes and tensor count."""
+
+    files: list[str] = field(default_factory=list)
+    total_size: int = 0
+    tensors: int = 0
+
+
+def _tensor_bytes(arr: np.ndarray, dtypes: Mapping[str, str], name: str) -> int:
+    return arr.size * 2 if dtypes.get(name) == "BF16" else arr.nbytes
+
+
+def _pairs(tensors: Iterable[tuple[str, np.ndarray]] | Mapping[str, np.ndarray]) -> Iterable[tuple[str, np.ndarray]]:
+    return tensors.items() if isinstance(tensors, Mapping) else tensors
+
+
+def _write_shards(
+    tmp: Path,
+    tensors: Iterable[tuple[str, np.ndarray]],
+    limit: int,
+    metadata: dict[str, str],
+    dtypes: Mapping[str, str],
+) -> tuple[list[tuple[str, list[str]]], int]:
+    """Write numbered temp shards; returns ``[(temp file, names)]`` and the total tensor bytes."""
+    shards: list[tuple[str, list[str]]] = []
+    seen: set[str] = set()
+    current: dict[str, np.ndarray] = {}
+    current_size = 0
+    total = 0
+
+    def flush() -> None:
+        nonlocal current, current_size
+        if current:
+            name = f"shard-{len(shards):05d}.safetensors"
+            write_safetensors(tmp / name, current, metadata, dtypes)
+            shards.append((name, list(current)))
+            current, current_size = {}, 0
+
+    for name, value in tensors:
+        if name in seen:
+            raise CheckpointFormatError(f"duplicate tensor name {name!r} in the tensors to write")
+        seen.add(name)
+        arr = np.asarray(value)
+        size = _tensor_bytes(arr, dtypes, name)
+        if current and current_size + size > limit:
+            flush()
+        current[name] = arr
+        current_size += size
+        total += size
+    flush()
+    return shards, total
+
+
+def write_checkpoint(
+    directory: str | Path,
+    tensors: Iterable[tuple[str, np.ndarray]] | Mapping[str, np.ndarray],
+    *,
+    quantize_config: Mapping[str, object] | None,
+    model_config: Mapping[str, object] | None = None,
+    max_shard_size: int | str = "4GB",
+    metadata: Mapping[str, object] | None = None,
+    dtypes: Mapping[str, str] | None = None,
+    validate: bool = True,
+) -> WriteReport:
+    """Write a (quantized or dense) checkpoint atomically; see the module docstring.
+
+    ``quantize_config`` ``None`` writes a dense checkpoint (``config.json`` only when ``model_config``
+    is given). ``dtypes`` maps tensor names to ``"BF16"`` to store float32 arrays as bfloat16.
+    """
+    target = Path(directory)
+    limit = parse_shard_size(max_shard_size)
+    created = not target.exists()
+    target.mkdir(parents=True, exist_ok=True)
+    st_meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    st_meta["format"] = "pt"
+    tmp = Path(tempfile.mkdtemp(prefix=".qformats-write-", dir=target))
+    try:
+        shards, total = _write_shards(tmp, _pairs(tensors), limit, st_meta, dtypes or {})
+        report = WriteReport(total_size=total, tensors=sum(len(names) for _, names in shards))
+        final = _final_names(len(shards))
+        weight_map: dict[str, str] = {}
+        for (temp_name, names), final_name in zip(shards, final, strict=True):
+            (tmp / temp_name).rename(tmp / final_name)
+            weight_map.update(dict.fromkeys(names, final_name))
+        report.files = list(final)
+        if len(shards) > 1:
+            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+            (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+            report.files.append(INDEX_NAME)
+        report.files.extend(_write_configs(tmp, quantize_config, model_config))
+        if validate and quantize_config is not None:
+            _validate_written(tmp, quantize_config)
+        _publish(tmp, target, report.files)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created and not any(target.iterdir()):
+            target.rmdir()
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    return report
+
+
+def _final_names(count: int) -> list[str]:
+    if count <= 1:
+        return ["model.safetensors"][:count] or []
+    return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+
+
+def _write_configs(
+    tmp: Path, quantize_config: Mapping[str, object] | None, model_config: Mapping[str, object] | None
+) -> list[str]:
+    written = []
+    if quantize_config is not None:
+        (tmp / "quantize_config.json").write_text(json.dumps(dict(quantize_config), indent=2) + "\n", encoding="utf-8")
+        written.append("quantize_config.json")
+    if model_config is not None or quantize_config is not None:
+        cfg = dict(model_config or {})
+        if quantize_config is not None:
+            cfg["quantization_config"] = dict(quantize_config)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+        written.append("config.json")
+    return written
+
+
+def _validate_written(tmp: Path, quantize_config: Mapping[str, object]) -> None:
+    fields = read_quant_fields(dict(quantize_config), source_file="quantize_config.json")
+    checkpoint = Checkpoint(tmp, fields=fields)
+    problems = checkpoint.validate()
+    if problems:
+        lines = "; ".join(f"{prefix}: " + ", ".join(str(v) for v in found) for prefix, found in problems.items())
+        raise CheckpointFormatError(f"refusing to write a checkpoint whose modules break their layout: {lines}")
+
+
+def _publish(tmp: Path, target: Path, files: list[str]) -> None:
+    """Rename the new files into ``target`` and remove stale weights/index of an earlier write."""
+    for name in files:
+        os.replace(tmp / name, target / name)
+    keep = set(files)
+    for stale in [*target.glob("model*.safetensors"), target / INDEX_NAME]:
+        if stale.name not in keep and stale.is_file():
+            stale.unlink()
