@@ -1,5 +1,37 @@
-"""Hugging Face transformers integration for lowbit."""
+"""Hugging Face transformers integration for lowbit: load, quantize, save, load quantized, export, evaluate."""
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from .api import QuantModel, evaluate, load
+from .architectures import supported_model_types
+from .errors import (
+    CalibrationError,
+    MissingFileError,
+    QHFError,
+    SourceFormatError,
+    StateError,
+    TokenizerError,
+    UnsupportedArchitectureError,
+    VerificationError,
+)
+from .export import export_dense
+from .load_quantized import QuantizedCausalLM, load_quantized
+
+__all__ = [
+    "CalibrationError",
+    "MissingFileError",
+    "QHFError",
+    "QuantModel",
+    "QuantizedCausalLM",
+    "SourceFormatError",
+    "StateError",
+    "TokenizerError",
+    "UnsupportedArchitectureError",
+    "VerificationError",
+    "__version__",
+    "evaluate",
+    "export_dense",
+    "load",
+    "load_quantized",
+    "supported_model_types",
+]

@@ -24,9 +24,9 @@ def _llama_like(name: str, model_types: tuple[str, ...]) -> ArchitectureDefiniti
         model_types=model_types,
         layers_path="model.layers",
         groups=(
-            CalcGroup(_ATTN_QKV, prev_op="input_layernorm", shared_input=True),
+            CalcGroup(_ATTN_QKV, prev_op="input_layernorm", shared_input=True, inspect="self_attn"),
             CalcGroup(("self_attn.o_proj",), prev_op="self_attn.v_proj"),
-            CalcGroup(_MLP_GATE_UP, prev_op="post_attention_layernorm", shared_input=True),
+            CalcGroup(_MLP_GATE_UP, prev_op="post_attention_layernorm", shared_input=True, inspect="mlp"),
             CalcGroup(("mlp.down_proj",), prev_op="mlp.up_proj"),
         ),
         run_only=("input_layernorm", "post_attention_layernorm"),
@@ -46,9 +46,9 @@ GEMMA3 = ArchitectureDefinition(
     model_types=("gemma3_text",),
     layers_path="model.layers",
     groups=(
-        CalcGroup(_ATTN_QKV, prev_op="input_layernorm", shared_input=True),
+        CalcGroup(_ATTN_QKV, prev_op="input_layernorm", shared_input=True, inspect="self_attn"),
         CalcGroup(("self_attn.o_proj",), prev_op="self_attn.v_proj"),
-        CalcGroup(_MLP_GATE_UP, prev_op="pre_feedforward_layernorm", shared_input=True),
+        CalcGroup(_MLP_GATE_UP, prev_op="pre_feedforward_layernorm", shared_input=True, inspect="mlp"),
         CalcGroup(("mlp.down_proj",), prev_op="mlp.up_proj"),
     ),
     run_only=("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"),
@@ -63,13 +63,14 @@ PHI3 = ArchitectureDefinition(
     model_types=("phi3",),
     layers_path="model.layers",
     groups=(
-        CalcGroup(("self_attn.qkv_proj",), prev_op="input_layernorm"),
+        CalcGroup(("self_attn.qkv_proj",), prev_op="input_layernorm", inspect="self_attn"),
         CalcGroup(("self_attn.o_proj",), prev_op=None),
-        CalcGroup(("mlp.gate_up_proj",), prev_op="post_attention_layernorm"),
+        CalcGroup(("mlp.gate_up_proj",), prev_op="post_attention_layernorm", inspect="mlp"),
         CalcGroup(("mlp.down_proj",), prev_op=None),
     ),
     run_only=("input_layernorm", "post_attention_layernorm"),
     base_modules=_BASE,
+    awq_no_clip=("self_attn.qkv_proj",),
 )
 
 DEFINITIONS: tuple[ArchitectureDefinition, ...] = (LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA3, PHI3)

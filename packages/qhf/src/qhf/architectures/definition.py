@@ -18,11 +18,14 @@ class CalcGroup:
     ``prev_op``: the module whose output is the group's input (a norm or a linear); AWQ folds the
     group's input scales into it. ``None`` means no scaling is possible for this group.
     ``shared_input``: every module of the group reads the same input tensor (one Hessian serves all).
+    ``inspect``: the module whose output AWQ compares while searching scales (``self_attn`` for q/k/v);
+    ``None`` compares the group's own outputs.
     """
 
     modules: tuple[str, ...]
     prev_op: str | None = None
     shared_input: bool = False
+    inspect: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class ArchitectureDefinition:
     lm_head: str = "lm_head"
     norm_weight_offset: float = 0.0
     shape_dependent_prev: tuple[str, ...] = field(default=("self_attn.o_proj",))
+    awq_no_clip: tuple[str, ...] = ("self_attn.q_proj", "self_attn.k_proj")
 
     @property
     def quantized_modules(self) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 from .hf_directory import HFDirectory, open_hf_directory
 from .open import open_source
 from .opened_source import OpenedSource, open_source_model
-from .skeleton import materialize, meta_parameters, meta_skeleton, release
+from .skeleton import materialize, materialize_names, meta_parameters, meta_skeleton, release
 from .tensor_reader import TensorReader
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "OpenedSource",
     "TensorReader",
     "materialize",
+    "materialize_names",
     "meta_parameters",
     "meta_skeleton",
     "open_hf_directory",

@@ -23,4 +23,22 @@ def open_source(source: str | Path, dtype: torch.dtype = torch.float32) -> Opene
         return open_gguf_source(path, dtype)
     directory = open_hf_directory(path)
     reader = TensorReader(directory.weight_map)
-    return open_source_model("hf", path, directory.config, frozenset(directory.weight_map), reader.get, dtype)
+    return open_source_model(
+        "hf",
+        path,
+        directory.config,
+        frozenset(directory.weight_map),
+        reader.get,
+        dtype,
+        extra_files=_side_files(path),
+        size_of=reader.nbytes,
+        dtype_of=reader.dtype,
+    )
+
+
+def _side_files(path: Path) -> dict[str, Path]:
+    """Files a quantized checkpoint carries over from the source (generation config, tokenizer, chat template)."""
+    from ..tokenizer import TOKENIZER_FILES
+
+    names = ("generation_config.json", *TOKENIZER_FILES)
+    return {name: path / name for name in names if (path / name).is_file()}

@@ -39,6 +39,8 @@ class OpenedSource:
     get: TensorGetter
     dtype: torch.dtype = torch.float32
     extra_files: dict[str, Path] = field(default_factory=dict)
+    size_of: Callable[[str], int] | None = None
+    dtype_of: Callable[[str], torch.dtype] | None = None
 
     def __post_init__(self) -> None:
         self.tied = tied_output(self.config)
@@ -58,6 +60,23 @@ class OpenedSource:
         if name not in self.names and self.tied and name == f"{self.definition.lm_head}.weight":
             name = f"{self.definition.base_modules[0]}.weight"
         return self.get(name, self.dtype)
+
+    def stored(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` exactly as stored in the source (its file dtype)."""
+        return self.get(name, None)
+
+    def stored_nbytes(self, name: str) -> int:
+        """Bytes of tensor ``name`` as stored (from the file header when the source can tell)."""
+        if self.size_of is not None:
+            return self.size_of(name)
+        tensor = self.stored(name)
+        return tensor.numel() * tensor.element_size()
+
+    def stored_dtype(self, name: str) -> torch.dtype:
+        """The dtype tensor ``name`` is stored in (from the file header when the source can tell)."""
+        if self.dtype_of is not None:
+            return self.dtype_of(name)
+        return self.stored(name).dtype
 
     def _retie(self) -> None:
         if not self.tied:
@@ -106,6 +125,8 @@ def open_source_model(
     get: TensorGetter,
     dtype: torch.dtype,
     extra_files: dict[str, Path] | None = None,
+    size_of: Callable[[str], int] | None = None,
+    dtype_of: Callable[[str], torch.dtype] | None = None,
 ) -> OpenedSource:
     """Choose the definition from ``config.model_type``, build the meta skeleton, check tensor names."""
     from .skeleton import meta_skeleton
@@ -122,4 +143,6 @@ def open_source_model(
         get=get,
         dtype=dtype,
         extra_files=dict(extra_files or {}),
+        size_of=size_of,
+        dtype_of=dtype_of,
     )

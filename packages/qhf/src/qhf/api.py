@@ -1,0 +1,242 @@
+"""The public API: ``load`` a source with a quantization config, ``quantize``, ``save``, export, evaluate.
+
+Typical use::
+
+    qm = qhf.load("path/to/hf-model", {"method": "gptq", "bits": 4, "group_size": 128})
+    qm.quantize()                     # calibrates on CPython's bundled docs when no data is given
+    qm.save("out/")                   # shards + index + configs + tokenizer + report; verified by default
+    lm = qhf.load_quantized("out/")   # qkernels modules; lm.generate(...)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .corpus import bundled_docs, corpus_identity
+from .errors import StateError
+from .perplexity import PerplexityResult, perplexity
+from .quant_config import QuantSettings, parse_settings
+from .results import ModuleResult, QuantizedModules
+from .source import OpenedSource, open_source
+from .tokenizer import encode, ensure_padding, load_tokenizer, token_blocks
+
+AUTO = "auto"
+
+
+class QuantModel:
+    """A source opened for quantization. Attributes: ``source``, ``settings``, ``tokenizer``, ``results``
+    (module name -> :class:`~qhf.results.ModuleResult` after :meth:`quantize`) and ``summary`` (the run's
+    account: calibration, time, memory, verification)."""
+
+    def __init__(self, source: OpenedSource, settings: QuantSettings, tokenizer: Any) -> None:
+        self.source = source
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.results: QuantizedModules | None = None
+        self.summary: dict[str, Any] = {"source": str(source.path), "model_type": source.config.model_type}
+        if tokenizer is not None:
+            note = ensure_padding(tokenizer)
+            if note:
+                self.summary["tokenizer_note"] = note
+
+    @property
+    def model(self) -> nn.Module:
+        return self.source.model
+
+    def _calibration(self, data: Any, samples: int, length: int, batch_size: int) -> Any:
+        from qlooper.calibration import prepare_calibration
+
+        if data is None:
+            if self.tokenizer is None:
+                raise StateError("quantize: the default calibration text needs a tokenizer; pass tokenizer= to load")
+            data = token_blocks(self.tokenizer, bundled_docs("calibration").texts, count=samples, length=length)
+            self.summary["calibration_source"] = {**corpus_identity(), "split": "calibration (even documents)"}
+        else:
+            self.summary["calibration_source"] = "user"
+        pad = getattr(self.tokenizer, "pad_token_id", None) if self.tokenizer is not None else None
+        return prepare_calibration(
+            data,
+            tokenizer=self.tokenizer,
+            max_length=getattr(self.source.config, "max_position_embeddings", None),
+            batch_size=batch_size,
+            pad_token_id=int(pad) if pad is not None else 0,
+            padding_side=getattr(self.tokenizer, "padding_side", "right") or "right",
+        )
+
+    def quantize(
+        self,
+        calibration: Any = None,
+        *,
+        samples: int = 128,
+        length: int = 256,
+        batch_size: int = 1,
+        checkpoint: Any = None,
+        progress: bool = False,
+        backend: str = AUTO,
+    ) -> dict[str, Any]:
+        """Quantize every linear of every decoder layer, layer by layer; returns the run summary.
+
+        ``calibration``: None (the bundled docs' calibration slice cut into ``samples`` blocks of ``length``
+        tokens), or anything qlooper's ``prepare_calibration`` accepts (strings, token-id lists, dicts with
+        ``input_ids``, chat messages). RTN needs none and ignores it. ``checkpoint``: a
+        ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of the
+        in-memory quantized modules.
+        """
+        from qlooper.api import make_processor, quantize_model
+        from qlooper.loop import LoopOptions
+
+        from .looper_bridge import LazyLayerProcessor, kernel_replacer, looper_definition, quant_spec
+
+        if self.results is not None:
+            raise StateError("quantize: this model is already quantized; load the source again to re-run")
+        start = time.perf_counter()
+        settings = self.settings
+        spec = quant_spec(settings)
+        cal = None
+        if settings.method != "rtn":
+            cal = self._calibration(calibration, samples, length, batch_size)
+            self.summary["calibration"] = {"rows": cal.rows, "tokens": cal.total_tokens, "dropped": cal.dropped}
+        self.source.materialize_base()
+        processor = LazyLayerProcessor(make_processor(settings.method, spec), self.source)
+        options = LoopOptions(
+            true_sequential=settings.true_sequential,
+            pack_dtype=settings.pack_dtype,
+            replace_module=kernel_replacer(settings, self.source.dtype, backend),
+            progress=progress,
+        )
+        run = quantize_model(
+            self.model,
+            looper_definition(self.source.definition, self.source.config),
+            cal,
+            spec,
+            processor,
+            format=settings.format,
+            checkpoint=checkpoint,
+            options=options,
+        )
+        rows = {r.module: r for r in run.report}
+        self.results = {}
+        for name, done in run.modules.items():
+            row = rows.get(name)
+            report = {}
+            if row is not None:
+                report = {
+                    "layer": row.layer,
+                    "loss": row.loss,
+                    "samples": row.tokens,
+                    "damp": row.damp,
+                    "fallback": row.fallback_reason or row.fallback,
+                    "seconds": row.seconds,
+                }
+            self.results[name] = ModuleResult(name, done.weight, report, packed=done.tensors(), bias=done.bias)
+        fallbacks = [r.module for r in run.report if r.fallback]
+        self.summary.update(
+            {
+                "method": settings.method,
+                "format": settings.format,
+                "bits": settings.bits,
+                "group_size": settings.group_size,
+                "sym": settings.sym,
+                "modules": len(self.results),
+                "fallbacks": fallbacks,
+                "resumed_from": run.resumed_from,
+                "quantize_seconds": round(time.perf_counter() - start, 3),
+                "largest_layer_bytes": processor.peak_layer_bytes,
+            }
+        )
+        return dict(self.summary)
+
+    def save(self, directory: str | Path, *, max_shard_size: int | str = "4GB", verify: bool = True) -> dict[str, Any]:
+        """Write the quantized checkpoint; with ``verify`` (default) reload and compare it (raises on a mismatch)."""
+        from .save.checkpoint import save_checkpoint, write_report
+        from .verify import raise_on_failure, verify_checkpoint
+
+        if self.results is None:
+            raise StateError("save: nothing to save yet; call quantize() first")
+        start = time.perf_counter()
+        directory = Path(directory)
+        shards = save_checkpoint(
+            directory,
+            self.source,
+            self.model,
+            self.results,
+            self.settings,
+            tokenizer=self.tokenizer,
+            max_shard_size=max_shard_size,
+            summary=self.summary,
+        )
+        self.summary["saved"] = {
+            "path": str(directory),
+            "shards": len(shards),
+            "bytes": sum(p.stat().st_size for p in shards),
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+        if verify:
+            report = verify_checkpoint(directory, self.model, self.results, self.source.stored, self.probe_ids())
+            self.summary["verification"] = report.as_dict()
+            write_report(directory, self.results, self.summary)
+            raise_on_failure(report, directory)
+        else:
+            self.summary["verification"] = "skipped (verify=False)"
+            write_report(directory, self.results, self.summary)
+        return dict(self.summary)
+
+    def probe_ids(self, count: int = 48) -> list[int]:
+        """A fixed probe input: the first ``count`` tokens of the evaluation slice (or fixed ids)."""
+        if self.tokenizer is not None:
+            return encode(self.tokenizer, bundled_docs("evaluation").texts[0])[:count]
+        vocab = int(getattr(self.source.config, "vocab_size", 2))
+        return [(7 * i + 3) % vocab for i in range(count)]
+
+    def export_dense(
+        self, directory: str | Path, quantized_dir: str | Path, *, dtype: torch.dtype = torch.float16
+    ) -> Path:
+        """Dense export of a checkpoint this model saved (see :func:`qhf.export.export_dense`)."""
+        from .export import export_dense
+
+        return export_dense(quantized_dir, directory, dtype=dtype)
+
+    def perplexity(
+        self, text: str | None = None, *, window: int = 512, max_windows: int | None = None
+    ) -> PerplexityResult:
+        """Perplexity of the in-memory model on ``text`` (default: the evaluation slice of the bundled docs)."""
+        return evaluate(self.model, self.tokenizer, text, window=window, max_windows=max_windows)
+
+
+def evaluate(
+    model: nn.Module,
+    tokenizer: Any,
+    text: str | Sequence[int] | None = None,
+    *,
+    window: int = 512,
+    max_windows: int | None = None,
+) -> PerplexityResult:
+    """Perplexity on ``text`` (a string, token ids, or None for the bundled docs' evaluation slice)."""
+    if text is None:
+        ids = encode(tokenizer, bundled_docs("evaluation").joined())
+    elif isinstance(text, str):
+        ids = encode(tokenizer, text)
+    else:
+        ids = [int(i) for i in text]
+    return perplexity(model, ids, window=window, max_windows=max_windows)
+
+
+def load(
+    source: str | Path,
+    quant_config: Any = None,
+    *,
+    tokenizer: Any = None,
+    dtype: torch.dtype = torch.float32,
+) -> QuantModel:
+    """Open ``source`` (a Hugging Face directory) lazily for quantization with ``quant_config``."""
+    opened = open_source(source, dtype)
+    settings = parse_settings(quant_config)
+    if tokenizer is None and opened.kind == "hf":
+        tokenizer = load_tokenizer(opened.path)
+    return QuantModel(opened, settings, tokenizer)

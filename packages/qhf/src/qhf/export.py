@@ -1,0 +1,70 @@
+"""Dense export: a plain transformers checkpoint whose quantized linears hold their dequantized weights.
+
+The result has no ``quantization_config`` and loads with ``AutoModelForCausalLM.from_pretrained``; every
+other tensor is copied unchanged. The dequantized weights are written in ``dtype`` (float16 by default,
+as the reference's ``hf`` export does).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint_reader import load_config_json, open_quantized_checkpoint
+from .save.shards import TensorEntry, write_atomic_json, write_shards
+from .tokenizer import TOKENIZER_FILES
+
+
+def export_dense(
+    checkpoint_dir: str | Path, out_dir: str | Path, *, dtype: torch.dtype = torch.float16, max_shard_size: str = "4GB"
+) -> Path:
+    """Write the dense export of quantized checkpoint ``checkpoint_dir`` into ``out_dir``."""
+    checkpoint = open_quantized_checkpoint(checkpoint_dir)
+    source, out = Path(checkpoint_dir), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    names = checkpoint.reader.names()
+    modules = sorted({n.rsplit(".", 1)[0] for n in names if checkpoint.is_quantized(n.rsplit(".", 1)[0])})
+    prefixes = tuple(m + "." for m in modules)
+    entries: list[TensorEntry] = []
+    for module in modules:
+        scales = checkpoint.module_tensors(module)
+        out_features = int(np.shape(scales["scales"])[1])
+        in_features = _in_features(checkpoint, module, out_features)
+
+        def load(m: str = module, i: int = in_features, o: int = out_features) -> torch.Tensor:
+            return torch.from_numpy(checkpoint.logical_weight(m, i, o).dequantize()).to(dtype)
+
+        entries.append(TensorEntry(f"{module}.weight", in_features * out_features * 2, load))
+        if f"{module}.bias" in checkpoint.reader:
+            entries.append(
+                TensorEntry(f"{module}.bias", out_features * 4, lambda n=f"{module}.bias": checkpoint.reader.get(n))
+            )
+    for name in names:
+        if not name.startswith(prefixes):
+            entries.append(TensorEntry(name, checkpoint.reader.nbytes(name), lambda n=name: checkpoint.reader.get(n)))
+    entries.sort(key=lambda e: e.name)
+    write_shards(out, entries, max_shard_size)
+    config = load_config_json(source)
+    config.pop("quantization_config", None)
+    write_atomic_json(out / "config.json", config)
+    for name in ("generation_config.json", *TOKENIZER_FILES):
+        if (source / name).is_file():
+            shutil.copyfile(source / name, out / name)
+    return out
+
+
+def _in_features(checkpoint: object, module: str, out_features: int) -> int:
+    """in_features of a quantized module from its config shape (via the model definition's skeleton)."""
+    from .source.skeleton import meta_skeleton
+
+    cache = getattr(checkpoint, "_skeleton", None)
+    if cache is None:
+        cache = meta_skeleton(checkpoint.directory.config)  # type: ignore[attr-defined]
+        checkpoint._skeleton = cache  # type: ignore[attr-defined]
+    return int(cache.get_submodule(module).in_features)
+
+
+__all__ = ["export_dense"]

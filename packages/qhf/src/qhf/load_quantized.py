@@ -1,0 +1,110 @@
+"""``load_quantized(dir, backend=AUTO)``: a transformers model whose quantized linears are qkernels modules.
+
+The skeleton is built on the meta device from ``config.json``; every module stored in layout tensors
+(``<module>.qweight`` ...) becomes a qkernels module chosen by ``select`` for the requested backend;
+everything else is read from the shards. The result can ``generate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .architectures import ArchitectureDefinition, definition_for
+from .checkpoint_reader import QuantizedCheckpoint, open_quantized_checkpoint
+from .errors import SourceFormatError
+from .quant_config import QuantSettings
+from .source.skeleton import materialize_names, meta_parameters, meta_skeleton, tied_output
+
+AUTO = "auto"
+
+
+@dataclass
+class QuantizedCausalLM:
+    """A loaded quantized model: the transformers ``model`` (callable, ``generate``), its ``tokenizer``,
+    the checkpoint's ``settings`` and, per quantized module, the backend serving it (``backends``)."""
+
+    model: nn.Module
+    tokenizer: Any
+    settings: QuantSettings
+    definition: ArchitectureDefinition
+    path: Path
+    backends: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model.generate(*args, **kwargs)
+
+    def generate_text(self, prompt: str, max_new_tokens: int = 32) -> str:
+        """Greedy continuation of ``prompt`` (decoded, prompt excluded)."""
+        ids = self.tokenizer(prompt, return_tensors="pt")
+        out = self.model.generate(
+            **ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=self.tokenizer.pad_token_id
+        )
+        return str(self.tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
+
+
+def _install(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, leaf = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, leaf, module)
+
+
+def build_quantized_model(
+    checkpoint: QuantizedCheckpoint, *, backend: str = AUTO, dtype: torch.dtype = torch.float32
+) -> tuple[nn.Module, ArchitectureDefinition, dict[str, str]]:
+    """The model with qkernels modules for every stored quantized module; returns (model, definition, backends)."""
+    from qkernels import quant_linear
+
+    config = checkpoint.directory.config
+    definition = definition_for(config)
+    model = meta_skeleton(config, dtype)
+    settings = checkpoint.settings
+    backends: dict[str, str] = {}
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    for name in names:
+        if not checkpoint.is_quantized(name):
+            continue
+        dense = model.get_submodule(name)
+        tensors = checkpoint.module_tensors(name)
+        meta = checkpoint.layout_meta(dense.in_features, dense.out_features)
+        module = quant_linear(settings.format, tensors, meta, backend=backend, dtype=dtype)
+        _install(model, name, module)
+        selection = getattr(module, "selection", None)
+        backends[name] = str(getattr(selection, "backend", type(module).__name__))
+    tied = tied_output(config)
+    head = f"{definition.lm_head}.weight"
+    embed = f"{definition.base_modules[0]}.weight"
+    wanted = [n for n in meta_parameters(model) if not (tied and n == head)]
+    absent = [n for n in wanted if n not in checkpoint.reader]
+    if absent:
+        raise SourceFormatError(
+            f"{checkpoint.directory.path}: the checkpoint lacks {len(absent)} tensor(s): {', '.join(absent[:5])}"
+        )
+    materialize_names(model, wanted, lambda n: checkpoint.reader.get(n, dtype), dtype)
+    if tied:
+        model.get_submodule(definition.lm_head).weight = model.get_submodule(definition.base_modules[0]).weight
+    del embed
+    for buffer_name, buffer in model.named_buffers():
+        if buffer.device.type == "meta":
+            raise SourceFormatError(f"buffer {buffer_name!r} was left on the meta device")
+    return model.eval(), definition, backends
+
+
+def load_quantized(
+    path: str | Path, backend: str = AUTO, *, dtype: torch.dtype = torch.float32, tokenizer: Any = None
+) -> QuantizedCausalLM:
+    """Load a quantized checkpoint directory for inference (see the module docstring)."""
+    from .tokenizer import ensure_padding, load_tokenizer
+
+    checkpoint = open_quantized_checkpoint(path)
+    model, definition, backends = build_quantized_model(checkpoint, backend=backend, dtype=dtype)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(path)
+    ensure_padding(tokenizer)
+    return QuantizedCausalLM(model, tokenizer, checkpoint.settings, definition, Path(path), backends)

@@ -1,0 +1,96 @@
+"""Running qlooper on an opened source: definition adapter, lazy layers, quantized-module replacement.
+
+Decoder layers stay on the meta device until the loop starts them: a processor wrapper materializes
+layer ``i`` from the source files in ``start_layer`` (before any capture forward or weight-only solve),
+and each finished linear is replaced by a qkernels module built from its packed tensors, which drops the
+dense weight. Peak memory is then the base modules, one dense layer, the calibration cache and the packed
+layers done so far.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .architectures import ArchitectureDefinition
+from .quant_config import QuantSettings
+from .source.opened_source import OpenedSource
+
+
+def looper_definition(definition: ArchitectureDefinition, config: Any) -> Any:
+    """The qlooper ``ModelDefinition`` for one of our architecture definitions."""
+    from qlooper.definition import GroupSpec, ModelDefinition
+
+    max_length = getattr(config, "max_position_embeddings", None)
+    return ModelDefinition(
+        layers_path=definition.layers_path,
+        groups=tuple(
+            GroupSpec(g.modules, shared_input=g.shared_input, prev_op=g.prev_op, inspect=g.inspect)
+            for g in definition.groups
+        ),
+        unquantized=definition.run_only,
+        max_length=int(max_length) if max_length else None,
+        awq_no_clip=definition.awq_no_clip,
+        norm_weight_offset=definition.norm_weight_offset,
+        name=definition.name,
+    )
+
+
+def quant_spec(settings: QuantSettings) -> Any:
+    """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact."""
+    from qalgos.spec import QuantSpec
+
+    return QuantSpec(
+        bits=settings.bits,
+        group_size=settings.group_size,
+        sym=settings.sym,
+        desc_act=settings.desc_act,
+        static_groups=settings.static_groups,
+        act_group_aware=settings.act_group_aware,
+        damp_percent=settings.damp_percent,
+        damp_auto_increment=settings.damp_auto_increment,
+        mse=settings.mse,
+        scale_dtype="float16",
+    )
+
+
+class LazyLayerProcessor:
+    """Wraps a qlooper processor: materializes each decoder layer before the processor sees it."""
+
+    def __init__(self, inner: Any, source: OpenedSource) -> None:
+        self._inner = inner
+        self._source = source
+        self.peak_layer_bytes = 0
+
+    def start_layer(self, ctx: Any) -> Any:
+        loaded = self._source.materialize_layer(int(ctx.index))
+        self.peak_layer_bytes = max(self.peak_layer_bytes, loaded)
+        return self._inner.start_layer(ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str) -> Any:
+    """``replace_module`` callback: a qkernels module from the finalized module's packed tensors."""
+    from qformats.layouts.registry import LayoutMeta
+    from qkernels import quant_linear
+
+    def replace(name: str, dense: nn.Module, done: Any) -> nn.Module:
+        tensors = dict(done.tensors())
+        if done.bias is not None:
+            tensors["bias"] = done.bias
+        weight = done.weight
+        meta = LayoutMeta(
+            bits=weight.bits,
+            group_size=weight.group_size,
+            in_features=weight.in_features,
+            out_features=weight.out_features,
+            sym=weight.sym,
+            pack_dtype=settings.pack_dtype,
+        )
+        return quant_linear(settings.format, tensors, meta, backend=backend, dtype=dtype)
+
+    return replace

@@ -1,0 +1,137 @@
+"""Writing a quantized checkpoint directory.
+
+Contents: weight shards (+ index), ``config.json`` with ``quantization_config``, ``quantize_config.json``
+(the same dict), ``generation_config.json`` and tokenizer files carried over from the source, and the
+per-module report (``quant_log.csv`` and ``quant_report.json``). Quantized modules are written in the
+configured layout (``get_layout(format).pack``) under ``<module>.<tensor>``; every other tensor is taken
+from the in-memory model when materialized there (AWQ may have rescaled norms) else from the source file.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from qformats.layouts.registry import get_layout
+from torch import nn
+
+from ..quant_config import QuantSettings
+from ..results import REPORT_COLUMNS, QuantizedModules
+from ..source.opened_source import OpenedSource
+from .shards import TensorEntry, write_atomic_json, write_shards
+
+_CONFIG_DROP = ("_attn_implementation", "_attn_implementation_autoset", "attn_implementation")
+
+
+def packed_tensors(results: QuantizedModules, settings: QuantSettings) -> dict[str, dict[str, np.ndarray]]:
+    """Module name -> its layout tensors (``qweight``, ``qzeros``, ``scales``, ``g_idx`` ...)."""
+    layout = get_layout(settings.format)
+    packed = {}
+    for name, result in results.items():
+        if result.packed is not None:
+            packed[name] = result.packed
+            continue
+        reason = layout.cannot_represent(result.weight)
+        if reason is not None:
+            from ..errors import QHFError
+
+            raise QHFError(f"{name}: format {settings.format!r} cannot hold this weight: {reason}")
+        packed[name] = layout.pack(result.weight, pack_dtype=settings.pack_dtype)
+    return packed
+
+
+def _model_param(model: nn.Module, name: str) -> torch.Tensor | None:
+    module_name, _, pname = name.rpartition(".")
+    try:
+        module = model.get_submodule(module_name) if module_name else model
+    except AttributeError:
+        return None
+    value = module._parameters.get(pname)
+    if value is None:
+        value = module._buffers.get(pname)
+    if value is None or value.device.type == "meta":
+        return None
+    return value
+
+
+def tensor_entries(
+    source: OpenedSource,
+    model: nn.Module,
+    results: QuantizedModules,
+    packed: dict[str, dict[str, np.ndarray]],
+) -> list[TensorEntry]:
+    """Every tensor of the checkpoint, in the source's (sorted) name order, with lazy loaders."""
+    entries: list[TensorEntry] = []
+    for name in sorted(source.names):
+        module_name, _, pname = name.rpartition(".")
+        if module_name in results and pname == "weight":
+            for key, array in packed[module_name].items():
+                entries.append(TensorEntry(f"{module_name}.{key}", int(array.nbytes), lambda a=array: a))
+            continue
+        live = _model_param(model, name)
+        if live is not None:
+            dtype = source.stored_dtype(name) if live.is_floating_point() else live.dtype
+            size = live.numel() * torch.empty((), dtype=dtype).element_size()
+            entries.append(TensorEntry(name, size, lambda t=live, d=dtype: t.detach().to(d)))
+        else:
+            entries.append(TensorEntry(name, source.stored_nbytes(name), lambda n=name: source.stored(n)))
+    return entries
+
+
+def config_dict(source: OpenedSource, settings: QuantSettings) -> dict[str, Any]:
+    """``config.json`` content: the source config plus ``quantization_config``."""
+    data = source.config.to_dict()
+    for key in _CONFIG_DROP:
+        data.pop(key, None)
+    data["quantization_config"] = settings.to_checkpoint_dict()
+    return data
+
+
+def write_report(directory: Path, results: QuantizedModules, summary: dict[str, Any]) -> None:
+    """``quant_log.csv`` (one row per module, :data:`REPORT_COLUMNS`) and ``quant_report.json``."""
+    rows = [results[name].row() for name in results]
+    tmp = directory / "quant_log.csv.tmp"
+    with tmp.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(REPORT_COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(directory / "quant_log.csv")
+    write_atomic_json(directory / "quant_report.json", {"summary": summary, "modules": rows})
+
+
+def save_checkpoint(
+    directory: str | Path,
+    source: OpenedSource,
+    model: nn.Module,
+    results: QuantizedModules,
+    settings: QuantSettings,
+    *,
+    tokenizer: Any = None,
+    max_shard_size: int | str = "4GB",
+    summary: dict[str, Any] | None = None,
+) -> list[Path]:
+    """Write the checkpoint (see the module docstring); returns the weight shard paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    packed = packed_tensors(results, settings)
+    entries = tensor_entries(source, model, results, packed)
+    shards = write_shards(
+        directory,
+        entries,
+        max_shard_size,
+        metadata={"quantizer": settings.to_checkpoint_dict()["meta"]["quantizer"][0]},
+    )
+    config = config_dict(source, settings)
+    write_atomic_json(directory / "config.json", config)
+    write_atomic_json(directory / "quantize_config.json", config["quantization_config"])
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(directory))
+    for name, path in source.extra_files.items():
+        if not (directory / name).exists():
+            shutil.copyfile(path, directory / name)
+    write_report(directory, results, dict(summary or {}))
+    return shards

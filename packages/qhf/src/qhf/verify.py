@@ -1,0 +1,116 @@
+"""Verify-after-save: reload what was written and compare it with the in-memory quantized model.
+
+Three checks, all reported: (1) every quantized module's dequantized weight read back from the files
+equals the in-memory logical weight's dequantization bit for bit; (2) every other tensor equals the
+in-memory (or source) tensor in the stored dtype; (3) logits of a probe input through the reloaded
+model agree with the in-memory model within ``atol`` (both run the same kernels on the same machine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .checkpoint_reader import open_quantized_checkpoint
+from .errors import VerificationError
+from .results import QuantizedModules
+
+
+@dataclass
+class VerificationReport:
+    """``modules_checked``/``tensors_checked`` counts; ``max_logit_diff``; ``problems`` (empty = passed)."""
+
+    modules_checked: int = 0
+    tensors_checked: int = 0
+    max_logit_diff: float | None = None
+    probe_tokens: int = 0
+    backends: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "modules_checked": self.modules_checked,
+            "tensors_checked": self.tensors_checked,
+            "max_logit_diff": self.max_logit_diff,
+            "probe_tokens": self.probe_tokens,
+            "backends": dict(self.backends),
+            "problems": list(self.problems),
+        }
+
+
+def _live(model: nn.Module, name: str) -> torch.Tensor | None:
+    module_name, _, pname = name.rpartition(".")
+    try:
+        module = model.get_submodule(module_name) if module_name else model
+    except AttributeError:
+        return None
+    value = module._parameters.get(pname) if pname in module._parameters else module._buffers.get(pname)
+    return None if value is None or value.device.type == "meta" else value
+
+
+def verify_checkpoint(
+    directory: str | Path,
+    model: nn.Module,
+    results: QuantizedModules,
+    stored: Any,
+    probe_ids: Sequence[int],
+    *,
+    atol: float = 1e-3,
+) -> VerificationReport:
+    """Run the three checks; ``stored(name)`` gives a non-quantized tensor as the source stores it."""
+    from .load_quantized import build_quantized_model
+
+    report = VerificationReport()
+    checkpoint = open_quantized_checkpoint(directory)
+    for name, result in results.items():
+        weight = result.weight
+        try:
+            back = checkpoint.logical_weight(name, weight.in_features, weight.out_features)
+        except (ValueError, KeyError) as exc:
+            report.problems.append(f"{name}: cannot unpack the saved tensors: {exc}")
+            continue
+        if not np.array_equal(back.dequantize(), weight.dequantize()):
+            diff = float(np.abs(back.dequantize() - weight.dequantize()).max())
+            report.problems.append(f"{name}: saved dequantized weight differs (max abs diff {diff:.3g})")
+        report.modules_checked += 1
+    quantized_prefixes = tuple(n + "." for n in results)
+    for name in checkpoint.reader.names():
+        if name.startswith(quantized_prefixes) and not name.endswith(".bias"):
+            continue
+        saved = checkpoint.reader.get(name)
+        live = _live(model, name)
+        expected = live.detach().to(saved.dtype) if live is not None else stored(name)
+        if name.endswith(".bias") and name.startswith(quantized_prefixes):
+            expected = expected.to(saved.dtype)
+        if tuple(saved.shape) != tuple(expected.shape) or not torch.equal(saved, expected.to(saved.dtype)):
+            report.problems.append(f"{name}: saved tensor differs from the in-memory one")
+        report.tensors_checked += 1
+    reloaded, _, backends = build_quantized_model(checkpoint)
+    for backend in backends.values():
+        report.backends[backend] = report.backends.get(backend, 0) + 1
+    ids = torch.tensor([list(probe_ids)], dtype=torch.long)
+    report.probe_tokens = ids.shape[1]
+    with torch.no_grad():
+        mine = model(input_ids=ids, use_cache=False).logits.float()
+        theirs = reloaded(input_ids=ids, use_cache=False).logits.float()
+    report.max_logit_diff = float((mine - theirs).abs().max())
+    if not report.max_logit_diff <= atol:
+        report.problems.append(f"probe logits differ by {report.max_logit_diff:.3g} (> atol {atol})")
+    return report
+
+
+def raise_on_failure(report: VerificationReport, directory: str | Path) -> None:
+    if not report.passed:
+        shown = "; ".join(report.problems[:5])
+        raise VerificationError(f"{directory}: verify-after-save found {len(report.problems)} problem(s): {shown}")

@@ -1,0 +1,62 @@
+"""Normalizing the user's quantization settings and their serialized checkpoint form."""
+
+from __future__ import annotations
+
+import pytest
+from qhf.quant_config import QuantConfigError, QuantSettings, parse_settings
+
+
+def test_defaults_are_gptq_4bit_g128() -> None:
+    s = parse_settings(None)
+    assert (s.method, s.bits, s.group_size, s.sym, s.format) == ("gptq", 4, 128, True, "gptq")
+
+
+def test_aliases_and_awq_zero_point() -> None:
+    s = parse_settings({"quant_method": "awq", "w_bit": 4, "q_group_size": 64, "zero_point": True, "version": "GEMM"})
+    assert (s.method, s.bits, s.group_size, s.sym, s.format) == ("awq", 4, 64, False, "gemm")
+    d = s.to_checkpoint_dict()
+    assert d["quant_method"] == d["method"] == "awq" and d["version"] == d["format"] == "gemm"
+    assert d["zero_point"] is True and "sym" not in d
+
+
+def test_gptq_dict_round_trips_through_parse() -> None:
+    s = parse_settings({"method": "gptq", "bits": 3, "group_size": -1, "format": "gptq_v2", "damp_percent": 0.1})
+    d = s.to_checkpoint_dict()
+    assert d["checkpoint_format"] == "gptq_v2" and d["pack_dtype"] == "int32" and d["sym"] is True
+    assert d["meta"]["quantizer"][0].startswith("lowbit-qhf:")
+    again = parse_settings(d)
+    assert again.to_checkpoint_dict() == d and again.damp_percent == 0.1
+
+
+def test_rtn_exports_as_its_format_family() -> None:
+    assert parse_settings({"method": "rtn", "format": "gemm"}).to_checkpoint_dict()["method"] == "awq"
+    rtn = parse_settings({"method": "rtn"})
+    assert rtn.to_checkpoint_dict()["method"] == "gptq"
+    assert parse_settings(rtn.to_checkpoint_dict()).method == "rtn"  # meta.algorithm keeps the truth
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"method": "bogus"}, "method"),
+        ({"method": "gptq", "format": "gemm"}, "format"),
+        ({"bits": 9}, "bits"),
+        ({"bits": True}, "bits"),
+        ({"group_size": 0}, "group_size"),
+    ],
+)
+def test_bad_settings_name_the_field(config: dict, field: str) -> None:
+    with pytest.raises(QuantConfigError, match=field):
+        parse_settings(config)
+
+
+def test_objects_with_to_dict_and_settings_pass_through() -> None:
+    class Cfg:
+        def to_dict(self):
+            return {"bits": 8, "group_size": 32}
+
+    assert parse_settings(Cfg()).bits == 8
+    s = QuantSettings(bits=2, group_size=64)
+    assert parse_settings(s).bits == 2
+    with pytest.raises(QuantConfigError):
+        parse_settings(42)
