@@ -7,7 +7,8 @@ codes 10 and 21 of every 32-code block straddle words, which the byte-level stre
 
 Both functions work along the **last axis** of an array of any rank and never mutate their input.
 The implementation goes through bytes: codes are combined into little-endian bytes with whole-array
-shifts, and the bytes are reinterpreted as words (a view, no per-element loop).
+shift-or stages over wide integer lanes, and the bytes are reinterpreted as words (a view, no
+per-element loop).
 """
 
 from __future__ import annotations
@@ -53,15 +54,63 @@ def _check(bits: int, word_bits: int) -> None:
         raise LayoutError(f"pack_dtype: 3-bit continuous packing requires int32 words, found int{word_bits}")
 
 
-def pack_stream(codes: np.ndarray, bits: int, pack_dtype: str = "int32") -> np.ndarray:
+def _lane_masks(width: int, lane_bits: int, total_bits: int) -> int:
+    """A mask with the low ``width`` bits set in every ``lane_bits``-wide lane of a ``total_bits`` word."""
+    return sum(((1 << width) - 1) << (lane_bits * j) for j in range(total_bits // lane_bits))
+
+
+def _bytes_from_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Combine ``8/bits`` in-range codes per byte (little-end first) with whole-array shift-or stages.
+
+    The codes are viewed as one ``8/bits``-byte lane per output byte; each stage merges pairs of
+    sub-lanes (``x | x >> shift``), halving the lane count, so 4-bit takes one stage, 2-bit two.
+    """
+    per_byte = 8 // bits
+    if per_byte == 1:
+        return np.array(codes, dtype=np.uint8, copy=True)
+    total = 8 * per_byte
+    x = np.ascontiguousarray(codes, dtype=np.uint8).view(np.dtype(f"<u{per_byte}"))
+    width, lane = bits, 8
+    while lane < total:
+        merged = x >> np.array(lane - width, dtype=x.dtype)
+        merged |= x
+        width, lane = width * 2, lane * 2
+        if lane < total:
+            merged &= np.array(_lane_masks(width, lane, total), dtype=x.dtype)
+        x = merged
+    return x.astype(np.uint8)
+
+
+def _codes_from_bytes(stream: np.ndarray, bits: int) -> np.ndarray:
+    """Split every byte of ``stream[..., m]`` into ``8/bits`` codes: uint8 ``[..., m * 8/bits]``."""
+    per_byte = 8 // bits
+    if per_byte == 1:
+        return np.array(stream, dtype=np.uint8, copy=True)
+    total = 8 * per_byte
+    x = stream.astype(np.dtype(f"<u{per_byte}"))
+    width, lane = 8, total
+    while lane > 8:
+        half, part = lane // 2, width // 2
+        spread = x << np.array(half - part, dtype=x.dtype)
+        spread |= x
+        spread &= np.array(_lane_masks(part, half, total), dtype=x.dtype)
+        x, width, lane = spread, part, half
+    return x.view(np.uint8).reshape(*stream.shape[:-1], stream.shape[-1] * per_byte)
+
+
+def pack_stream(codes: np.ndarray, bits: int, pack_dtype: str = "int32", *, trusted: bool = False) -> np.ndarray:
     """Pack ``codes[..., n]`` (values in ``[0, 2**bits)``) into words ``[..., stream_words(n)]``.
 
-    Values are taken modulo ``2**bits`` (callers check ranges first); the tail is zero-padded.
+    The tail is zero-padded to whole words (3-bit: whole 32-code blocks). Out-of-range values raise
+    :class:`LayoutError` unless ``trusted`` (the caller already checked them, e.g. a
+    :class:`~qformats.logical.QuantizedWeight`).
     """
     wdt = word_dtype(pack_dtype)
     word_bits = wdt.itemsize * 8
     _check(bits, word_bits)
     codes = np.asarray(codes)
+    if not trusted and codes.size and (int(codes.max()) >= 1 << bits or int(codes.min()) < 0):
+        raise LayoutError(f"codes: expected values in [0, {(1 << bits) - 1}] for {bits}-bit packing")
     lead, n = codes.shape[:-1], codes.shape[-1]
     padded = stream_words(n, bits, word_bits) * word_bits // bits
     src = codes.astype(np.uint8, copy=False)
@@ -74,20 +123,13 @@ def pack_stream(codes: np.ndarray, bits: int, pack_dtype: str = "int32") -> np.n
         octets = src.reshape(*lead, padded // 8, 8)
         acc = np.zeros(octets.shape[:-1], dtype=np.uint32)
         for j in range(8):
-            acc |= (octets[..., j].astype(np.uint32) & 7) << np.uint32(3 * j)
+            acc |= octets[..., j].astype(np.uint32) << np.uint32(3 * j)
         stream = np.empty((*acc.shape, 3), dtype=np.uint8)
         stream[..., 0] = acc
         stream[..., 1] = acc >> np.uint32(8)
         stream[..., 2] = acc >> np.uint32(16)
-    elif bits == 8:
-        stream = np.ascontiguousarray(src)
     else:
-        per_byte = 8 // bits
-        mask = np.uint8((1 << bits) - 1)
-        groups = src.reshape(*lead, padded // per_byte, per_byte)
-        stream = groups[..., 0] & mask
-        for j in range(1, per_byte):
-            stream = stream | ((groups[..., j] & mask) << np.uint8(bits * j))
+        stream = _bytes_from_codes(src, bits)
     stream = np.ascontiguousarray(stream).reshape(*lead, padded * bits // 8)
     return stream.view(wdt)
 
@@ -116,13 +158,9 @@ def unpack_stream(words: np.ndarray, bits: int, n: int) -> np.ndarray:
         for j in range(8):
             out[..., j] = (acc >> np.uint32(3 * j)) & np.uint32(7)
         codes = out.reshape(*lead, usable // 3 * 8)
-    elif bits == 8:
-        codes = stream.copy()  # the stream may be a view of the caller's words
     else:
-        per_byte = 8 // bits
-        mask = np.uint8((1 << bits) - 1)
-        out = np.empty((*stream.shape, per_byte), dtype=np.uint8)
-        for j in range(per_byte):
-            out[..., j] = (stream >> np.uint8(bits * j)) & mask
-        codes = out.reshape(*lead, stream.shape[-1] * per_byte)
+        needed = -(-n * bits // 8)
+        codes = _codes_from_bytes(stream[..., :needed], bits)
+    if codes.shape[-1] == n:
+        return codes
     return np.ascontiguousarray(codes[..., :n])

@@ -26,6 +26,7 @@ from ..registry import LayoutMeta
 from .bitstream import WORD_DTYPES, pack_stream, unpack_stream
 from .planar import pack_planar, unpack_planar
 from .rules import CONTINUOUS_BITS, PLANAR_BITS, allowed_pack_dtypes, needs_alignment, tensor_violations
+from .transpose import transpose_2d
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,15 @@ class GptqLayout:
 
     # -- helpers -------------------------------------------------------------------------------
     def _pack_line(self, values: np.ndarray, bits: int, pack_dtype: str) -> np.ndarray:
-        return pack_planar(values, bits) if self.planar else pack_stream(values, bits, pack_dtype)
+        return pack_planar(values, bits) if self.planar else pack_stream(values, bits, pack_dtype, trusted=True)
+
+    def _pack_down_rows(self, codes: np.ndarray, bits: int, pack_dtype: str) -> np.ndarray:
+        """``codes[out, in]`` -> ``qweight[words(in), out]`` (pack each output row, then transpose)."""
+        return transpose_2d(self._pack_line(codes, bits, pack_dtype))
+
+    def _unpack_down_rows(self, qweight: np.ndarray, bits: int, in_: int) -> np.ndarray:
+        """``qweight[words(in), out]`` -> uint8 ``codes[out, in]``."""
+        return self._unpack_line(transpose_2d(qweight), bits, in_)
 
     def _unpack_line(self, words: np.ndarray, bits: int, n: int) -> np.ndarray:
         return unpack_planar(words, bits, n) if self.planar else unpack_stream(words, bits, n)
@@ -81,11 +90,11 @@ class GptqLayout:
         if pack_dtype not in allowed_pack_dtypes(weight.bits, self.planar):
             allowed = ", ".join(allowed_pack_dtypes(weight.bits, self.planar))
             raise LayoutError(f"pack_dtype: {self.key} {weight.bits}-bit allows {allowed}, found {pack_dtype!r}")
-        qweight = self._pack_line(weight.codes, weight.bits, pack_dtype).T
+        qweight = self._pack_down_rows(weight.codes, weight.bits, pack_dtype)
         fields = weight.zeros.astype(np.int64) - self.zero_offset
         qzeros = self._pack_line(fields.astype(np.uint8), weight.bits, pack_dtype)
         return {
-            "qweight": np.ascontiguousarray(qweight),
+            "qweight": qweight,
             "qzeros": qzeros,
             "scales": np.array(weight.scales, copy=True),
             "g_idx": np.asarray(weight.g_idx, dtype=np.int32).copy(),
@@ -101,7 +110,7 @@ class GptqLayout:
         if problems:
             raise LayoutError(f"{self.key} tensors are malformed: " + "; ".join(str(p) for p in problems))
         bits, in_, out = meta.bits, meta.in_features, meta.out_features
-        codes = self._unpack_line(np.ascontiguousarray(np.asarray(tensors["qweight"]).T), bits, in_)
+        codes = self._unpack_down_rows(np.asarray(tensors["qweight"]), bits, in_)
         fields = self._unpack_line(np.asarray(tensors["qzeros"]), bits, out)
         zeros = fields.astype(np.int32) + np.int32(self.zero_offset)
         info: dict[str, object] = {"source_format": self.key}
