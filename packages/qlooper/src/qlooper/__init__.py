@@ -1,5 +1,56 @@
-"""Layer-by-layer calibration orchestration with resume."""
+"""Layer-by-layer calibration orchestration with resume.
+
+Public API: :class:`ModelDefinition`/:class:`GroupSpec` (model definitions as data),
+:func:`prepare_calibration`, :func:`quantize_model` → :class:`QuantizationRun`, :class:`LoopOptions`,
+the processors (:class:`GPTQProcessor`, :class:`AWQProcessor`, :class:`WeightOnlyProcessor`).
+"""
+
+from .api import QuantizationRun, quantize_model
+from .calibration import CalibrationBatch, CalibrationSet, prepare_calibration
+from .definition import GroupSpec, ModelDefinition
+from .errors import (
+    CalibrationError,
+    CaptureError,
+    DefinitionError,
+    PlanError,
+    ProcessorError,
+    QLooperError,
+    ResumeError,
+    RunStopped,
+)
+from .finalize import FinalizedModule
+from .loop import LoopOptions
+from .processors.awq import AWQProcessor
+from .processors.base import LayerContext, ModuleResult
+from .processors.gptq import GPTQProcessor
+from .processors.weight_only import WeightOnlyProcessor
+from .report import ModuleReport
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "AWQProcessor",
+    "CalibrationBatch",
+    "CalibrationError",
+    "CalibrationSet",
+    "CaptureError",
+    "DefinitionError",
+    "FinalizedModule",
+    "GPTQProcessor",
+    "GroupSpec",
+    "LayerContext",
+    "LoopOptions",
+    "ModelDefinition",
+    "ModuleReport",
+    "ModuleResult",
+    "PlanError",
+    "ProcessorError",
+    "QLooperError",
+    "QuantizationRun",
+    "ResumeError",
+    "RunStopped",
+    "WeightOnlyProcessor",
+    "__version__",
+    "prepare_calibration",
+    "quantize_model",
+]

@@ -1,0 +1,101 @@
+"""The public entry point: ``quantize_model(model, definition, calibration, spec, method, ...)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qalgos.spec import QuantSpec
+from torch import nn
+
+from .calibration import CalibrationSet
+from .definition import ModelDefinition
+from .errors import ProcessorError
+from .finalize import FinalizedModule
+from .loop import LayerLoop, LoopOptions
+from .plan import LoopPlan
+from .processors.awq import AWQProcessor
+from .processors.gptq import GPTQProcessor
+from .processors.weight_only import WeightOnlyProcessor
+from .report import ModuleReport, write_report_csv, write_report_json
+from .resume import run_with_checkpoint
+
+DEFAULT_FORMATS = {"gptq": "gptq", "awq": "gemm", "rtn": "gptq"}
+
+
+@dataclass
+class QuantizationRun:
+    """What a run gives back: per module name the finalized module (logical weight, packed tensors) and report.
+
+    ``resumed_from`` is the plan cursor restored from a checkpoint (0 for a fresh run).
+    """
+
+    modules: dict[str, FinalizedModule]
+    report: list[ModuleReport]
+    plan: LoopPlan
+    format: str
+    resumed_from: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def report_for(self, name: str) -> ModuleReport:
+        for row in self.report:
+            if row.module == name:
+                return row
+        raise KeyError(f"no report row for module {name!r}")
+
+    def write_report(self, path: str | Path) -> Path:
+        """Write the report as CSV (``.csv``) or JSON (``.json``)."""
+        target = Path(path)
+        if target.suffix == ".csv":
+            return write_report_csv(self.report, target)
+        if target.suffix == ".json":
+            return write_report_json(self.report, target)
+        raise ValueError(f"write_report: expected a .csv or .json path, found {target.name!r}")
+
+
+def make_processor(method: str, spec: QuantSpec) -> Any:
+    """The built-in processor for ``method`` (``"gptq"``, ``"awq"``, ``"rtn"``)."""
+    if method == "gptq":
+        return GPTQProcessor(spec)
+    if method == "awq":
+        return AWQProcessor(spec)
+    if method == "rtn":
+        return WeightOnlyProcessor(spec)
+    raise ProcessorError(f"method: expected 'gptq', 'awq', 'rtn' or a processor object, found {method!r}")
+
+
+def quantize_model(
+    model: nn.Module,
+    definition: ModelDefinition,
+    calibration: CalibrationSet | None = None,
+    spec: QuantSpec | None = None,
+    method: str | Any = "gptq",
+    *,
+    format: str | None = None,
+    checkpoint: Any = None,
+    options: LoopOptions | None = None,
+) -> QuantizationRun:
+    """Quantize every module the definition names, layer by layer; the model is mutated in place.
+
+    ``method`` is ``"gptq"``, ``"awq"``, ``"rtn"`` or a processor object (then ``spec`` may be None).
+    ``format`` is the qformats layout key the modules are packed into (default per method: gptq → "gptq",
+    awq → "gemm", rtn → "gptq"). ``checkpoint`` is a ``qcheckpoint.CheckpointConfig`` enabling resume.
+    """
+    options = options or LoopOptions()
+    if isinstance(method, str):
+        if spec is None:
+            raise ProcessorError(f"spec: method {method!r} needs a qalgos QuantSpec; none was given")
+        processor = make_processor(method, spec)
+        fmt = format or DEFAULT_FORMATS[method]
+    else:
+        processor = method
+        if format is None:
+            raise ProcessorError("format: a custom processor needs an explicit target format")
+        fmt = format
+    loop = LayerLoop(model, definition, processor, format=fmt, options=options, extensions=options.extensions)
+    if checkpoint is not None:
+        state = run_with_checkpoint(loop, calibration, checkpoint, list(options.extensions))
+    else:
+        state = loop.run(calibration)
+    return QuantizationRun(dict(state.finalized), list(state.reports), state.plan, fmt, state.start_cursor)

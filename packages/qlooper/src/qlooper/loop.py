@@ -1,0 +1,277 @@
+"""The layer-by-layer loop: capture, per-group statistics and solves, replay, finalizers, boundaries.
+
+For each planned layer (from the start cursor an extension may restore):
+
+1. bind the definition's groups to the layer; ``processor.start_layer``;
+2. per calculation group (or all groups at once with ``true_sequential=False``): the processor's hooks,
+   the loop's token counters and an early-stop hook after the group's last module are installed, every
+   cached batch is forwarded, the fallback policy marks under-covered modules, ``processor.process``;
+3. ``processor.end_layer``; a forward replay of the quantized layer produces the next layer's inputs;
+4. finalizers (pack → offload → replace) are submitted to the worker pool; extensions see the boundary.
+
+Weight-only processors (``needs_calibration = False``) skip capture, hooks and replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from qalgos.fallback import FallbackPolicy
+from qformats.layouts.registry import get_layout
+from torch import nn
+
+from .calibration import CalibrationSet
+from .capture import capture_first_layer_inputs
+from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
+from .errors import ProcessorError
+from .finalize import FinalizedModule, finalize_module
+from .forward import capture_forward, replay_forward
+from .input_cache import InputCache
+from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
+from .processors.base import LayerContext, ModuleResult, first_tensor
+from .report import ModuleReport, Progress, notes_text
+
+ReplaceModule = Callable[[str, nn.Module, FinalizedModule], "nn.Module | None"]
+
+
+@dataclass
+class LoopOptions:
+    """How the loop runs.
+
+    * ``true_sequential``: one capture forward per calculation group (later groups see earlier groups'
+      quantized weights); ``False`` captures every group of a layer in one forward on the float layer.
+    * ``early_stop``: end each capture forward after the group's last module (dense groups only).
+    * ``finalizer_workers``: threads packing/offloading/replacing finished modules.
+    * ``pack_dtype``: word dtype passed to the layout's ``pack``.
+    * ``offload_dir``: write each finished module to ``<dir>/<module name>/module.safetensors`` and drop it
+      from memory.
+    * ``replace_module``: ``(full name, dense module, finalized) -> new module | None``, called on a worker
+      after the layer's replay; a returned module replaces the dense one in the model.
+    * ``fallback``: qalgos ``FallbackPolicy`` for modules that saw too few tokens (MoE experts).
+    * ``progress``: print a progress bar with time estimates to stderr.
+    * ``cache_device``: where captured layer inputs are stored.
+    * ``extensions``: objects with optional ``on_start(context)``/``on_boundary(boundary)`` called by the loop.
+    """
+
+    true_sequential: bool = True
+    early_stop: bool = True
+    finalizer_workers: int = 2
+    pack_dtype: str = "int32"
+    offload_dir: str | Path | None = None
+    replace_module: ReplaceModule | None = None
+    fallback: FallbackPolicy = field(default_factory=FallbackPolicy)
+    progress: bool = False
+    cache_device: str = "cpu"
+    extensions: tuple[Any, ...] = ()
+
+
+@dataclass
+class LoopState:
+    """Everything the loop has produced so far (what a checkpoint captures and restores)."""
+
+    plan: LoopPlan
+    layers: list[tuple[str, nn.Module]]
+    cache: InputCache | None
+    finalized: dict[str, FinalizedModule] = field(default_factory=dict)
+    reports: list[ModuleReport] = field(default_factory=list)
+    cursor: int = 0
+    start_cursor: int = 0
+
+
+def _count_hook(ctx: LayerContext, name: str) -> Callable[..., None]:
+    def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any) -> None:
+        x = first_tensor(inputs)
+        mask = ctx.mask_for(x)
+        seen = int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
+        ctx.tokens[name] = ctx.tokens.get(name, 0) + seen
+
+    return hook
+
+
+class LayerLoop:
+    """Runs one processor over every planned layer of ``model`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        definition: ModelDefinition,
+        processor: Any,
+        *,
+        format: str,
+        options: LoopOptions,
+        extensions: Sequence[Any] = (),
+    ) -> None:
+        get_layout(format)  # fail before any work on an unknown format (and load layouts on this thread)
+        self.model = model
+        self.definition = definition
+        self.processor = processor
+        self.format = format
+        self.options = options
+        self.extensions = LoopExtensions(list(extensions))
+        layers = resolve_layers(model, definition)
+        plan = LoopPlan(tuple(LoopStep("layer", i, name) for i, (name, _) in enumerate(layers)))
+        self.state = LoopState(plan=plan, layers=layers, cache=None)
+        self.total_tokens = 0
+
+    def run(self, calibration: CalibrationSet | None) -> LoopState:
+        """Capture (when needed), start extensions, process every step from the cursor, wait for finalizers."""
+        state = self.state
+        if self.processor.needs_calibration:
+            if calibration is None:
+                raise ProcessorError(f"method {self.processor.method!r} needs calibration data; none was given")
+            self.total_tokens = calibration.total_tokens
+            state.cache = capture_first_layer_inputs(
+                self.model, state.layers[0][1], calibration, device=self.options.cache_device
+            )
+        cursor = self.extensions.start(LoopContext(state.plan, self.model, [self.processor], state))
+        state.cursor = state.start_cursor = cursor
+        progress = Progress(len(state.plan), enabled=self.options.progress)
+        progress.start(cursor)
+        offload = Path(self.options.offload_dir) if self.options.offload_dir is not None else None
+        with ThreadPoolExecutor(max_workers=max(1, self.options.finalizer_workers)) as pool:
+            try:
+                for position in range(cursor, len(state.plan)):
+                    step = state.plan.steps[position]
+                    futures = self._run_layer(position, pool, offload)
+                    state.cursor = position + 1
+                    for ext in self.extensions.extensions:
+                        hook = getattr(ext, "on_layer_done", None)
+                        if hook is not None:
+                            hook(step, state.layers[position][1])
+                    self.extensions.publish(step, position + 1, futures)
+                    self._raise_failed()
+                    progress.advance(step.name)
+                self._wait_all()
+            except BaseException:
+                for fut in self.extensions.pending():
+                    fut.cancel()
+                wait(self.extensions.pending())
+                raise
+        return state
+
+    def _raise_failed(self) -> None:
+        pending = self.extensions.pending()
+        if any(f.done() and not f.cancelled() and f.exception() is not None for f in pending):
+            self._wait_all()
+
+    def _wait_all(self) -> None:
+        pending = self.extensions.pending()
+        wait(pending)
+        for fut in pending:
+            error = fut.exception()
+            if error is not None:
+                raise error
+
+    def _units(self, groups: list[ResolvedGroup]) -> list[list[ResolvedGroup]]:
+        return [[g] for g in groups] if self.options.true_sequential else [groups]
+
+    def _stop_module(self, unit: list[ResolvedGroup]) -> nn.Module | None:
+        last = unit[-1]
+        if not self.options.early_stop or last.spec.is_expert_group or not last.modules:
+            return None
+        return last.modules[-1].module
+
+    def _capture(self, ctx: LayerContext, unit: list[ResolvedGroup]) -> None:
+        handles = []
+        try:
+            for group in unit:
+                handles += self.processor.attach(ctx, group)
+            for group in unit:
+                for mod in group.modules:
+                    handles.append(mod.module.register_forward_hook(_count_hook(ctx, mod.full_name)))
+            capture_forward(ctx, self._stop_module(unit))
+        finally:
+            for handle in handles:
+                handle.remove()
+        for group in unit:
+            for mod in group.modules:
+                seen = ctx.tokens.get(mod.full_name, 0)
+                if mod.expert is None and seen == 0:
+                    raise ProcessorError(
+                        f"module {mod.full_name}: received no input during the capture forward of group "
+                        f"{group.index}; the group's modules may be listed out of forward order"
+                    )
+                reason = self.options.fallback.reason(seen, self.total_tokens)
+                if reason is not None:
+                    ctx.fallback[mod.full_name] = reason
+
+    def _run_layer(self, position: int, pool: ThreadPoolExecutor, offload: Path | None) -> list[Future[Any]]:
+        state = self.state
+        name, layer = state.layers[position]
+        ctx = LayerContext(position, name, layer, self.definition, state.cache, self.total_tokens)
+        groups = resolve_groups(layer, name, self.definition)
+        modules = {m.full_name: m for g in groups for m in g.modules}
+        solved: list[ModuleResult] = []
+        with torch.no_grad():
+            self.processor.start_layer(ctx)
+            for unit in self._units(groups):
+                if self.processor.needs_calibration:
+                    self._capture(ctx, unit)
+                for group in unit:
+                    solved += self.processor.process(ctx, group)
+            solved += self.processor.end_layer(ctx)
+            if self.processor.needs_calibration and state.cache is not None:
+                state.cache = replay_forward(layer, state.cache)
+        futures = []
+        for result in solved:
+            mod = modules[result.name]
+            row = self._report_row(result, ctx)
+            state.reports.append(row)
+            futures.append(pool.submit(self._finalize, result, mod.module, layer, mod.name, row, offload))
+        return futures
+
+    def _report_row(self, result: ModuleResult, ctx: LayerContext) -> ModuleReport:
+        res = result.result
+        return ModuleReport(
+            layer=result.layer,
+            module=result.name,
+            method=result.method,
+            format=self.format,
+            bits=int(res.weight.bits),
+            group_size=int(res.weight.group_size),
+            loss=float(res.loss) if res.loss is not None else None,
+            tokens=ctx.tokens.get(result.name, result.tokens),
+            damp=res.damp,
+            expert=result.expert,
+            fallback=result.fallback,
+            fallback_reason=result.fallback_reason,
+            seconds=result.seconds,
+            notes=notes_text(result.notes),
+        )
+
+    def _finalize(
+        self,
+        result: ModuleResult,
+        module: nn.Module,
+        layer: nn.Module,
+        rel: str,
+        row: ModuleReport,
+        offload: Path | None,
+    ) -> FinalizedModule:
+        replace = None
+        if self.options.replace_module is not None:
+            replace_fn = self.options.replace_module
+
+            def replace(done: FinalizedModule) -> None:
+                new = replace_fn(result.name, module, done)
+                if new is not None:
+                    install_module(layer, rel, new)
+
+        done = finalize_module(
+            result, module, format=self.format, pack_dtype=self.options.pack_dtype, offload_dir=offload, replace=replace
+        )
+        row.finalize_seconds = done.seconds
+        self.state.finalized[result.name] = done
+        return done
+
+
+def install_module(layer: nn.Module, rel: str, new: nn.Module) -> None:
+    """Put ``new`` at dotted path ``rel`` inside ``layer``."""
+    parent_path, _, leaf = rel.rpartition(".")
+    parent = get_submodule(layer, parent_path, what="module parent") if parent_path else layer
+    setattr(parent, leaf, new)

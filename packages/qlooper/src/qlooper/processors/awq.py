@@ -1,0 +1,192 @@
+"""The AWQ processor: per-group scale search folded into the previous op, then clip search and quantization.
+
+Per group (during the layer): inputs ``x [tokens, in]`` of the group are captured (padding excluded);
+when the group has one shared input and a ``prev_op`` whose output width equals ``in``, scales are
+searched against the output of the ``inspect`` module (or the group's own outputs), divided into the
+previous op's weight and bias, and multiplied into the group's input columns; the mathematically
+equivalent model keeps running in full precision. At the end of the layer every module gets a clip
+search (except names in ``ModelDefinition.awq_no_clip``) on its scaled input ``x / s`` and is
+quantized with the AWQ formulas; the reconstructed weights then feed the layer's forward replay.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+import torch
+from qalgos.fallback import fall_back
+from qalgos.spec import QuantSpec
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from ..definition import ResolvedGroup, ResolvedModule
+from .base import LayerContext, ModuleResult, first_tensor, replace_weight
+
+
+def _output_tensor(out: Any) -> torch.Tensor:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+class AWQProcessor:
+    """AWQ over calculation groups (see the module docstring). ``clip=False`` turns the clip search off."""
+
+    method = "awq"
+    needs_calibration = True
+
+    def __init__(self, spec: QuantSpec, *, clip: bool = True) -> None:
+        from qalgos import awq
+
+        self._awq = awq
+        self.spec = spec
+        self.clip = clip
+        self._x: dict[str, list[torch.Tensor]] = {}
+        self._inspect_calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self._pending: list[tuple[ResolvedModule, torch.Tensor, dict[str, Any]]] = []
+
+    def start_layer(self, ctx: LayerContext) -> None:
+        self._pending = []
+
+    def attach(self, ctx: LayerContext, group: ResolvedGroup) -> list[RemovableHandle]:
+        self._x = {}
+        self._inspect_calls = []
+        handles = []
+        for mod in group.modules:
+            if mod.input_key in self._x:
+                continue
+            store: list[torch.Tensor] = []
+            self._x[mod.input_key] = store
+
+            def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, store: list[torch.Tensor] = store) -> None:
+                x = first_tensor(inputs)
+                store.append(ctx.valid_tokens(x.detach()).to(torch.float32))
+
+            handles.append(mod.module.register_forward_hook(hook))
+        if group.inspect is not None:
+
+            def pre(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                self._inspect_calls.append((tuple(args), dict(kwargs)))
+
+            handles.append(group.inspect.register_forward_pre_hook(pre, with_kwargs=True))
+        return handles
+
+    def _forward_with(self, group: ResolvedGroup, x: torch.Tensor):
+        def run(weights: list[torch.Tensor]) -> torch.Tensor:
+            if group.inspect is None:
+                outs = []
+                for mod, w in zip(group.modules, weights, strict=False):
+                    bias = getattr(mod.module, "bias", None)
+                    y = x @ w.to(torch.float32).T
+                    outs.append(y + bias.to(torch.float32) if bias is not None else y)
+                return torch.cat(outs, dim=-1)
+            saved = [mod.weight.detach().clone() for mod in group.modules]
+            try:
+                with torch.no_grad():
+                    for mod, w in zip(group.modules, weights, strict=False):
+                        mod.weight.copy_(w.to(mod.weight.dtype))
+                    outs = [_output_tensor(group.inspect(*a, **kw)) for a, kw in self._inspect_calls]
+            finally:
+                with torch.no_grad():
+                    for mod, w in zip(group.modules, saved, strict=False):
+                        mod.weight.copy_(w)
+            return torch.cat([o.reshape(-1, o.shape[-1]).to(torch.float32) for o in outs], dim=0)
+
+        return run
+
+    def _scale_skip_reason(self, group: ResolvedGroup, in_features: int) -> str | None:
+        if len(self._x) != 1:
+            return "modules do not share one input"
+        if group.prev_op is None:
+            return "no prev_op to fold scales into"
+        prev_w = getattr(group.prev_op, "weight", None)
+        if not isinstance(prev_w, torch.Tensor):
+            return f"prev_op {group.prev_op_name!r} has no weight"
+        if prev_w.shape[0] != in_features:
+            return f"prev_op {group.prev_op_name!r} output width {prev_w.shape[0]} != group input width {in_features}"
+        if group.inspect is not None and not self._inspect_calls:
+            return f"inspect module {group.spec.inspect!r} was not called during the forward"
+        return None
+
+    def _fold(self, group: ResolvedGroup, scales: torch.Tensor) -> None:
+        prev = group.prev_op
+        prev_bias = getattr(prev, "bias", None)
+        new_w, new_b = self._awq.fold_scales_into_previous(
+            prev.weight.detach(), None if prev_bias is None else prev_bias.detach(), scales
+        )
+        with torch.no_grad():
+            prev.weight.copy_(new_w.to(prev.weight.dtype))
+            if prev_bias is not None and new_b is not None:
+                prev_bias.copy_(new_b.to(prev_bias.dtype))
+            for mod in group.modules:
+                mod.weight.copy_(self._awq.scale_consumer_weight(mod.weight.detach(), scales).to(mod.weight.dtype))
+
+    def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
+        xs = {key: torch.cat(chunks, dim=0) if chunks else None for key, chunks in self._x.items()}
+        in_features = int(group.modules[0].weight.shape[1])
+        reason = self._scale_skip_reason(group, in_features)
+        notes: dict[str, Any] = {}
+        scales = None
+        x0 = next(iter(xs.values()))
+        if reason is None and x0 is not None and x0.shape[0] > 0:
+            start = time.perf_counter()
+            weights = [m.weight.detach().to(torch.float32) for m in group.modules]
+            found = self._awq.search_scales(x0, weights, self._forward_with(group, x0), self.spec)
+            scales = found.scales.to(torch.float32)
+            self._fold(group, scales)
+            notes = {"scale_ratio": float(found.ratio), "scale_loss": float(found.loss)}
+            notes["scale_seconds"] = time.perf_counter() - start
+        else:
+            notes = {"scale_search": f"skipped: {reason or 'no tokens reached the group'}"}
+        for mod in group.modules:
+            x = xs[mod.input_key]
+            if x is not None and scales is not None:
+                x = x / scales
+            self._pending.append((mod, x if x is not None else torch.empty(0, in_features), dict(notes)))
+        self._x = {}
+        self._inspect_calls = []
+        return []
+
+    def end_layer(self, ctx: LayerContext) -> list[ModuleResult]:
+        results = []
+        no_clip = set(ctx.definition.awq_no_clip)
+        for mod, x, notes in self._pending:
+            start = time.perf_counter()
+            weight = mod.weight.detach()
+            reason = ctx.fallback.get(mod.full_name)
+            if reason is not None:
+                result = fall_back(weight, self.spec, reason, int(x.shape[0]))
+            else:
+                clip = None
+                if self.clip and mod.name not in no_clip and x.shape[0] > 0:
+                    clip = self._awq.search_clip(weight.to(torch.float32), x, self.spec)
+                elif self.clip:
+                    notes["clip_search"] = "skipped"
+                result = self._awq.quantize_awq(weight, self.spec, clip=clip)
+            replace_weight(mod.module, result.dequantized)
+            results.append(
+                ModuleResult(
+                    mod.full_name,
+                    ctx.index,
+                    self.method,
+                    result,
+                    int(x.shape[0]),
+                    mod.expert,
+                    fallback="rtn" if reason else None,
+                    fallback_reason=reason,
+                    seconds=time.perf_counter() - start,
+                    notes=notes,
+                )
+            )
+        self._pending = []
+        return results
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies this processor's numerics (part of a checkpoint's identity)."""
+        return {"method": self.method, "spec": asdict(self.spec), "clip": self.clip}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None

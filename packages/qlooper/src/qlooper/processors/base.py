@@ -1,0 +1,113 @@
+"""The processor protocol and the per-layer context processors work in.
+
+A processor owns one algorithm's statistics and solve. The loop calls, per layer:
+``start_layer`` → per group (``attach`` hooks → capture forwards → ``process``) → ``end_layer``.
+Every call returns :class:`ModuleResult` s when modules are solved; the loop packs them later in
+finalizers. The loop never branches on the processor's class: it reads ``needs_calibration``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from ..definition import ModelDefinition, ResolvedGroup
+from ..input_cache import InputCache
+
+
+@dataclass
+class ModuleResult:
+    """One solved module. ``result`` is qalgos' ``QuantResult`` (``None`` when left unquantized).
+
+    ``tokens`` counts calibration tokens the module saw; ``fallback`` names the strategy used instead
+    of the processor's algorithm and ``fallback_reason`` says why; ``seconds`` is solve wall time.
+    """
+
+    name: str
+    layer: int
+    method: str
+    result: Any
+    tokens: int = 0
+    expert: int | None = None
+    fallback: str | None = None
+    fallback_reason: str | None = None
+    seconds: float = 0.0
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LayerContext:
+    """State of the layer being processed, shared by the loop, the hooks and the processor.
+
+    ``mask`` is the token mask ``[B, T]`` bool of the batch being forwarded (None outside forwards);
+    ``tokens`` counts tokens seen per module full name; ``fallback`` maps a module full name to the
+    reason it must fall back (set by the loop's policy before ``process``).
+    """
+
+    index: int
+    name: str
+    layer: nn.Module
+    definition: ModelDefinition
+    cache: InputCache | None
+    total_tokens: int
+    mask: torch.Tensor | None = None
+    batch: int = -1
+    tokens: dict[str, int] = field(default_factory=dict)
+    fallback: dict[str, str] = field(default_factory=dict)
+
+    def mask_for(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The current token mask when ``x`` is ``[B, T, features]`` of this batch, else None (routed tokens)."""
+        if self.mask is not None and x.dim() == self.mask.dim() + 1 and tuple(x.shape[:-1]) == tuple(self.mask.shape):
+            return self.mask.to(x.device)
+        return None
+
+    def valid_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` flattened to ``[tokens, features]`` with padding positions removed."""
+        mask = self.mask_for(x)
+        if mask is not None:
+            return x[mask]
+        return x.reshape(-1, x.shape[-1])
+
+
+class Processor(Protocol):
+    """What the loop needs from a processor (GPTQ, AWQ, weight-only, or a user's own)."""
+
+    method: str
+    needs_calibration: bool
+
+    def start_layer(self, ctx: LayerContext) -> None: ...
+
+    def attach(self, ctx: LayerContext, group: ResolvedGroup) -> list[RemovableHandle]:
+        """Register the hooks that feed statistics for ``group``; the loop removes them after the forwards."""
+        ...
+
+    def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]: ...
+
+    def end_layer(self, ctx: LayerContext) -> list[ModuleResult]: ...
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able description of the processor's numerics (method, spec, options)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def first_tensor(inputs: tuple[Any, ...]) -> torch.Tensor:
+    """The first positional input of a hooked call (the activation ``[..., in]``)."""
+    x = inputs[0]
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"hooked module input: expected a tensor, found {type(x).__name__}")
+    return x
+
+
+def replace_weight(module: nn.Module, dequantized: torch.Tensor) -> None:
+    """Write the reconstructed weight into the dense module (same dtype/device) so later forwards see it."""
+    weight = module.weight
+    with torch.no_grad():
+        weight.copy_(dequantized.to(dtype=weight.dtype, device=weight.device))
