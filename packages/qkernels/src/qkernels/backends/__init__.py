@@ -1,0 +1,1 @@
+"""Built-in backends; each module registers its quantized linear class on import."""

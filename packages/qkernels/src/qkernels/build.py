@@ -1,0 +1,96 @@
+"""Building quantized linear modules: from checkpoint tensors, from a logical weight, and by repacking.
+
+Every path goes through :func:`qkernels.selection.select` with the unpacked weight, so the module that comes
+back is exactly the backend the explanation names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from qformats.layouts.registry import LayoutMeta
+from qformats.logical import QuantizedWeight
+
+from .checkpoint import load_checkpoint, pack_weight
+from .device import Target, resolve_target
+from .module import QuantLinear
+from .registry import AUTO, get_backend
+from .selection import Selection, select
+
+
+def quant_linear(
+    fmt: str,
+    tensors: Mapping[str, object],
+    meta: LayoutMeta,
+    *,
+    backend: str = AUTO,
+    device: str | torch.device | Target = "cpu",
+    dtype: torch.dtype = torch.float32,
+    method: str | None = None,
+    emulate: bool = False,
+    **options: object,
+) -> QuantLinear:
+    """A module for one checkpoint module's tensors (keys without prefix; optional ``bias``).
+
+    ``dtype`` is the activation dtype the module will serve; ``options`` go to the backend's constructor
+    (e.g. ``cache_dense=True`` for ``torch``). The chosen :class:`Selection` is kept as ``module.selection``.
+    """
+    loaded = load_checkpoint(fmt, tensors, meta, method=method)
+    target = resolve_target(device, emulate=emulate)
+    chosen = select(loaded.contract, target, dtype, backend=backend, logical=loaded.logical)
+    module = get_backend(chosen.backend)(loaded, target, **options)
+    module.selection = chosen  # type: ignore[assignment]
+    return module.to(target.torch_device)
+
+
+def quant_linear_from_weight(
+    weight: QuantizedWeight,
+    fmt: str,
+    *,
+    bias: object | None = None,
+    pack_dtype: str = "int32",
+    backend: str = AUTO,
+    device: str | torch.device | Target = "cpu",
+    dtype: torch.dtype = torch.float32,
+    method: str | None = None,
+    emulate: bool = False,
+    **options: object,
+) -> QuantLinear:
+    """Pack ``weight`` into layout ``fmt`` (kept as the checkpoint tensors), then build as :func:`quant_linear`."""
+    tensors, meta = pack_weight(weight, fmt, pack_dtype=pack_dtype, bias=bias)
+    return quant_linear(
+        fmt, tensors, meta, backend=backend, device=device, dtype=dtype, method=method, emulate=emulate, **options
+    )
+
+
+def repack(
+    module: QuantLinear,
+    backend: str = AUTO,
+    *,
+    device: str | torch.device | Target | None = None,
+    dtype: torch.dtype | None = None,
+    emulate: bool = False,
+    **options: object,
+) -> QuantLinear:
+    """The same layer on another backend/device/dtype, built from ``module.checkpoint_tensors()``.
+
+    The checkpoint-facing tensors travel unchanged, so saving after a repack writes the original layout.
+    Returns ``module`` itself when the selection lands on its own backend and target with no options.
+    """
+    target = module.target if device is None else resolve_target(device, emulate=emulate)
+    previous: Selection | None = getattr(module, "selection", None)
+    act_dtype = dtype if dtype is not None else (previous.dtype if previous is not None else torch.float32)
+    chosen = select(module.contract, target, act_dtype, backend=backend, logical=module.logical)
+    if chosen.backend == module.NAME and target == module.target and not options:
+        return module
+    return quant_linear(
+        module.format,
+        module.checkpoint_tensors(),
+        module.meta,
+        backend=chosen.backend,
+        device=target,
+        dtype=act_dtype,
+        method=module.contract.method,
+        **options,
+    )

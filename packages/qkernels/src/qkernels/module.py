@@ -1,0 +1,104 @@
+"""The base quantized linear module every backend subclasses.
+
+A module holds the checkpoint-facing tensors of its layout as persistent buffers under their checkpoint
+names (so ``state_dict()`` and :meth:`QuantLinear.checkpoint_tensors` give back exactly the layout that
+was loaded, even after a repack) plus whatever runtime form its kernel needs (non-persistent buffers).
+``forward`` computes ``x @ W.T + b`` for ``x`` of shape ``[..., in_features]``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+from qformats.logical import QuantizedWeight
+
+from .capabilities import Capabilities, dtype_name
+from .checkpoint import LoadedCheckpoint
+from .contract import KernelContract
+from .device import Target
+from .errors import KernelInputError
+
+
+class QuantLinear(torch.nn.Module):
+    """Quantized ``y = x @ W.T + b``. Subclasses set ``NAME``/``CAPS`` and implement ``_matmul``."""
+
+    NAME: ClassVar[str]
+    CAPS: ClassVar[Capabilities]
+    REQUIRES: ClassVar[str] = ""  # one line naming runtime prerequisites, shown in docs/explanations
+
+    @classmethod
+    def runtime_reasons(cls, contract: KernelContract, target: Target) -> list[str]:
+        """Reasons beyond the declaration (missing op, missing dependency...). Builds nothing."""
+        return []
+
+    @classmethod
+    def weight_reasons(cls, logical: object) -> list[str]:
+        """Reasons that depend on the actual tensors (e.g. the g_idx structure). Builds nothing."""
+        return []
+
+    def __init__(self, loaded: LoadedCheckpoint, target: Target) -> None:
+        super().__init__()
+        self.format = loaded.format
+        self.meta = loaded.meta
+        self.contract = loaded.contract
+        self.target = target
+        self.logical = loaded.logical
+        self._checkpoint_names = tuple(loaded.tensors)
+        for name, arr in loaded.tensors.items():
+            if hasattr(self, name):
+                raise KernelInputError(f"tensor {name!r}: name clashes with a module attribute")
+            self.register_buffer(name, torch.from_numpy(arr))
+        self.has_bias = loaded.bias is not None
+        self.register_buffer("bias", None if loaded.bias is None else torch.from_numpy(loaded.bias))
+
+    @property
+    def in_features(self) -> int:
+        return self.contract.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.contract.out_features
+
+    def extra_repr(self) -> str:
+        return f"backend={self.NAME}, {self.contract.describe()}, bias={self.has_bias}, target={self.target.describe()}"
+
+    def checkpoint_tensors(self) -> dict[str, np.ndarray]:
+        """The original layout's tensors (and ``bias``), as loaded: what saving must write."""
+        out = {name: getattr(self, name).detach().cpu().numpy().copy() for name in self._checkpoint_names}
+        if self.bias is not None:
+            out["bias"] = self.bias.detach().cpu().numpy().copy()
+        return out
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """Float32 ``[out, in]`` on the CPU: the exact dequantization of the logical weight."""
+        return torch.from_numpy(self.logical.dequantize())  # type: ignore[attr-defined]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise KernelInputError(f"activations: expected last dim {self.in_features}, found shape {tuple(x.shape)}")
+        if x.dtype not in self.CAPS.dtypes:
+            served = ", ".join(sorted(dtype_name(d) for d in self.CAPS.dtypes))
+            raise KernelInputError(
+                f"activations: backend {self.NAME!r} serves {{{served}}}, found {dtype_name(x.dtype)}; "
+                "repack the module for this dtype"
+            )
+        lead = x.shape[:-1]
+        y = self._matmul(x.reshape(-1, self.in_features))
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*lead, self.out_features)
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [M, in] @ W.T -> [M, out]`` in ``x.dtype`` (no bias)."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement _matmul")
+
+
+def integer_weight(logical: object, backend: str) -> QuantizedWeight:
+    """``logical`` as a QuantizedWeight, or a KernelInputError naming the backend that needs one."""
+    if not isinstance(logical, QuantizedWeight):
+        raise KernelInputError(
+            f"backend {backend!r} needs an integer-code QuantizedWeight, found {type(logical).__name__}"
+        )
+    return logical

@@ -1,0 +1,136 @@
+"""Selection: AUTO order, explanations, refusals of explicit backends, errors listing every reason."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from qkernels import (
+    BackendRefusedError,
+    KernelContract,
+    KernelInputError,
+    QKernelsError,
+    UnsupportedContractError,
+    probe,
+    quant_linear_from_weight,
+    registered_backends,
+    select,
+)
+from qkernels.checkpoint import load_checkpoint, pack_weight
+from qkernels.testing.cases import LayerCase, make_weight
+
+
+def contract(bits: int = 4, group_size: int = 128, fmt: str = "gptq_v2", **kw: object) -> KernelContract:
+    base = dict(method="gptq", format=fmt, bits=bits, group_size=group_size, sym=True, in_features=256,
+                out_features=64)  # fmt: skip
+    base.update(kw)
+    return KernelContract(**base)  # type: ignore[arg-type]
+
+
+def test_auto_prefers_the_fast_cpu_path_for_4bit() -> None:
+    chosen = select(contract(), "cpu", torch.bfloat16)
+    assert chosen.backend == "aten_int4"
+    assert chosen.rejected == ()  # the first candidate in priority order won
+
+
+def test_auto_explains_every_rejected_candidate() -> None:
+    chosen = select(contract(bits=3, group_size=32), "cpu", torch.float32)
+    assert chosen.backend == "torch"
+    rejected = {c.name: c.reasons for c in chosen.rejected}
+    assert "bits 3 not in {4}" in rejected["aten_int4"]
+    assert any("device 'cpu' not in {cuda}" in r for r in rejected["triton_gptq"])
+    assert any("method 'gptq' not in {awq}" in r for r in rejected["triton_awq"])
+    text = chosen.explain()
+    assert "selected 'torch'" in text and all(name in text for name in rejected)
+
+
+def test_explain_false_skips_the_rejections() -> None:
+    assert select(contract(bits=3, group_size=32), "cpu", torch.float32, explain=False).rejected == ()
+
+
+def test_all_mismatches_are_reported_at_once() -> None:
+    c = contract(bits=3, group_size=-1, in_features=255, out_features=33)
+    reasons = probe(c, "cpu", torch.bfloat16, backend="aten_int4")["aten_int4"]
+    assert len(reasons) >= 4  # bits, group size, in multiple, out multiple
+
+
+def test_explicit_backend_that_cannot_serve_is_refused_not_replaced() -> None:
+    with pytest.raises(BackendRefusedError) as info:
+        select(contract(bits=8), "cpu", torch.bfloat16, backend="aten_int4")
+    assert info.value.backend == "aten_int4"
+    assert "bits 8 not in {4}" in info.value.reasons
+    assert isinstance(info.value, QKernelsError) and isinstance(info.value, ValueError)
+
+
+def test_no_feasible_backend_lists_every_backend_reason() -> None:
+    c = contract(fmt="no_such_layout")
+    with pytest.raises(UnsupportedContractError) as info:
+        select(c, "cpu", torch.float32)
+    assert set(info.value.reasons) == set(registered_backends())
+    assert "no layout registered" in " ".join(info.value.reasons["torch"])
+    assert all(info.value.reasons.values())
+
+
+def test_unavailable_gpu_is_a_reason_not_a_crash() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU; the no-GPU reason cannot appear")
+    with pytest.raises(UnsupportedContractError) as info:
+        select(contract(), "cuda", torch.float16)
+    assert all("no CUDA device" in " ".join(r) or "device 'cuda'" in " ".join(r) for r in info.value.reasons.values())
+
+
+def test_emulated_gpu_selects_the_triton_backend() -> None:
+    chosen = select(contract(), "cuda", torch.float16, emulate=True)
+    assert chosen.backend == "triton_gptq" and chosen.target.emulated
+    assert chosen.target.torch_device == torch.device("cpu")
+    awq = select(contract(method="awq", fmt="gemm"), "cuda", torch.float16, emulate=True)
+    assert awq.backend == "triton_awq"
+
+
+def test_emulation_without_the_interpreter_is_refused_with_the_reason() -> None:
+    code = textwrap.dedent(
+        """
+        import os, torch
+        os.environ.pop("TRITON_INTERPRET", None)
+        from qkernels import KernelContract, BackendRefusedError, select
+        c = KernelContract("gptq", "gptq_v2", 4, 128, True, 256, 64)
+        try:
+            select(c, "cuda", torch.float16, backend="triton_gptq", emulate=True)
+        except BackendRefusedError as exc:
+            print("REFUSED", exc)
+        """
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "REFUSED" in out.stdout and "TRITON_INTERPRET=1" in out.stdout, out.stderr
+
+
+def test_activation_shape_is_checked() -> None:
+    with pytest.raises(KernelInputError, match=r"\[\.\.\., 256\]"):
+        select(contract(), "cpu", torch.float32, shape=(4, 255))
+    assert select(contract(), "cpu", torch.bfloat16, shape=(4, 256)).backend == "aten_int4"
+
+
+def test_probe_answers_every_backend_without_building() -> None:
+    answer = probe(contract(), "cpu", torch.bfloat16)
+    assert set(answer) == set(registered_backends())
+    assert answer["aten_int4"] == () and answer["torch"] == ()
+    assert answer["triton_gptq"]
+
+
+def test_weight_structure_moves_auto_to_the_next_backend() -> None:
+    # act-order whose groups are not all group_size wide: the ATen path cannot make them contiguous.
+    case = LayerCase("gptq_v2", 4, 32, False, 32, 128)
+    w = make_weight(case)
+    g_idx = w.g_idx.copy()
+    g_idx[0] = 1  # group 0 now holds 31 columns and group 1 holds 33
+    odd = type(w)(w.codes, w.scales, w.zeros, g_idx, 4, 32, False)
+    tensors, meta = pack_weight(odd, "gptq_v2")
+    loaded = load_checkpoint("gptq_v2", tensors, meta)
+    chosen = select(loaded.contract, "cpu", torch.bfloat16, logical=loaded.logical)
+    assert chosen.backend == "torch"
+    aten = next(c for c in chosen.rejected if c.name == "aten_int4")
+    assert "not all of size 32" in aten.reasons[0]
+    with pytest.raises(BackendRefusedError):
+        quant_linear_from_weight(odd, "gptq_v2", backend="aten_int4", dtype=torch.bfloat16)
