@@ -5,6 +5,8 @@ Every integer quantizer takes torch tensors and returns a :class:`QuantResult` w
 ``qalgos.fallback``; the spec is ``qalgos.spec.QuantSpec``.
 """
 
+from .awq import ScaledGroupResult, ScaleSearchResult, quantize_awq, quantize_scaled_group, search_scales
+from .awq_clip import search_clip
 from .errors import NumericalError, QAlgosError, ShapeError, SpecError, StateError
 from .fallback import FallbackPolicy
 from .gptq import GPTQ
@@ -21,9 +23,15 @@ __all__ = [
     "QAlgosError",
     "QuantResult",
     "QuantSpec",
+    "ScaleSearchResult",
+    "ScaledGroupResult",
     "ShapeError",
     "SpecError",
     "StateError",
     "__version__",
+    "quantize_awq",
     "quantize_rtn",
+    "quantize_scaled_group",
+    "search_clip",
+    "search_scales",
 ]

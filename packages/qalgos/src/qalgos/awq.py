@@ -1,0 +1,200 @@
+"""AWQ: activation-aware scaling of input channels, clipping, and quantization with the AWQ formulas.
+
+The flow for one scaling group (a previous op, the linears it feeds, and the block to inspect):
+
+1. :func:`search_scales` picks per-input-channel scales ``s [in]`` minimising the block's output error
+   when every weight is replaced by ``Q(W · s) / s``.
+2. :func:`scale_consumer_weight` multiplies each consumer's input columns by ``s`` and
+   :func:`fold_scales_into_previous` divides the previous op's output by ``s`` (the product is unchanged).
+3. :func:`~qalgos.awq_clip.search_clip` (skipped for query/key projections) bounds each group's range.
+4. :func:`quantize_awq` returns the scaled, clipped weight's logical quantized form.
+
+:func:`quantize_scaled_group` runs steps 1-4 for a group. All math runs in float32; results are cast
+back to the input dtypes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .awq_clip import apply_clip, clip_allowed, search_clip
+from .errors import NumericalError, ShapeError, SpecError
+from .group_params import awq_params
+from .result import QuantResult, build_logical, check_weight
+from .rtn import natural_g_idx, quantize_groups
+from .spec import QuantSpec
+
+ForwardWith = Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ScaleSearchResult:
+    """``scales [in]`` float32 (multiply consumer input columns, divide the previous op); ``ratio``: the
+    winning grid exponent; ``loss``: the block output MSE at that ratio."""
+
+    scales: torch.Tensor
+    ratio: float
+    loss: float
+
+
+def _check_awq_spec(spec: QuantSpec) -> None:
+    if spec.desc_act or spec.act_group_aware:
+        raise SpecError("desc_act/act_group_aware: AWQ keeps the natural column order; set both to False")
+
+
+def fake_quantize_awq(weight: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """AWQ pseudo-quantization of ``weight [out, in]``: float32 ``[out, in]`` dequantized values."""
+    return quantize_groups(weight.to(torch.float32), spec, awq_params)[3]
+
+
+def weight_importance(weights: Sequence[torch.Tensor], spec: QuantSpec) -> torch.Tensor:
+    """``w_mean [in]``: mean over all rows of ``|w|`` normalised by its quantization group's absmax."""
+    w = torch.cat([wj.detach().to(torch.float32) for wj in weights], dim=0).abs()
+    in_ = w.shape[1]
+    g_idx = torch.arange(in_) // spec.group_width(in_)
+    group_max = torch.stack([w[:, g_idx == g].amax(dim=1) for g in range(spec.groups(in_))], dim=1)  # [rows, G]
+    normalised = w / group_max[:, g_idx].clamp(min=torch.finfo(torch.float32).tiny)
+    return normalised.mean(dim=0)
+
+
+def _output_mse(reference: torch.Tensor, output: torch.Tensor) -> float:
+    if tuple(output.shape) != tuple(reference.shape):
+        raise ShapeError(
+            f"forward_with: expected an output of shape {tuple(reference.shape)}, found {tuple(output.shape)}"
+        )
+    return float((reference.to(torch.float64) - output.to(torch.float64)).square().mean())
+
+
+def search_scales(
+    x: torch.Tensor,
+    weights: Sequence[torch.Tensor],
+    forward_with: ForwardWith,
+    spec: QuantSpec,
+    grid: int = 20,
+    duo_scaling: bool = True,
+    reference: torch.Tensor | None = None,
+) -> ScaleSearchResult:
+    """Grid search of ``s = x_mean**r / (w_mean**(1-r) + 1e-4)`` for ``r = i / grid``.
+
+    ``x [..., in]``: the inputs of the scaled linears; ``weights``: their ``[out_j, in]`` weights;
+    ``forward_with(weights)``: the inspected block's output with those weights substituted (the caller
+    owns the model). ``reference``: the block's full-precision output if already known. Each candidate is
+    clamped to >= 1e-4, normalised by ``sqrt(max * min)``, and non-finite entries are set to 1.
+    """
+    _check_awq_spec(spec)
+    if not weights:
+        raise ShapeError("weights: expected at least one [out, in] weight to scale, found none")
+    in_ = weights[0].shape[-1]
+    for j, wj in enumerate(weights):
+        check_weight(wj, f"weights[{j}]")
+        if wj.shape[1] != in_:
+            raise ShapeError(f"weights[{j}]: expected [out, {in_}] like weights[0], found {tuple(wj.shape)}")
+    if x.shape[-1] != in_:
+        raise ShapeError(f"x: expected [..., {in_}] activations, found {tuple(x.shape)}")
+    x_mean = x.detach().reshape(-1, in_).to(torch.float32).abs().mean(dim=0)
+    w_mean = weight_importance(weights, spec)
+    if reference is None:
+        reference = forward_with(list(weights))
+    best: tuple[float, float, torch.Tensor] | None = None
+    for i in range(grid):
+        ratio = i / grid
+        if duo_scaling:
+            scales = x_mean.pow(ratio) / (w_mean.pow(1 - ratio) + 1e-4)
+        else:
+            scales = x_mean.pow(ratio)
+        scales = scales.clamp(min=1e-4)
+        scales = scales / (scales.max() * scales.min()).sqrt()
+        scales = torch.where(torch.isfinite(scales), scales, torch.ones_like(scales))
+        trial = [(fake_quantize_awq(wj.to(torch.float32) * scales, spec) / scales).to(wj.dtype) for wj in weights]
+        loss = _output_mse(reference, forward_with(trial))
+        if loss == loss and (best is None or loss < best[0]):  # NaN never wins
+            best = (loss, ratio, scales)
+    if best is None:
+        raise NumericalError(f"AWQ scale search: every one of the {grid} ratios gave a NaN output loss")
+    return ScaleSearchResult(best[2], best[1], best[0])
+
+
+def scale_consumer_weight(weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``weight [out, in] * scales[None, :]`` (a new tensor in ``weight``'s dtype)."""
+    if weight.ndim != 2 or scales.shape != (weight.shape[1],):
+        found = tuple(scales.shape)
+        raise ShapeError(f"scales: expected [{weight.shape[-1]}] for weight {tuple(weight.shape)}, found {found}")
+    return (weight.to(torch.float32) * scales.to(torch.float32)[None, :]).to(weight.dtype)
+
+
+def fold_scales_into_previous(
+    weight: torch.Tensor, bias: torch.Tensor | None, scales: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Divide the previous op's output channels by ``scales [n]``; returns new ``(weight, bias)``.
+
+    ``weight`` is a norm's ``[n]`` or a linear's ``[rows, k]`` with ``rows >= n``: only the last ``n``
+    rows are divided (a fused projection whose tail feeds the consumers). ``bias`` ``[rows]`` likewise.
+    """
+    n = scales.shape[0]
+    if scales.ndim != 1 or weight.ndim not in (1, 2) or weight.shape[0] < n:
+        raise ShapeError(
+            f"weight: expected [>= {n}] or [>= {n}, k] to fold scales [{n}] into, found {tuple(weight.shape)}"
+        )
+    s = scales.to(torch.float32)
+    new_weight = weight.to(torch.float32).clone()
+    new_weight[-n:] = new_weight[-n:] / (s if weight.ndim == 1 else s[:, None])
+    new_bias = None
+    if bias is not None:
+        if bias.shape != (weight.shape[0],):
+            raise ShapeError(f"bias: expected [{weight.shape[0]}], found {tuple(bias.shape)}")
+        new_bias = bias.to(torch.float32).clone()
+        new_bias[-n:] = new_bias[-n:] / s
+        new_bias = new_bias.to(bias.dtype)
+    return new_weight.to(weight.dtype), new_bias
+
+
+def quantize_awq(weight: torch.Tensor, spec: QuantSpec, clip: torch.Tensor | None = None) -> QuantResult:
+    """AWQ-formula quantization of an (already scaled) ``weight [out, in]``, clamped to ``±clip [out, G]``
+    first when given. ``loss`` is the mean squared error against the unclipped input weight."""
+    _check_awq_spec(spec)
+    check_weight(weight)
+    w = weight.detach().to(torch.float32)
+    source = apply_clip(w, clip, spec) if clip is not None else w
+    codes, scales, zeros, deq = quantize_groups(source, spec, awq_params)
+    logical = build_logical(codes, scales, zeros, natural_g_idx(w.shape[1], spec), spec, {"algorithm": "awq"})
+    loss = float(((deq - w) ** 2).mean())
+    return QuantResult(logical, deq.to(weight.dtype), loss, None, 0, None)
+
+
+@dataclass(frozen=True)
+class ScaledGroupResult:
+    """The AWQ outcome of one scaling group: the search, the scaled weights, and one result per layer
+    (``clipped[j]`` says whether layer ``j`` went through the clip search)."""
+
+    search: ScaleSearchResult
+    scaled_weights: list[torch.Tensor]
+    results: list[QuantResult]
+    clipped: list[bool]
+
+
+def quantize_scaled_group(
+    x: torch.Tensor,
+    weights: Sequence[torch.Tensor],
+    names: Sequence[str],
+    forward_with: ForwardWith,
+    spec: QuantSpec,
+    clip: bool = True,
+) -> ScaledGroupResult:
+    """Scale search, scaling, clip search (not for query/key projections) and quantization for linears
+    ``weights`` (named ``names``) that all read ``x [..., in]``. The caller folds ``search.scales`` into the
+    previous op with :func:`fold_scales_into_previous`."""
+    if len(names) != len(weights):
+        raise ShapeError(f"names: expected one name per weight ({len(weights)}), found {len(names)}")
+    search = search_scales(x, weights, forward_with, spec)
+    scaled_x = x.detach().reshape(-1, x.shape[-1]).to(torch.float32) / search.scales
+    scaled = [scale_consumer_weight(w, search.scales) for w in weights]
+    results, clipped = [], []
+    for name, w in zip(names, scaled, strict=True):
+        use_clip = clip and clip_allowed(name)
+        bound = search_clip(w, scaled_x, spec) if use_clip else None
+        results.append(quantize_awq(w, spec, bound))
+        clipped.append(use_clip)
+    return ScaledGroupResult(search, scaled, results, clipped)

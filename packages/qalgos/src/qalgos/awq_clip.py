@@ -1,0 +1,98 @@
+"""AWQ clipping search: per output channel and group, the weight range that best preserves outputs.
+
+For a (scaled) weight ``[out, in]`` and its input activations ``x [tokens, in]``, each group's range is
+shrunk to ``absmax * (1 - i / grid)`` for ``i < max_shrink * grid``; weights are clamped to ± that value
+and pseudo-quantized with the AWQ formulas, and the candidate whose per-group output contribution
+``x_g · q_g`` has the smallest mean squared error against ``x_g · w_g`` over (at most 512 sampled)
+tokens wins. Layers whose name marks a query or key projection are not clipped.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import ShapeError
+from .group_params import awq_params, codes_of, dequant_of
+from .result import check_weight
+from .spec import QuantSpec
+
+CLIP_SKIP_MARKERS = ("q_", "k_", "query", "key", "Wqkv")
+
+
+def clip_allowed(name: str) -> bool:
+    """False for query/key projections (names containing ``q_``, ``k_``, ``query``, ``key`` or ``Wqkv``)."""
+    return not any(marker in name for marker in CLIP_SKIP_MARKERS)
+
+
+def _pseudo_quant_rows(w: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """AWQ fake quantization of every row of ``w [rows, n]`` as one group."""
+    scale, zero = awq_params(w, spec)
+    return dequant_of(codes_of(w, scale[:, None], zero[:, None], spec.maxq), scale[:, None], zero[:, None])
+
+
+def _search_part(w: torch.Tensor, x: torch.Tensor, spec: QuantSpec, grid: int, max_shrink: float) -> torch.Tensor:
+    """Best max values ``[out, Gp]`` for ``w [out, Gp, n]`` and ``x [tokens, Gp, n]``."""
+    out, groups, width = w.shape
+    xg = x.permute(1, 0, 2).contiguous()  # [Gp, t, n]
+    batch = 256 if out % 256 == 0 else 64
+    best_all = torch.empty(out, groups, dtype=torch.float32)
+    for o0 in range(0, out, batch):
+        wb = w[o0 : o0 + batch]  # [ob, Gp, n]
+        rows = wb.shape[0]
+        reference = torch.bmm(xg, wb.permute(1, 2, 0))  # [Gp, t, ob]
+        org_max = wb.abs().amax(dim=2)  # [ob, Gp]
+        best = org_max.clone()
+        min_err = torch.full((rows, groups), float("inf"))
+        for i in range(int(max_shrink * grid)):
+            max_val = org_max * (1 - i / grid)
+            clipped = torch.clamp(wb, -max_val[..., None], max_val[..., None])
+            q = _pseudo_quant_rows(clipped.reshape(rows * groups, width), spec).reshape(rows, groups, width)
+            diff = torch.bmm(xg, q.permute(1, 2, 0)) - reference  # [Gp, t, ob]
+            err = diff.square().mean(dim=1).T  # [ob, Gp]
+            better = err < min_err
+            min_err = torch.where(better, err, min_err)
+            best = torch.where(better, max_val, best)
+        best_all[o0 : o0 + rows] = best
+    return best_all
+
+
+def search_clip(
+    weight: torch.Tensor,
+    x: torch.Tensor,
+    spec: QuantSpec,
+    grid: int = 20,
+    max_shrink: float = 0.5,
+    max_tokens: int = 512,
+) -> torch.Tensor:
+    """Best clipping maxima ``[out, G]`` float32 for ``weight [out, in]`` given inputs ``x [..., in]``.
+
+    Tokens are subsampled with a fixed stride to at most about ``max_tokens``; the search runs in float32.
+    """
+    check_weight(weight)
+    out, in_ = weight.shape
+    x = x.detach().reshape(-1, in_).to(torch.float32)
+    step = max(1, x.shape[0] // max_tokens)
+    x = x[::step]
+    w = weight.detach().to(torch.float32)
+    width = spec.group_width(in_)
+    full = in_ // width
+    parts = []
+    if full:
+        cols = full * width
+        w_full = w[:, :cols].reshape(out, full, width)
+        x_full = x[:, :cols].reshape(-1, full, width)
+        parts.append(_search_part(w_full, x_full, spec, grid, max_shrink))
+    if full * width < in_:
+        tail = slice(full * width, in_)
+        parts.append(_search_part(w[:, tail][:, None, :], x[:, tail][:, None, :], spec, grid, max_shrink))
+    return torch.cat(parts, dim=1)
+
+
+def apply_clip(weight: torch.Tensor, clip: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """``weight [out, in]`` with every group clamped to ``±clip[o, g]`` (``clip: [out, G]``), as float32."""
+    out, in_ = weight.shape
+    if tuple(clip.shape) != (out, spec.groups(in_)):
+        raise ShapeError(f"clip: expected [out, G] = {(out, spec.groups(in_))}, found {tuple(clip.shape)}")
+    g_idx = torch.arange(in_) // spec.group_width(in_)
+    bound = clip.to(torch.float32)[:, g_idx]
+    return torch.clamp(weight.to(torch.float32), -bound, bound)
