@@ -211,3 +211,15 @@ def test_collect_failure_is_a_warning_not_an_error(root: Path, caplog: pytest.Lo
     assert not report.ok and "CURRENT" in report.errors[0]
     assert any("garbage collection" in r.message for r in caplog.records)
     assert len(list((root / "objects").iterdir())) > 0
+
+
+def test_collect_with_an_unreadable_manifest_deletes_nothing(root: Path) -> None:
+    with CheckpointStore(root) as store:
+        store.load(ID)
+        commit_steps(store, 1, 2)
+        bogus = store.put(b"not a manifest")
+        (root / "CURRENT").write_text(json.dumps({"version": 1, "generations": [bogus, *store.generations()]}))
+        before = sorted(p.name for p in (root / "objects").iterdir())
+        report = store.collect()
+    assert not report.ok and "not valid JSON" in report.errors[0]
+    assert sorted(p.name for p in (root / "objects").iterdir()) == before
