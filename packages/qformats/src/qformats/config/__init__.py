@@ -1,0 +1,35 @@
+"""The quantization-config contract: parse, aliases, method/format rules, dynamic rules, serialization."""
+
+from __future__ import annotations
+
+from .dynamic import DynamicRule, DynamicRules
+from .files import (
+    CONFIG_FILENAMES,
+    QUANTIZE_CONFIG_FILENAME,
+    embed_in_model_config,
+    find_config_file,
+    parse_config,
+    read_config,
+    read_config_file,
+    write_quantize_config,
+)
+from .model import CONFIG_VERSION, ModuleSpec, QuantizeConfig
+from .serialize import config_to_dict, config_to_json
+
+__all__ = [
+    "CONFIG_FILENAMES",
+    "CONFIG_VERSION",
+    "QUANTIZE_CONFIG_FILENAME",
+    "DynamicRule",
+    "DynamicRules",
+    "ModuleSpec",
+    "QuantizeConfig",
+    "config_to_dict",
+    "config_to_json",
+    "embed_in_model_config",
+    "find_config_file",
+    "parse_config",
+    "read_config",
+    "read_config_file",
+    "write_quantize_config",
+]
