@@ -211,3 +211,11 @@ def test_shard_size_strings_use_binary_units() -> None:
     assert parse_shard_size(4096) == 4096
     with pytest.raises(ConfigError, match="max_shard_size"):
         parse_shard_size("lots")
+
+
+def test_row_blocked_dense_weight_is_bit_identical_to_the_logical_formula() -> None:
+    from qformats.checkpoint.dequantize import dense_weight
+
+    w = random_weight(np.random.default_rng(12), 300, 256, 4, 64, act_order=True)
+    assert np.array_equal(dense_weight(w, "float32", rows=7), w.dequantize())
+    assert np.array_equal(dense_weight(w), w.dequantize().astype(np.float16))

@@ -13,25 +13,35 @@ import numpy as np
 AWQ_ORDER = np.array([0, 2, 4, 6, 1, 3, 5, 7], dtype=np.intp)
 # Inverse map: column c of a block sits in nibble slot AWQ_REVERSE_ORDER[c].
 AWQ_REVERSE_ORDER = np.argsort(AWQ_ORDER).astype(np.intp)
+# Plain order: nibble slot k holds column k.
+SEQUENTIAL_ORDER = np.arange(8, dtype=np.intp)
 
 
 def pack_nibbles_ordered(codes: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Pack ``[R, 8*n]`` 4-bit codes into ``[R, n]`` uint32 words; slot k holds block column ``order[k]``."""
+    """Pack ``[R, 8*n]`` 4-bit codes into ``[R, n]`` uint32 words; slot k holds block column ``order[k]``.
+
+    Works byte-wise: little-endian byte j of a word holds slots ``2j`` (low nibble) and ``2j+1`` (high).
+    """
     rows, cols = codes.shape
-    blocks = codes.reshape(rows, cols // 8, 8).astype(np.uint32)
-    words = np.zeros((rows, cols // 8), dtype=np.uint32)
-    for slot in range(8):
-        words |= blocks[:, :, int(order[slot])] << np.uint32(4 * slot)
-    return words
+    blocks = codes.reshape(rows, cols // 8, 8)
+    out = np.empty((rows, cols // 8, 4), dtype=np.uint8)
+    for j in range(4):
+        lo = blocks[:, :, int(order[2 * j])].astype(np.uint8)
+        hi = blocks[:, :, int(order[2 * j + 1])].astype(np.uint8)
+        np.bitwise_or(lo, hi << np.uint8(4), out=out[:, :, j])
+    return out.reshape(rows, -1).view("<u4").astype(np.uint32, copy=False)
 
 
 def unpack_nibbles_ordered(words: np.ndarray, order: np.ndarray) -> np.ndarray:
     """Inverse of :func:`pack_nibbles_ordered`: ``[R, n]`` words -> ``[R, 8*n]`` uint8 codes."""
-    w = words.astype(np.uint32, copy=False)
+    w = np.ascontiguousarray(words).astype("<u4", copy=False)
     rows, n = w.shape
+    as_bytes = w.view(np.uint8).reshape(rows, n, 4)
     out = np.empty((rows, n, 8), dtype=np.uint8)
-    for slot in range(8):
-        out[:, :, int(order[slot])] = ((w >> np.uint32(4 * slot)) & np.uint32(0xF)).astype(np.uint8)
+    for j in range(4):
+        byte = as_bytes[:, :, j]
+        out[:, :, int(order[2 * j])] = byte & np.uint8(0xF)
+        out[:, :, int(order[2 * j + 1])] = byte >> np.uint8(4)
     return out.reshape(rows, n * 8)
 
 
@@ -70,6 +80,8 @@ def pack_sequential(codes: np.ndarray, bits: int) -> np.ndarray:
 
     ``codes`` is ``[R, n]`` with ``n`` a multiple of ``32 // bits``; returns ``[R, n * bits / 32]``.
     """
+    if bits == 4:
+        return pack_nibbles_ordered(codes, SEQUENTIAL_ORDER)
     per_word = 32 // bits
     rows, n = codes.shape
     blocks = codes.reshape(rows, n // per_word, per_word).astype(np.uint32)
@@ -81,6 +93,8 @@ def pack_sequential(codes: np.ndarray, bits: int) -> np.ndarray:
 
 def unpack_sequential(words: np.ndarray, bits: int) -> np.ndarray:
     """Inverse of :func:`pack_sequential`: ``[R, w]`` uint32 words -> ``[R, w * 32 / bits]`` uint8 codes."""
+    if bits == 4:
+        return unpack_nibbles_ordered(words, SEQUENTIAL_ORDER)
     per_word = 32 // bits
     w = words.astype(np.uint32, copy=False)
     rows, n = w.shape

@@ -49,6 +49,14 @@ def scale_perms() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pack_cols(values: np.ndarray, bits: int) -> np.ndarray:
+    """Sequential packing along columns: word c holds values ``c*pf .. c*pf+pf-1``, value i at shift ``bits*i``."""
+    if bits == 8:
+        return np.ascontiguousarray(values.astype(np.uint8)).view("<u4").astype(np.uint32).view(np.int32)
+    if bits == 4:
+        v = np.ascontiguousarray(values.astype(np.uint8, copy=False))
+        pairs = v.reshape(v.shape[0], -1, 2)
+        packed = pairs[:, :, 0] | (pairs[:, :, 1] << np.uint8(4))
+        return np.ascontiguousarray(packed).view("<u4").astype(np.uint32).view(np.int32)
     pf = 32 // bits
     v = values.astype(np.uint32)
     words = np.zeros((v.shape[0], v.shape[1] // pf), dtype=np.uint32)
@@ -58,6 +66,14 @@ def _pack_cols(values: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _unpack_cols(words: np.ndarray, bits: int) -> np.ndarray:
+    if bits in (4, 8):
+        as_bytes = np.ascontiguousarray(words).astype("<i4", copy=False).view(np.uint8).reshape(words.shape[0], -1)
+        if bits == 8:
+            return as_bytes.copy()
+        out = np.empty((as_bytes.shape[0], as_bytes.shape[1], 2), dtype=np.uint8)
+        out[:, :, 0] = as_bytes & np.uint8(0xF)
+        out[:, :, 1] = as_bytes >> np.uint8(4)
+        return out.reshape(as_bytes.shape[0], -1)
     pf = 32 // bits
     w = np.ascontiguousarray(words).view(np.uint32)
     out = np.empty((w.shape[0], w.shape[1] * pf), dtype=np.uint8)
