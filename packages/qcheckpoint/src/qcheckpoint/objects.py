@@ -3,7 +3,8 @@
 An object is written to ``objects/.<uuid32>.tmp`` (exclusive create) while its SHA-256 is computed, fsynced,
 then renamed to its digest. Renames become durable at :meth:`ObjectStore.sync` (one fsync of ``objects/``),
 which the store calls before publishing any manifest that references them. Hashing runs in a helper thread
-beside the writes (``hashlib`` releases the GIL), so a put costs about as much as the write and fsync alone.
+beside the writes and the fsync (``hashlib`` releases the GIL), so a put costs about max(hash, write + fsync)
+rather than their sum; verification of many objects is spread over a few threads for the same reason.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +23,8 @@ from .errors import CheckpointCorrupt, CheckpointError
 from .faults import FaultHook
 
 CHUNK_BYTES = 8 * 1024 * 1024
+MAX_PENDING_CHUNKS = 4
+VERIFY_THREADS = max(1, min(4, os.cpu_count() or 1))
 _SHA_HEX = re.compile(r"[0-9a-f]{64}")
 
 Chunk = bytes | bytearray | memoryview
@@ -68,17 +72,12 @@ class ObjectStore:
 
     # ----- writing -------------------------------------------------------------------------------------------
     def put_bytes(self, data: Chunk) -> str:
-        """Store ``data``; returns its SHA-256 hex name. An intact existing object is reused as is."""
-        view = memoryview(data).cast("B")
-        name = hashlib.sha256(view).hexdigest()
-        if self._intact(name, view.nbytes):
-            return name
-        self._write(_split_for_fault(view), expected=name)
-        return name
+        """Store ``data`` (not copied; do not mutate it during the call); returns its SHA-256 hex name."""
+        return self._write(_split_for_fault(memoryview(data).cast("B")))
 
     def put_chunks(self, chunks: Iterable[Chunk]) -> str:
         """Store the concatenation of ``chunks`` without holding it in memory; returns its name."""
-        return self._write((memoryview(c).cast("B") for c in chunks), expected=None)
+        return self._write(memoryview(c).cast("B") for c in chunks)
 
     def put_file(self, source: Path) -> str:
         """Store a copy of file ``source`` (streamed); a file already inside ``objects/`` is verified and reused."""
@@ -89,26 +88,25 @@ class ObjectStore:
             self.verify(source.name, f"put_file({source})")
             return source.name
         with open(source, "rb") as handle:
-            return self._write(_file_chunks(handle), expected=None)
+            return self._write(_file_chunks(handle))
 
-    def _write(self, chunks: Iterable[memoryview], expected: str | None) -> str:
+    def _write(self, chunks: Iterable[memoryview]) -> str:
+        """Write ``chunks`` to a fsynced temporary while hashing them, then rename it to its digest.
+
+        An intact object of that name is kept (the temporary is dropped); a corrupt one is replaced.
+        """
         tmp = self.directory / temp_name()
         fd = create_exclusive(tmp)
         try:
             self.faults.reach("object.temp_created")
-            digest, size = _write_hashing(fd, chunks, self.faults)
-            self.faults.reach("object.before_fsync")
-            os.fsync(fd)
+            digest, size = _write_hashing_and_sync(fd, chunks, self.faults)
         except BaseException:
             os.close(fd)
             tmp.unlink(missing_ok=True)
             raise
         os.close(fd)
         self.faults.reach("object.after_fsync")
-        if expected is not None and digest != expected:
-            tmp.unlink(missing_ok=True)
-            raise CheckpointError(f"object {expected}: the buffer changed while it was being stored")
-        if expected is None and self._intact(digest, size):
+        if self._intact(digest, size):
             tmp.unlink(missing_ok=True)
             return digest
         os.replace(tmp, self.directory / digest)
@@ -152,6 +150,17 @@ class ObjectStore:
         self.verified[name] = size
         return size
 
+    def verify_many(self, items: list[tuple[str, str]]) -> None:
+        """Re-hash every ``(name, where)`` on :data:`VERIFY_THREADS` threads; the first failure in order raises."""
+        if len(items) <= 1:
+            for name, where in items:
+                self.verify(name, where)
+            return
+        with ThreadPoolExecutor(max_workers=min(VERIFY_THREADS, len(items))) as pool:
+            futures = [pool.submit(self.verify, name, where) for name, where in items]
+        for future in futures:
+            future.result()
+
     def verified_cheaply(self, name: str) -> bool:
         """True if this process verified ``name`` and the file still has that size (no re-hash)."""
         size = self.verified.get(name)
@@ -184,22 +193,26 @@ def _file_chunks(handle: BinaryIO) -> Iterator[memoryview]:
         yield memoryview(block)
 
 
-def _write_hashing(fd: int, chunks: Iterable[memoryview], faults: FaultHook) -> tuple[str, int]:
-    """Write ``chunks`` to ``fd`` while a helper thread hashes them; returns (hex digest, size)."""
+def _write_hashing_and_sync(fd: int, chunks: Iterable[memoryview], faults: FaultHook) -> tuple[str, int]:
+    """Write ``chunks`` to ``fd`` and fsync it while a helper thread hashes them; returns (hex digest, size).
+
+    The helper runs hash updates in order; at most :data:`MAX_PENDING_CHUNKS` chunks wait for it, which bounds
+    the memory a streamed put holds. Hashing overlaps both the writes and the fsync.
+    """
     digest = hashlib.sha256()
     size = 0
-    first = True
+    pending: deque[Future[None]] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qcheckpoint-hash") as pool:
-        pending: Future[None] | None = None
-        for chunk in chunks:
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(digest.update, chunk)
+        for index, chunk in enumerate(chunks):
+            pending.append(pool.submit(digest.update, chunk))
+            while len(pending) > MAX_PENDING_CHUNKS:
+                pending.popleft().result()
             write_all(fd, chunk)
             size += chunk.nbytes
-            if first:
-                first = False
+            if index == 0:
                 faults.reach("object.mid_write")
-        if pending is not None:
-            pending.result()
+        faults.reach("object.before_fsync")
+        os.fsync(fd)
+        for future in pending:
+            future.result()
     return digest.hexdigest(), size

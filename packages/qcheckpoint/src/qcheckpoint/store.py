@@ -148,10 +148,12 @@ class CheckpointStore:
         where = f"generation {generation}"
         manifest = Manifest.decode(self._objects.read(generation, f"{where} manifest"), f"{where} manifest")
         rehashed.add(generation)
+        todo: dict[str, str] = {}
         for label, name in [("continuation", manifest.continuation), *manifest.artifacts.items()]:
-            if name not in rehashed:
-                self._objects.verify(name, f"{where} {label!r}")
-                rehashed.add(name)
+            if name not in rehashed and name not in todo:
+                todo[name] = f"{where} {label!r}"
+        self._objects.verify_many(list(todo.items()))
+        rehashed.update(todo)
         self._complete[generation] = manifest
         return manifest
 
