@@ -101,7 +101,8 @@ class QuantizedWeight:
         """Float32 ``[out, in]``: ``scales[g_idx[i], o] * (codes[o, i] - zeros[g_idx[i], o])``."""
         s = self.scales.astype(np.float32)[self.g_idx].T  # [out, in]
         z = self.zeros.astype(np.float32)[self.g_idx].T
-        return (s * (self.codes.astype(np.float32) - z)).astype(np.float32)
+        out: np.ndarray = (s * (self.codes.astype(np.float32) - z)).astype(np.float32)
+        return out
 
     def equals(self, other: QuantizedWeight) -> bool:
         """Bit-exact equality of every field (dtype of scales included)."""

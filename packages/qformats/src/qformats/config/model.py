@@ -129,18 +129,29 @@ class QuantizeConfig:
 
         return resolve_format_family(self.format, self.method)
 
+    @property
+    def rules(self) -> DynamicRules | None:
+        """The dynamic rules (always a :class:`DynamicRules` after construction, or None)."""
+        return self.dynamic if isinstance(self.dynamic, DynamicRules) else None
+
+    @property
+    def width(self) -> int:
+        """``bits`` as an int (after construction ``bits`` is always the integer code width)."""
+        return int(self.bits) if self.bits is not None else 4
+
     def for_module(self, module: str) -> ModuleSpec | None:
         """Effective settings of ``module`` (full dotted name); ``None`` when a negative rule excludes it."""
         override: Mapping[str, Any] = {}
-        if self.dynamic is not None:
-            if self.dynamic.excluded(module):
+        rules = self.rules
+        if rules is not None:
+            if rules.excluded(module):
                 return None
-            override = self.dynamic.override(module)
+            override = rules.override(module)
         return ModuleSpec(
-            bits=int(override.get("bits", self.bits)),
+            bits=int(override.get("bits", self.width)),
             group_size=int(override.get("group_size", self.group_size)),
             sym=bool(override.get("sym", self.sym)),
-            desc_act=bool(override.get("desc_act", self.desc_act)),
+            desc_act=bool(override.get("desc_act", bool(self.desc_act))),
             format=str(self.format),
             pack_dtype=self.pack_dtype,
             override=dict(override),

@@ -35,10 +35,11 @@ def config_to_dict(cfg: QuantizeConfig) -> dict[str, Any]:
     fmt = str(cfg.format)
     out: dict[str, Any] = {}
     if family is FORMAT.GGUF:
-        out["bits"] = gguf_bits_alias(int(cfg.bits), fmt)
+        out["bits"] = gguf_bits_alias(cfg.width, fmt)
     else:
         out["bits"] = cfg.bits
-    out["dynamic"] = cfg.dynamic.to_mapping() if cfg.dynamic is not None else None
+    rules = cfg.rules
+    out["dynamic"] = rules.to_mapping() if rules is not None else None
     if family is not FORMAT.GGUF:
         out["group_size"] = cfg.group_size
         out["desc_act"] = cfg.desc_act
