@@ -24,16 +24,18 @@ ASYM = LayerCase("gptq_v2", 4, 32, False, 32, 128)
 
 
 def test_repack_to_the_same_backend_returns_the_module() -> None:
-    m = quant_linear_from_weight(make_weight(ASYM), "gptq_v2", dtype=torch.bfloat16)
+    m = quant_linear_from_weight(make_weight(ASYM), "gptq_v2", dtype=torch.bfloat16, backend="aten_int4")
     assert m.NAME == "aten_int4"
-    assert repack(m) is m
+    assert repack(m, "aten_int4") is m
+    auto = quant_linear_from_weight(make_weight(ASYM), "gptq_v2", dtype=torch.bfloat16)
+    assert repack(auto) is auto
 
 
 def test_repack_keeps_the_v1_checkpoint_layout() -> None:
     case = LayerCase("gptq", 4, 32, False, 32, 128)
     tensors, meta = pack_weight(make_weight(case), "gptq")
     m = quant_linear("gptq", tensors, meta, dtype=torch.bfloat16)
-    moved = repack(repack(m, "torch"), "aten_int4")
+    moved = repack(repack(repack(m, "torch"), "aten_int4"), "cpu_int4")
     for name, arr in tensors.items():
         assert np.array_equal(moved.checkpoint_tensors()[name], arr), name
     x = make_activations(case, 3, torch.float32)
@@ -42,8 +44,9 @@ def test_repack_keeps_the_v1_checkpoint_layout() -> None:
 
 def test_repack_to_a_backend_that_cannot_serve_is_refused() -> None:
     m = quant_linear_from_weight(make_weight(LayerCase("gptq_v2", 3, 32, True, 32, 128)), "gptq_v2")
-    with pytest.raises(BackendRefusedError, match="bits 3"):
-        repack(m, "aten_int4")
+    for name in ("aten_int4", "cpu_int4"):
+        with pytest.raises(BackendRefusedError, match="bits 3"):
+            repack(m, name)
 
 
 def test_selection_is_recorded_on_the_module() -> None:

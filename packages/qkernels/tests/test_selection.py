@@ -30,15 +30,23 @@ def contract(bits: int = 4, group_size: int = 128, fmt: str = "gptq_v2", **kw: o
 
 def test_auto_prefers_the_fast_cpu_path_for_4bit() -> None:
     chosen = select(contract(), "cpu", torch.bfloat16)
-    assert chosen.backend == "aten_int4"
+    assert chosen.backend == "cpu_int4"  # the AVX2 kernel, built on first use (this host has AVX2 + a toolchain)
     assert chosen.rejected == ()  # the first candidate in priority order won
+
+
+def test_disabled_extension_moves_auto_to_aten_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QKERNELS_DISABLE_CPU_EXTENSION", "1")
+    chosen = select(contract(), "cpu", torch.bfloat16)
+    assert chosen.backend == "aten_int4"
+    assert chosen.rejected[0].name == "cpu_int4"
+    assert "disabled by QKERNELS_DISABLE_CPU_EXTENSION" in chosen.rejected[0].reasons[0]
 
 
 def test_auto_explains_every_rejected_candidate() -> None:
     chosen = select(contract(bits=3, group_size=32), "cpu", torch.float32)
     assert chosen.backend == "torch"
     rejected = {c.name: c.reasons for c in chosen.rejected}
-    assert "bits 3 not in {4}" in rejected["aten_int4"]
+    assert "bits 3 not in {4}" in rejected["aten_int4"] and "bits 3 not in {4}" in rejected["cpu_int4"]
     assert any("device 'cpu' not in {cuda}" in r for r in rejected["triton_gptq"])
     assert any("method 'gptq' not in {awq}" in r for r in rejected["triton_awq"])
     text = chosen.explain()
@@ -109,13 +117,13 @@ def test_emulation_without_the_interpreter_is_refused_with_the_reason() -> None:
 def test_activation_shape_is_checked() -> None:
     with pytest.raises(KernelInputError, match=r"\[\.\.\., 256\]"):
         select(contract(), "cpu", torch.float32, shape=(4, 255))
-    assert select(contract(), "cpu", torch.bfloat16, shape=(4, 256)).backend == "aten_int4"
+    assert select(contract(), "cpu", torch.bfloat16, shape=(4, 256)).backend == "cpu_int4"
 
 
 def test_probe_answers_every_backend_without_building() -> None:
     answer = probe(contract(), "cpu", torch.bfloat16)
     assert set(answer) == set(registered_backends())
-    assert answer["aten_int4"] == () and answer["torch"] == ()
+    assert answer["cpu_int4"] == () and answer["aten_int4"] == () and answer["torch"] == ()
     assert answer["triton_gptq"]
 
 
@@ -130,7 +138,8 @@ def test_weight_structure_moves_auto_to_the_next_backend() -> None:
     loaded = load_checkpoint("gptq_v2", tensors, meta)
     chosen = select(loaded.contract, "cpu", torch.bfloat16, logical=loaded.logical)
     assert chosen.backend == "torch"
-    aten = next(c for c in chosen.rejected if c.name == "aten_int4")
-    assert "not all of size 32" in aten.reasons[0]
+    for name in ("cpu_int4", "aten_int4"):
+        rejected = next(c for c in chosen.rejected if c.name == name)
+        assert "not all of size 32" in rejected.reasons[0]
     with pytest.raises(BackendRefusedError):
         quant_linear_from_weight(odd, "gptq_v2", backend="aten_int4", dtype=torch.bfloat16)

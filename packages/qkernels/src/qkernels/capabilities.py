@@ -30,7 +30,8 @@ class Capabilities:
 
     ``formats``/``group_sizes`` of ``None`` mean "any"; ``in_multiple``/``out_multiple`` are the shape
     alignment the kernel needs; ``group_divides_in`` asks ``in_features`` to be a whole number of groups;
-    ``priority`` orders AUTO candidates (higher first; 0 = explicit use only).
+    ``group_multiple`` is the granularity a group size must have (``-1`` always passes); ``priority``
+    orders AUTO candidates (higher first; 0 = explicit use only).
     """
 
     methods: frozenset[str]
@@ -46,6 +47,7 @@ class Capabilities:
     in_multiple: int = 1
     out_multiple: int = 1
     group_divides_in: bool = False
+    group_multiple: int = 1
 
     def reasons(self, contract: KernelContract, target: Target, dtype: torch.dtype) -> list[str]:
         """Every way ``contract`` on ``target`` with activations ``dtype`` falls outside this declaration."""
@@ -73,6 +75,8 @@ class Capabilities:
             out.append(f"in_features {c.in_features} not a multiple of {self.in_multiple}")
         if c.out_features % self.out_multiple:
             out.append(f"out_features {c.out_features} not a multiple of {self.out_multiple}")
+        if self.group_multiple > 1 and c.group_size > 0 and c.group_size % self.group_multiple:
+            out.append(f"group_size {c.group_size} not a multiple of {self.group_multiple}")
         if self.group_divides_in and c.group_size > 0 and c.in_features % c.group_size:
             out.append(f"in_features {c.in_features} not a whole number of groups of {c.group_size} (partial group)")
         return out

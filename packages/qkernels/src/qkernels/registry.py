@@ -19,6 +19,7 @@ AUTO = "auto"
 BUILTIN_BACKEND_MODULES: tuple[str, ...] = (
     "qkernels.backends.torch_reference",
     "qkernels.backends.aten_int4",
+    "qkernels.backends.cpu_int4",
     "qkernels.backends.triton_int4",
 )
 
