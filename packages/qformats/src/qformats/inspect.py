@@ -104,7 +104,10 @@ def inspect(path: str | Path) -> CheckpointSummary:
     problems = ck.validate()
     modules = []
     for entry in ck.modules():
-        shapes = {suffix: [list(ck.shape_of(name)[0]), ck.shape_of(name)[1]] for suffix, name in entry.tensors.items()}
+        shapes: dict[str, list[object]] = {}
+        for suffix, name in entry.tensors.items():
+            shape, dtype = ck.shape_of(name)
+            shapes[suffix] = [list(shape), dtype]
         m = entry.meta
         modules.append(
             ModuleSummary(
@@ -156,7 +159,7 @@ def format_text(summary: CheckpointSummary) -> str:
     lines.extend(f"WARNING      {w}" for w in summary.warnings)
     lines.append("")
     for m in summary.modules:
-        tensors = ", ".join(f"{k} {tuple(v[0])} {v[1]}" for k, v in m.tensors.items())
+        tensors = ", ".join(f"{k} {v[0]} {v[1]}" for k, v in m.tensors.items())
         lines.append(
             f"  {m.name}  [{m.out_features} x {m.in_features}] {m.layout} {m.bits}-bit g{m.group_size}: {tensors}"
         )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .errors import LayoutError, TranscodeError, UnsupportedLayoutError
-from .layouts.registry import LayoutMeta, get_layout
+from .layouts.registry import Layout, LayoutMeta, get_layout
 from .logical import QuantizedWeight
 
 # Layouts whose unpack yields the scalar logical weight (codes, scales, zeros, g_idx), so any pair of
@@ -47,7 +47,7 @@ class TranscodeResult:
     weight: QuantizedWeight
 
 
-def _scalar_layout(key: str, role: str):
+def _scalar_layout(key: str, role: str) -> Layout:
     if str(key) not in SCALAR_LAYOUTS:
         known = ", ".join(SCALAR_LAYOUTS)
         raise TranscodeError(f"{role} layout {key!r} is not a scalar-code layout; transcodable layouts: {known}")

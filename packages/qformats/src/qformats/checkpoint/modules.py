@@ -54,6 +54,12 @@ def _shape_stub(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return np.broadcast_to(np.zeros((), dtype=dtype), shape)
 
 
+def _as_int(value: object, prefix: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CheckpointFormatError(f"module {prefix!r}: dynamic override {name} must be an integer, found {value!r}")
+    return value
+
+
 def resolve_module(
     prefix: str,
     members: Mapping[str, str],
@@ -68,8 +74,8 @@ def resolve_module(
     override = module_overrides(fields, prefix)
     if override is None:
         return None
-    bits = int(override.get("bits", fields.bits))
-    group_size = int(override.get("group_size", fields.group_size))
+    bits = _as_int(override.get("bits", fields.bits), prefix, "bits")
+    group_size = _as_int(override.get("group_size", fields.group_size), prefix, "group_size")
     sym = bool(override.get("sym", fields.sym))
     try:
         layout = get_layout(fields.layout)

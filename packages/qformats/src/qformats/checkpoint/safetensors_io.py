@@ -215,7 +215,7 @@ def write_safetensors(
         with os.fdopen(fd, "wb") as fh:
             fh.write(head)
             for _, data in payload:
-                fh.write(memoryview(data.reshape(-1).view(np.uint8)))
+                fh.write(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)

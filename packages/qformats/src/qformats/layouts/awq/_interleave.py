@@ -24,7 +24,7 @@ KSTRIDE = 64
 def interleave_codes(codes: np.ndarray) -> np.ndarray:
     """Codes ``[N, K]`` -> int16 words ``[N/4, K]`` (see the module docstring)."""
     n, k = codes.shape
-    c = codes.astype(np.uint16).reshape(n, k // 32, 4, 4, 2).transpose(0, 1, 3, 2, 4).reshape(n, k // 32, 32)
+    c: np.ndarray = codes.astype(np.uint16).reshape(n, k // 32, 4, 4, 2).transpose(0, 1, 3, 2, 4)
     c = c.reshape(n, k // 32, 4, 4, 2).transpose(0, 1, 2, 4, 3).reshape(n, k)
     c = c.reshape(n // INTERLEAVE, INTERLEAVE, k // KSTRIDE, KSTRIDE).transpose(0, 2, 1, 3)
     c = np.ascontiguousarray(c).reshape(n // INTERLEAVE, k // KSTRIDE, KSTRIDE, INTERLEAVE)
@@ -37,7 +37,7 @@ def deinterleave_codes(words: np.ndarray) -> np.ndarray:
     rows, k = words.shape
     n = rows * INTERLEAVE
     w = np.ascontiguousarray(words).view(np.uint16).reshape(rows, k // KSTRIDE, KSTRIDE)
-    c = np.stack([(w >> np.uint16(4 * j)) & np.uint16(0xF) for j in range(INTERLEAVE)], axis=-1)
+    c: np.ndarray = np.stack([(w >> np.uint16(4 * j)) & np.uint16(0xF) for j in range(INTERLEAVE)], axis=-1)
     c = c.reshape(rows, k // KSTRIDE, INTERLEAVE, KSTRIDE).transpose(0, 2, 1, 3).reshape(n, k)
     c = c.reshape(n, k // 32, 4, 2, 4).transpose(0, 1, 2, 4, 3).reshape(n, k)
     c = c.reshape(n, k // 32, 4, 4, 2).transpose(0, 1, 3, 2, 4).reshape(n, k)

@@ -72,7 +72,8 @@ def unpack_bitstream(words: np.ndarray, bits: int, count: int) -> np.ndarray:
     as_bytes = np.ascontiguousarray(words.astype("<u4")).view(np.uint8).reshape(rows, -1)
     stream = np.unpackbits(as_bytes, axis=1, bitorder="little")[:, : count * bits].reshape(rows, count, bits)
     weights = (1 << np.arange(bits, dtype=np.uint16)).astype(np.uint16)
-    return (stream.astype(np.uint16) * weights).sum(axis=2).astype(np.uint8)
+    codes: np.ndarray = (stream.astype(np.uint16) * weights).sum(axis=2).astype(np.uint8)
+    return codes
 
 
 def pack_sequential(codes: np.ndarray, bits: int) -> np.ndarray:
