@@ -109,3 +109,34 @@ def test_corrupt_source_is_a_transcode_error_naming_the_source() -> None:
     broken = {**start.tensors, "qweight": start.tensors["qweight"][:7]}
     with pytest.raises(TranscodeError, match=r"'gemm'.*qweight"):
         transcode(broken, from_="gemm", to="gptq_v2", meta=start.meta)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    out_blocks=st.integers(1, 2),
+    in_blocks=st.integers(1, 3),
+    bits=st.sampled_from([4, 8]),
+    gs=st.sampled_from([-1, 32, 64, 128]),
+    sym=st.booleans(),
+    pair=st.sampled_from(PAIRS),
+)
+def test_generated_shapes_transcode_exactly_or_say_why(
+    seed: int, out_blocks: int, in_blocks: int, bits: int, gs: int, sym: bool, pair: tuple[str, str]
+) -> None:
+    src, dst = pair
+    w = random_weight(np.random.default_rng(seed), 64 * out_blocks, 128 * in_blocks, bits, gs, sym=sym)
+    if sym is False:
+        w = QuantizedWeight(w.codes, w.scales, np.maximum(w.zeros, 1), w.g_idx, bits, gs, False)
+    try:
+        start = transcode_weight(w, src)
+    except TranscodeError:
+        return  # the source layout itself cannot hold this weight (covered by the refusal tests)
+    try:
+        out = transcode(start.tensors, from_=src, to=dst, meta=start.meta)
+    except TranscodeError as exc:
+        from qformats.layouts.registry import get_layout
+
+        assert get_layout(dst).cannot_represent(w) is not None, str(exc)
+        return
+    assert same(out.weight, w)
