@@ -14,12 +14,15 @@ VOCAB = 96
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int) -> None:
+    """``x / rms(x) * (offset + weight)`` (offset 1.0 imitates Gemma's norms)."""
+
+    def __init__(self, dim: int, offset: float = 0.0) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim) + 0.1 * torch.randn(dim))
+        self.offset = offset
+        self.weight = nn.Parameter(torch.ones(dim) - offset + 0.1 * torch.randn(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (self.offset + self.weight)
 
 
 class Attention(nn.Module):
@@ -73,11 +76,11 @@ class MoE(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, moe: bool = False) -> None:
+    def __init__(self, moe: bool = False, norm_offset: float = 0.0) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(HIDDEN)
+        self.input_layernorm = RMSNorm(HIDDEN, norm_offset)
         self.self_attn = Attention()
-        self.post_attention_layernorm = RMSNorm(HIDDEN)
+        self.post_attention_layernorm = RMSNorm(HIDDEN, norm_offset)
         self.mlp = MoE() if moe else MLP()
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor]:
@@ -86,18 +89,18 @@ class Layer(nn.Module):
 
 
 class Inner(nn.Module):
-    def __init__(self, layers: int, moe: bool) -> None:
+    def __init__(self, layers: int, moe: bool, norm_offset: float) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
-        self.layers = nn.ModuleList(Layer(moe) for _ in range(layers))
+        self.layers = nn.ModuleList(Layer(moe, norm_offset) for _ in range(layers))
         self.norm = RMSNorm(HIDDEN)
 
 
 class ToyDecoder(nn.Module):
-    def __init__(self, layers: int = 4, moe: bool = False, seed: int = 0) -> None:
+    def __init__(self, layers: int = 4, moe: bool = False, seed: int = 0, norm_offset: float = 0.0) -> None:
         super().__init__()
         torch.manual_seed(seed)
-        self.model = Inner(layers, moe)
+        self.model = Inner(layers, moe, norm_offset)
         self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

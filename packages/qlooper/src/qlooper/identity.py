@@ -78,7 +78,6 @@ def build_identity(
         "early_stop": options.early_stop,
         "pack_dtype": options.pack_dtype,
         "fallback": _jsonable(options.fallback),
-        "replace_module": options.replace_module is not None,
     }
     return {
         "version": IDENTITY_VERSION,

@@ -2,6 +2,8 @@
 
 For each planned layer (from the start cursor an extension may restore):
 
+0. extensions start (a checkpoint may restore state and a cursor); first-layer inputs are captured
+   unless restored;
 1. bind the definition's groups to the layer; ``processor.start_layer``;
 2. per calculation group (or all groups at once with ``true_sequential=False``): the processor's hooks,
    the loop's token counters and an early-stop hook after the group's last module are installed, every
@@ -125,10 +127,11 @@ class LayerLoop:
             if calibration is None:
                 raise ProcessorError(f"method {self.processor.method!r} needs calibration data; none was given")
             self.total_tokens = calibration.total_tokens
+        cursor = self.extensions.start(LoopContext(state.plan, self.model, [self.processor], state))
+        if self.processor.needs_calibration and state.cache is None and calibration is not None:
             state.cache = capture_first_layer_inputs(
                 self.model, state.layers[0][1], calibration, device=self.options.cache_device
             )
-        cursor = self.extensions.start(LoopContext(state.plan, self.model, [self.processor], state))
         state.cursor = state.start_cursor = cursor
         progress = Progress(len(state.plan), enabled=self.options.progress)
         progress.start(cursor)
@@ -137,12 +140,8 @@ class LayerLoop:
             try:
                 for position in range(cursor, len(state.plan)):
                     step = state.plan.steps[position]
-                    futures = self._run_layer(position, pool, offload)
+                    futures = self._run_layer(position, step, pool, offload)
                     state.cursor = position + 1
-                    for ext in self.extensions.extensions:
-                        hook = getattr(ext, "on_layer_done", None)
-                        if hook is not None:
-                            hook(step, state.layers[position][1])
                     self.extensions.publish(step, position + 1, futures)
                     self._raise_failed()
                     progress.advance(step.name)
@@ -200,7 +199,9 @@ class LayerLoop:
                 if reason is not None:
                     ctx.fallback[mod.full_name] = reason
 
-    def _run_layer(self, position: int, pool: ThreadPoolExecutor, offload: Path | None) -> list[Future[Any]]:
+    def _run_layer(
+        self, position: int, step: LoopStep, pool: ThreadPoolExecutor, offload: Path | None
+    ) -> list[Future[Any]]:
         state = self.state
         name, layer = state.layers[position]
         ctx = LayerContext(position, name, layer, self.definition, state.cache, self.total_tokens)
@@ -217,6 +218,10 @@ class LayerLoop:
             solved += self.processor.end_layer(ctx)
             if self.processor.needs_calibration and state.cache is not None:
                 state.cache = replay_forward(layer, state.cache)
+        for ext in self.extensions.extensions:  # the solved dense layer, before finalizers replace modules
+            hook = getattr(ext, "on_layer_done", None)
+            if hook is not None:
+                hook(step, layer)
         futures = []
         for result in solved:
             mod = modules[result.name]

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 import torch
+from qalgos import awq
 from qalgos.fallback import fall_back
 from qalgos.spec import QuantSpec
 from torch import nn
@@ -36,14 +37,11 @@ class AWQProcessor:
     needs_calibration = True
 
     def __init__(self, spec: QuantSpec, *, clip: bool = True) -> None:
-        from qalgos import awq
-
-        self._awq = awq
         self.spec = spec
         self.clip = clip
         self._x: dict[str, list[torch.Tensor]] = {}
         self._inspect_calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-        self._pending: list[tuple[ResolvedModule, torch.Tensor, dict[str, Any]]] = []
+        self._pending: list[tuple[ResolvedModule, torch.Tensor, dict[str, Any], float]] = []
 
     def start_layer(self, ctx: LayerContext) -> None:
         self._pending = []
@@ -108,18 +106,20 @@ class AWQProcessor:
             return f"inspect module {group.spec.inspect!r} was not called during the forward"
         return None
 
-    def _fold(self, group: ResolvedGroup, scales: torch.Tensor) -> None:
+    def _fold(self, group: ResolvedGroup, scales: torch.Tensor, offset: float) -> None:
+        """Divide ``prev_op`` (a norm's ``offset + weight`` or a linear's rows) by ``scales``; scale the consumers."""
         prev = group.prev_op
-        prev_bias = getattr(prev, "bias", None)
-        new_w, new_b = self._awq.fold_scales_into_previous(
-            prev.weight.detach(), None if prev_bias is None else prev_bias.detach(), scales
-        )
+        weight = prev.weight.detach()
+        bias = getattr(prev, "bias", None)
+        bias = bias.detach() if isinstance(bias, torch.Tensor) else None
+        shift = offset if weight.dim() == 1 else 0.0
+        new_w, new_b = awq.fold_scales_into_previous(weight.to(torch.float32) + shift, bias, scales)
         with torch.no_grad():
-            prev.weight.copy_(new_w.to(prev.weight.dtype))
-            if prev_bias is not None and new_b is not None:
-                prev_bias.copy_(new_b.to(prev_bias.dtype))
+            prev.weight.copy_((new_w - shift).to(prev.weight.dtype))
+            if bias is not None and new_b is not None:
+                prev.bias.copy_(new_b.to(prev.bias.dtype))
             for mod in group.modules:
-                mod.weight.copy_(self._awq.scale_consumer_weight(mod.weight.detach(), scales).to(mod.weight.dtype))
+                mod.weight.copy_(awq.scale_consumer_weight(mod.weight.detach(), scales).to(mod.weight.dtype))
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
         xs = {key: torch.cat(chunks, dim=0) if chunks else None for key, chunks in self._x.items()}
@@ -127,22 +127,24 @@ class AWQProcessor:
         reason = self._scale_skip_reason(group, in_features)
         notes: dict[str, Any] = {}
         scales = None
+        spent = 0.0
         x0 = next(iter(xs.values()))
         if reason is None and x0 is not None and x0.shape[0] > 0:
             start = time.perf_counter()
             weights = [m.weight.detach().to(torch.float32) for m in group.modules]
-            found = self._awq.search_scales(x0, weights, self._forward_with(group, x0), self.spec)
+            found = awq.search_scales(x0, weights, self._forward_with(group, x0), self.spec)
             scales = found.scales.to(torch.float32)
-            self._fold(group, scales)
+            self._fold(group, scales, ctx.definition.norm_weight_offset)
             notes = {"scale_ratio": float(found.ratio), "scale_loss": float(found.loss)}
-            notes["scale_seconds"] = time.perf_counter() - start
+            spent = (time.perf_counter() - start) / len(group.modules)
         else:
             notes = {"scale_search": f"skipped: {reason or 'no tokens reached the group'}"}
         for mod in group.modules:
             x = xs[mod.input_key]
             if x is not None and scales is not None:
                 x = x / scales
-            self._pending.append((mod, x if x is not None else torch.empty(0, in_features), dict(notes)))
+            x = x if x is not None else torch.empty(0, in_features)
+            self._pending.append((mod, x, dict(notes), spent))
         self._x = {}
         self._inspect_calls = []
         return []
@@ -150,7 +152,7 @@ class AWQProcessor:
     def end_layer(self, ctx: LayerContext) -> list[ModuleResult]:
         results = []
         no_clip = set(ctx.definition.awq_no_clip)
-        for mod, x, notes in self._pending:
+        for mod, x, notes, spent in self._pending:
             start = time.perf_counter()
             weight = mod.weight.detach()
             reason = ctx.fallback.get(mod.full_name)
@@ -158,11 +160,15 @@ class AWQProcessor:
                 result = fall_back(weight, self.spec, reason, int(x.shape[0]))
             else:
                 clip = None
-                if self.clip and mod.name not in no_clip and x.shape[0] > 0:
-                    clip = self._awq.search_clip(weight.to(torch.float32), x, self.spec)
-                elif self.clip:
-                    notes["clip_search"] = "skipped"
-                result = self._awq.quantize_awq(weight, self.spec, clip=clip)
+                if not self.clip:
+                    notes["clip_search"] = "off"
+                elif mod.name in no_clip:
+                    notes["clip_search"] = "skipped (awq_no_clip)"
+                elif x.shape[0] == 0:
+                    notes["clip_search"] = "skipped (no tokens)"
+                else:
+                    clip = awq.search_clip(weight.to(torch.float32), x, self.spec)
+                result = awq.quantize_awq(weight, self.spec, clip=clip)
             replace_weight(mod.module, result.dequantized)
             results.append(
                 ModuleResult(
@@ -174,7 +180,7 @@ class AWQProcessor:
                     mod.expert,
                     fallback="rtn" if reason else None,
                     fallback_reason=reason,
-                    seconds=time.perf_counter() - start,
+                    seconds=spent + time.perf_counter() - start,
                     notes=notes,
                 )
             )
