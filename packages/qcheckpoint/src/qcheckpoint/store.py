@@ -143,15 +143,20 @@ class CheckpointStore:
         self._lease.check("generations")
         return tuple(self._read_current() or ())
 
-    def _verify_generation(self, generation: str, rehashed: set[str]) -> Manifest:
-        """Manifest of ``generation`` after re-hashing it and every object it names (once per ``rehashed``)."""
+    def _verify_generation(self, generation: str, rehashed: set[str], trust_session: bool = False) -> Manifest:
+        """Manifest of ``generation`` after re-hashing it and every object it names (once per ``rehashed``).
+
+        With ``trust_session``, objects this process already verified (and whose size is unchanged) are not
+        re-hashed again.
+        """
         where = f"generation {generation}"
         manifest = Manifest.decode(self._objects.read(generation, f"{where} manifest"), f"{where} manifest")
         rehashed.add(generation)
         todo: dict[str, str] = {}
         for label, name in [("continuation", manifest.continuation), *manifest.artifacts.items()]:
-            if name not in rehashed and name not in todo:
-                todo[name] = f"{where} {label!r}"
+            if name in rehashed or name in todo or (trust_session and self._objects.verified_cheaply(name)):
+                continue
+            todo[name] = f"{where} {label!r}"
         self._objects.verify_many(list(todo.items()))
         rehashed.update(todo)
         self._complete[generation] = manifest
@@ -165,7 +170,7 @@ class CheckpointStore:
         ):
             return True
         try:
-            self._verify_generation(generation, set())
+            self._verify_generation(generation, set(), trust_session=True)
         except CheckpointCorrupt as exc:
             logger.warning("qcheckpoint: dropping corrupt generation %s from CURRENT: %s", generation, exc)
             self._complete.pop(generation, None)
