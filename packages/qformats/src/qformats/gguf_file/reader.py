@@ -130,7 +130,7 @@ class GGUFReader:
         if size < 24:
             raise GGUFFileError(f"{self.path}: {size} bytes is shorter than the 24-byte GGUF header")
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        cur = _Cursor(memoryview(self._map), self.path)
+        cur = _Cursor(memoryview(self._map.view(np.ndarray)), self.path)  # type: ignore[arg-type]
         self._parse(cur)
 
     def _parse(self, cur: _Cursor) -> None:

@@ -104,7 +104,7 @@ def write_gguf(
                 offset += -(-data.nbytes // align) * align
             out.write(b"\0" * (-out.tell() % align))
             for _, _, _, data in entries:
-                out.write(memoryview(data.reshape(-1).view(np.uint8)))
+                out.write(memoryview(data.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
                 out.write(b"\0" * (-data.nbytes % align))
             out.flush()
             os.fsync(out.fileno())

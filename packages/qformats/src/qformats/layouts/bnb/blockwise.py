@@ -27,7 +27,8 @@ def scale_blocks(flat: np.ndarray, absmax: np.ndarray, blocksize: int) -> np.nda
     """``clamp(x * (1 / absmax_of_its_block), -1, 1)`` for every value (float32, flat)."""
     inv = (_F32(1) / np.maximum(absmax, _F32(1e-38))).astype(_F32)
     per_value = np.repeat(inv, blocksize)[: flat.size]
-    return np.clip(flat * per_value, _F32(-1), _F32(1))
+    result: np.ndarray = np.clip(flat * per_value, _F32(-1), _F32(1))
+    return result
 
 
 def nearest_codes(scaled: np.ndarray, table: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
@@ -48,4 +49,5 @@ def quantize_blockwise(flat: np.ndarray, table: np.ndarray, blocksize: int) -> t
 def dequantize_blockwise(codes: np.ndarray, absmax: np.ndarray, table: np.ndarray, blocksize: int) -> np.ndarray:
     """float32 ``[n]``: ``table[code] * absmax[block]``."""
     values = table[codes.reshape(-1)]
-    return (values * np.repeat(absmax.astype(_F32), blocksize)[: values.size]).astype(_F32)
+    result: np.ndarray = (values * np.repeat(absmax.astype(_F32), blocksize)[: values.size]).astype(_F32)
+    return result

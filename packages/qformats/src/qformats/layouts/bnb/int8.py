@@ -50,7 +50,8 @@ class BnB8Weight:
 
     def dequantize(self) -> np.ndarray:
         """float32 ``[out, in]``."""
-        return (self.weight.astype(np.float32) * self.scb[:, None]) * _INV127
+        result: np.ndarray = (self.weight.astype(np.float32) * self.scb[:, None]) * _INV127
+        return result
 
 
 def pack_bnb8(weight: BnB8Weight, *, naming: str = "reference") -> dict[str, np.ndarray]:

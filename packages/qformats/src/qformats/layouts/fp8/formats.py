@@ -79,7 +79,8 @@ class FP8Format:
         """uint8 codes -> float32 values (same shape)."""
         if codes.dtype != np.uint8:
             raise UnsupportedLayoutError(f"{self.name}: expected uint8 codes, found {codes.dtype}")
-        return self.table[codes]
+        result: np.ndarray = self.table[codes]
+        return result
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         """float32 values -> uint8 codes, round to nearest even (torch's cast, see the module table)."""

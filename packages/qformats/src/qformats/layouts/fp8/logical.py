@@ -117,5 +117,6 @@ class FP8Weight:
     def dequantize(self) -> np.ndarray:
         """float32 ``[out, in]``: codes divided by (inverse) or multiplied by (multiplier) the scale."""
         values = self.fp8.decode(self.codes)
-        scale = _expand(self.scale_inv, self.method, self.codes.shape, self.block_size)  # type: ignore[arg-type]
-        return (values / scale if self.semantics == "inverse" else values * scale).astype(np.float32)
+        scale = _expand(self.scale_inv, self.method, self.codes.shape, self.block_size)
+        result: np.ndarray = (values / scale if self.semantics == "inverse" else values * scale).astype(np.float32)
+        return result

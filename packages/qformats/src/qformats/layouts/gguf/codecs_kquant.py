@@ -41,7 +41,8 @@ def decode_q2_k(blocks: np.ndarray) -> np.ndarray:
     dl = (d * (scales & _U8(0xF)).astype(_F32)).reshape(n, 16, 1)
     ml = (dmin * (scales >> _U8(4)).astype(_F32)).reshape(n, 16, 1)
     q = _shifted(qs, 2, 32, (0, 2, 4, 6), 3).reshape(n, 16, 16).astype(_F32)
-    return (dl * q - ml).reshape(n, 256)
+    result: np.ndarray = (dl * q - ml).reshape(n, 256)
+    return result
 
 
 def decode_q3_k(blocks: np.ndarray) -> np.ndarray:
@@ -80,7 +81,8 @@ def _k_affine(d: np.ndarray, dmin: np.ndarray, packed_scales: np.ndarray, q: np.
     sc, mn = unpack_k_scales(packed_scales)
     dl = (d * sc.astype(_F32)).reshape(n, 8, 1)
     ml = (dmin * mn.astype(_F32)).reshape(n, 8, 1)
-    return (dl * q.astype(_F32) - ml).reshape(n, 256)
+    result: np.ndarray = (dl * q.astype(_F32) - ml).reshape(n, 256)
+    return result
 
 
 def decode_q4_k(blocks: np.ndarray) -> np.ndarray:
@@ -102,7 +104,8 @@ def decode_q6_k(blocks: np.ndarray) -> np.ndarray:
     low = _shifted(ql, 2, 64, (0, 4), 0x0F).reshape(n, 8, 32)
     high = _shifted(qh, 2, 32, (0, 2, 4, 6), 0x03)
     q = ((low | (high << _U8(4))).astype(np.int8) - np.int8(32)).reshape(n, 16, 16).astype(_F32)
-    return (dl * q).reshape(n, 256)
+    result: np.ndarray = (dl * q).reshape(n, 256)
+    return result
 
 
 def _quantize_sub_blocks_affine(sub: np.ndarray, maxq: int) -> tuple[np.ndarray, ...]:

@@ -62,7 +62,8 @@ def _round_half_away(values: np.ndarray) -> np.ndarray:
     """C ``roundf``: halves round away from zero."""
     magnitude = np.abs(values)
     whole = np.floor(magnitude)
-    return np.sign(values) * (whole + np.floor(_F32(2) * (magnitude - whole)))
+    result: np.ndarray = np.sign(values) * (whole + np.floor(_F32(2) * (magnitude - whole)))
+    return result
 
 
 def encode_q4_0(blocks: np.ndarray) -> np.ndarray:
@@ -90,7 +91,8 @@ def encode_q4_1(blocks: np.ndarray) -> np.ndarray:
 
 def decode_q4_1(blocks: np.ndarray) -> np.ndarray:
     d, m = _fp16_at(blocks, 0), _fp16_at(blocks, 2)
-    return d * _unpack_nibbles(blocks[:, 4:]).astype(_F32) + m
+    result: np.ndarray = d * _unpack_nibbles(blocks[:, 4:]).astype(_F32) + m
+    return result
 
 
 def encode_q5_0(blocks: np.ndarray) -> np.ndarray:
@@ -102,7 +104,8 @@ def encode_q5_0(blocks: np.ndarray) -> np.ndarray:
 def decode_q5_0(blocks: np.ndarray) -> np.ndarray:
     d = _fp16_at(blocks, 0)
     codes = _unpack_nibbles(blocks[:, 6:]) | (_high_bits(blocks[:, 2:6]) << np.uint8(4))
-    return d * (codes.astype(np.int8) - np.int8(16)).astype(_F32)
+    result: np.ndarray = d * (codes.astype(np.int8) - np.int8(16)).astype(_F32)
+    return result
 
 
 def encode_q5_1(blocks: np.ndarray) -> np.ndarray:
@@ -115,7 +118,8 @@ def encode_q5_1(blocks: np.ndarray) -> np.ndarray:
 def decode_q5_1(blocks: np.ndarray) -> np.ndarray:
     d, m = _fp16_at(blocks, 0), _fp16_at(blocks, 2)
     codes = _unpack_nibbles(blocks[:, 8:]) | (_high_bits(blocks[:, 4:8]) << np.uint8(4))
-    return d * codes.astype(_F32) + m
+    result: np.ndarray = d * codes.astype(_F32) + m
+    return result
 
 
 def encode_q8_0(blocks: np.ndarray) -> np.ndarray:
@@ -126,4 +130,5 @@ def encode_q8_0(blocks: np.ndarray) -> np.ndarray:
 
 def decode_q8_0(blocks: np.ndarray) -> np.ndarray:
     d = _fp16_at(blocks, 0)
-    return np.ascontiguousarray(blocks[:, 2:]).view(np.int8).astype(_F32) * d
+    result: np.ndarray = np.ascontiguousarray(blocks[:, 2:]).view(np.int8).astype(_F32) * d
+    return result

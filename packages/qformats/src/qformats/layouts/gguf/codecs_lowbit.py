@@ -37,4 +37,5 @@ def decode_q2_0(blocks: np.ndarray) -> np.ndarray:
     d = _scale(blocks)
     shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4)
     codes = ((blocks[:, 2:, None] >> shifts) & np.uint8(3)).reshape(n, 64)
-    return (codes.astype(_F32) - _F32(1)) * d
+    result: np.ndarray = (codes.astype(_F32) - _F32(1)) * d
+    return result
