@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .column_order import ColumnPlan, inner_blocks, outer_blocks
-from .group_params import codes_of, dequant_of, gptq_params
+from .group_params import gptq_params
 from .spec import QuantSpec
 
 INNER_WIDTH = 16
@@ -62,11 +62,11 @@ def solve(
     in_, out = wt.shape
     maxq = spec.maxq
     codes_t = torch.empty(in_, out, dtype=torch.float32)
-    dequant_t = torch.empty(in_, out, dtype=torch.float32)
-    losses = torch.zeros(in_, dtype=torch.float32)
-    diag = torch.diagonal(upper).clone()
+    diag = torch.diagonal(upper).tolist()
     group_of = plan.group_of.tolist()
     seg_end = {s: e for s, e, _ in plan.segments} if plan.dynamic else {}
+    loss_sum = 0.0
+    deq = torch.empty(out, dtype=torch.float32)
     for b0, b1 in outer_blocks(plan, spec.block_size):
         block_err = torch.empty(b1 - b0, out, dtype=torch.float32)
         for c0, c1 in inner_blocks(plan, b0, b1, INNER_WIDTH):
@@ -75,18 +75,21 @@ def solve(
                 if j in seg_end:
                     scale, zero = gptq_params(wt[j : seg_end[j]].T, spec)
                     scales[g], zeros[g] = scale, zero
+                scale, zero = scales[g], zeros[g]
                 w = wt[j]
-                q = codes_of(w, scales[g], zeros[g], maxq)
-                codes_t[j] = q
-                deq = dequant_of(q, scales[g], zeros[g])
-                dequant_t[j] = deq
-                err = (w - deq).div_(diag[j])
-                losses[j] = err.square().sum() / 2
-                block_err[j - b0] = err
+                q = codes_t[j]
+                torch.div(w, scale, out=q)
+                q.round_().add_(zero).clamp_(0, maxq)
+                torch.sub(q, zero, out=deq).mul_(scale)
+                err = block_err[j - b0]
+                torch.sub(w, deq, out=err).div_(diag[j])
                 if j + 1 < c1:
                     wt[j + 1 : c1].addr_(upper[j, j + 1 : c1], err, alpha=-1)
             if c1 < b1:
                 wt[c1:b1].addmm_(upper[c0:c1, c1:b1].T, block_err[c0 - b0 : c1 - b0], alpha=-1)
+        loss_sum += float(block_err.to(torch.float64).square().sum()) / 2
         if b1 < in_:
             wt[b1:].addmm_(upper[b0:b1, b1:].T, block_err, alpha=-1)
-    return SolveOutput(codes_t, dequant_t, scales, zeros, float(losses.to(torch.float64).sum()))
+    group_index = plan.group_of
+    dequant_t = (codes_t - zeros[group_index]).mul_(scales[group_index])
+    return SolveOutput(codes_t, dequant_t, scales, zeros, loss_sum)
