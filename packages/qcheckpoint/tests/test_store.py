@@ -49,6 +49,16 @@ def test_put_names_objects_by_sha256_and_dedupes(root: Path) -> None:
         assert [p.name for p in (root / "objects").iterdir()] == [name]
 
 
+def test_put_stream_of_many_chunks(root: Path) -> None:
+    chunks = [bytes([i]) * (1024 * 1024 + i) for i in range(12)]  # more chunks than the hash queue holds
+    with CheckpointStore(root) as store:
+        name = store.put_stream(iter(chunks))
+        assert name == hashlib.sha256(b"".join(chunks)).hexdigest()
+        assert store.read(name) == b"".join(chunks)
+        assert store.put_stream([]) == hashlib.sha256(b"").hexdigest()
+    assert not [p for p in (root / "objects").iterdir() if p.name.endswith(".tmp")]
+
+
 def test_put_rewrites_a_corrupt_existing_object(root: Path) -> None:
     with CheckpointStore(root) as store:
         name = store.put(b"payload" * 50)

@@ -61,14 +61,9 @@ def write_blob(tensors: list[tuple[str, BlobTensor]], metadata: dict[str, str]) 
         offset += tensor.data.nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
     text += b" " * (-len(text) % 8)
-    out = bytearray(8 + len(text) + offset)
-    struct.pack_into("<Q", out, 0, len(text))
-    out[8 : 8 + len(text)] = text
-    position = 8 + len(text)
-    for _name, tensor in tensors:
-        out[position : position + tensor.data.nbytes] = tensor.data
-        position += tensor.data.nbytes
-    return bytes(out)
+    parts: list[bytes | memoryview] = [struct.pack("<Q", len(text)), text]
+    parts.extend(tensor.data for _name, tensor in tensors)
+    return b"".join(parts)  # one copy of the tensor bytes
 
 
 def _fail(message: str) -> ContinuationError:
