@@ -155,3 +155,26 @@ def test_bad_bias_is_named() -> None:
     tensors["bias"] = np.zeros(31, dtype=np.float16)
     with pytest.raises(qkernels.KernelInputError, match=r"'bias'.*\(32,\)"):
         quant_linear("gptq_v2", tensors, meta)
+
+
+def test_a_failed_extension_build_is_logged_and_recorded_not_hidden(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from qkernels import cpu_extension
+    from qkernels.backends import cpu_int4
+
+    def broken() -> None:
+        monkeypatch.setattr(cpu_extension, "_failure", "c++: simulated compiler crash")
+        raise cpu_extension.ExtensionBuildError("simulated compiler crash")
+
+    monkeypatch.setattr(cpu_extension, "_loaded", None)
+    monkeypatch.setattr(cpu_int4, "load_extension", broken)
+    with pytest.raises(cpu_extension.ExtensionBuildError):
+        quant_linear_from_weight(make_weight(ASYM), "gptq_v2", backend="cpu_int4")  # explicit: raised
+    monkeypatch.setattr(cpu_extension, "_failure", None)  # forget it: AUTO now hits the failure itself
+    with caplog.at_level("WARNING", logger="qkernels.build"):
+        m = quant_linear_from_weight(make_weight(ASYM), "gptq_v2", dtype=torch.bfloat16)
+    assert m.NAME == "aten_int4"
+    assert "could not be built" in caplog.text
+    rejected = {c.name: c.reasons for c in m.selection.rejected}
+    assert "simulated compiler crash" in rejected["cpu_int4"][0]

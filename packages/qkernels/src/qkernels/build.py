@@ -6,6 +6,7 @@ back is exactly the backend the explanation names.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import torch
@@ -13,10 +14,13 @@ from qformats.layouts.registry import LayoutMeta
 from qformats.logical import QuantizedWeight
 
 from .checkpoint import load_checkpoint, pack_weight
+from .cpu_extension import ExtensionBuildError
 from .device import Target, resolve_target
 from .module import QuantLinear
 from .registry import AUTO, get_backend
 from .selection import Selection, select
+
+log = logging.getLogger(__name__)
 
 
 def quant_linear(
@@ -39,7 +43,15 @@ def quant_linear(
     loaded = load_checkpoint(fmt, tensors, meta, method=method)
     target = resolve_target(device, emulate=emulate)
     chosen = select(loaded.contract, target, dtype, backend=backend, logical=loaded.logical)
-    module = get_backend(chosen.backend)(loaded, target, **options)
+    try:
+        module = get_backend(chosen.backend)(loaded, target, **options)
+    except ExtensionBuildError as exc:
+        if backend != AUTO:
+            raise
+        # Same results, slower kernel: logged, and the failed build is now a recorded rejection reason.
+        log.warning("qkernels: backend %r could not be built (%s); selecting again", chosen.backend, exc)
+        chosen = select(loaded.contract, target, dtype, backend=backend, logical=loaded.logical)
+        module = get_backend(chosen.backend)(loaded, target, **options)
     module.selection = chosen  # type: ignore[assignment]
     return module.to(target.torch_device)
 

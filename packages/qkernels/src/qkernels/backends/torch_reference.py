@@ -79,7 +79,7 @@ class TorchReferenceLinear(QuantLinear):
             return self._dense32
         s = self._scales[self._g_idx].T
         z = self._zeros[self._g_idx].T
-        return s * (self._codes.float() - z)
+        return (s * (self._codes.float() - z)).contiguous()  # [out, in] row-major (the bf16 GEMM needs it)
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         key = (x.dtype, x.device)

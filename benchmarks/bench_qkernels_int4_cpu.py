@@ -1,0 +1,78 @@
+"""CPU int4 linear: microseconds per call of qkernels backends beside dense nn.Linear, in one run.
+
+Layer 4096x4096, int4, group 128, asymmetric zeros; batch 1 and 32; float32 and bfloat16 activations;
+1 and 2 threads. Each cell is the minimum over repeated timed calls (robust to a shared, noisy host)
+with the median beside it; ratios are against dense nn.Linear of the same activation dtype measured in
+the same process. Asserts nothing about time. Run: ``python benchmarks/bench_qkernels_int4_cpu.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from qkernels import quant_linear_from_weight
+from qkernels.testing.cases import LayerCase, make_weight
+
+
+def measure(fn: Callable[[], object], budget_s: float) -> tuple[float, float]:
+    """(min, median) microseconds per call: two warm-up calls, then calls until ``budget_s`` (>= 3 calls)."""
+    fn()
+    fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < budget_s and len(times) < 200):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times) * 1e6, statistics.median(times) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per cell")
+    args = parser.parse_args()
+    n = k = args.size
+    case = LayerCase("gptq_v2", 4, 128, False, n, k)
+    weight = make_weight(case)
+    dense32 = torch.nn.Linear(k, n, bias=False)
+    with torch.no_grad():
+        dense32.weight.copy_(torch.from_numpy(weight.dequantize()))
+    dense16 = torch.nn.Linear(k, n, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        dense16.weight.copy_(dense32.weight.to(torch.bfloat16))
+    modules = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for name in ("cpu_int4", "aten_int4"):
+            modules[(name, dtype)] = quant_linear_from_weight(weight, "gptq_v2", backend=name, dtype=dtype)
+        modules[("torch+cache", dtype)] = quant_linear_from_weight(
+            weight, "gptq_v2", backend="torch", dtype=dtype, cache_dense=True
+        )
+    print(f"qkernels int4 CPU linear {n}x{k} g128 asym; us/call as min (median); ratio = dense / candidate (min)")
+    print(f"host: {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}")
+    print(f"{'threads':>7} {'batch':>5} {'act':>8} {'candidate':>14} {'us/call':>22} {'vs dense same dtype':>20}")
+    with torch.inference_mode():
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for batch in (1, 32):
+                for dtype in (torch.float32, torch.bfloat16):
+                    x = torch.randn(batch, k).to(dtype)
+                    dense = dense32 if dtype == torch.float32 else dense16
+                    base, base_med = measure(lambda d=dense, x=x: d(x), args.budget)
+                    rows = [("dense nn.Linear", base, base_med)]
+                    for name in ("cpu_int4", "aten_int4", "torch+cache"):
+                        mod = modules[(name, dtype)]
+                        rows.append((name, *measure(lambda m=mod, x=x: m(x), args.budget)))
+                    for name, best, med in rows:
+                        cell = f"{best:10.0f} ({med:8.0f})"
+                        print(
+                            f"{threads:>7} {batch:>5} {str(dtype)[6:]:>8} {name:>14} {cell:>22} {base / best:>19.2f}x"
+                        )
+
+
+if __name__ == "__main__":
+    main()
