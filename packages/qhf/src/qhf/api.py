@@ -24,7 +24,7 @@ from .perplexity import PerplexityResult, perplexity
 from .quant_config import QuantSettings, parse_settings
 from .results import ModuleResult, QuantizedModules
 from .source import OpenedSource, open_source
-from .tokenizer import encode, ensure_padding, load_tokenizer, token_blocks
+from .tokenizer import encode, ensure_padding, load_gguf_tokenizer, load_tokenizer, token_blocks
 
 AUTO = "auto"
 
@@ -234,9 +234,13 @@ def load(
     tokenizer: Any = None,
     dtype: torch.dtype = torch.float32,
 ) -> QuantModel:
-    """Open ``source`` (a Hugging Face directory) lazily for quantization with ``quant_config``."""
+    """Open ``source`` lazily for quantization with ``quant_config``.
+
+    ``source``: a Hugging Face directory (single or sharded safetensors) or a llama ``.gguf`` file
+    (decoded to a dense float32 baseline). ``tokenizer``: defaults to the source's own.
+    """
     opened = open_source(source, dtype)
     settings = parse_settings(quant_config)
-    if tokenizer is None and opened.kind == "hf":
-        tokenizer = load_tokenizer(opened.path)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(opened.path) if opened.kind == "hf" else load_gguf_tokenizer(opened.path)
     return QuantModel(opened, settings, tokenizer)

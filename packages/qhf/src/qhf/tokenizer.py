@@ -43,6 +43,22 @@ def load_tokenizer(path: str | Path) -> Any:
         raise TokenizerError(f"{path}: transformers cannot load the tokenizer: {exc}") from exc
 
 
+def load_gguf_tokenizer(path: str | Path) -> Any:
+    """The tokenizer embedded in a .gguf file (transformers converts it; needs the ``gguf`` package)."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    try:
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    except ImportError as exc:
+        raise TokenizerError(
+            f"{path}: reading the tokenizer embedded in a .gguf file needs the 'gguf' package "
+            f"(pip install 'qhf[gguf]'), or pass tokenizer= explicitly: {exc}"
+        ) from exc
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TokenizerError(f"{path}: transformers cannot build the tokenizer embedded in this file: {exc}") from exc
+
+
 def ensure_padding(tokenizer: Any) -> str | None:
     """Give ``tokenizer`` a pad token if it lacks one; returns a note of what was done (None if nothing).
 

@@ -16,7 +16,9 @@ def open_source(source: str | Path, dtype: torch.dtype = torch.float32) -> Opene
     """Open ``source`` lazily: nothing but the config and the tensor names is read."""
     path = Path(source)
     if not path.exists():
-        raise MissingFileError(f"{path}: no such file or directory (expected a Hugging Face model directory)")
+        raise MissingFileError(
+            f"{path}: no such file or directory (expected a Hugging Face model directory or a .gguf file)"
+        )
     if path.is_file() and path.suffix == ".gguf":
         from .gguf_source import open_gguf_source
 

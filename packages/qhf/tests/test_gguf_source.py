@@ -1,0 +1,106 @@
+"""A native llama .gguf file as a source: written here with qformats' writer from a tiny HF model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import qhf
+import torch
+from qhf.errors import SourceFormatError
+from qhf.source import open_source
+from tiny_models import tiny_config
+
+_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def _permute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's rotary row order for q/k (the inverse of qformats' unpermute_qk)."""
+    half = weight.shape[0] // heads // 2
+    return weight.reshape(heads, 2, half, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def _write_tiny_gguf(path, model, config) -> None:
+    from qformats.gguf_file import write_gguf
+
+    tensors: dict[str, np.ndarray] = {}
+    for name, param in model.state_dict().items():
+        array = param.detach().numpy().astype(np.float32)
+        if name == "model.embed_tokens.weight":
+            tensors["token_embd.weight"] = array
+        elif name == "model.norm.weight":
+            tensors["output_norm.weight"] = array
+        elif name == "lm_head.weight":
+            continue  # tied
+        else:
+            index, rest = name.removeprefix("model.layers.").split(".", 1)
+            if rest.endswith("q_proj.weight"):
+                array = _permute(array, config.num_attention_heads)
+            elif rest.endswith("k_proj.weight"):
+                array = _permute(array, config.num_key_value_heads)
+            tensors[f"blk.{index}.{_LAYER[rest]}"] = np.ascontiguousarray(array)
+    metadata = {
+        "general.architecture": "llama",
+        "llama.context_length": config.max_position_embeddings,
+        "llama.block_count": config.num_hidden_layers,
+        "llama.feed_forward_length": config.intermediate_size,
+        "llama.embedding_length": config.hidden_size,
+        "llama.rope.dimension_count": config.hidden_size // config.num_attention_heads,
+        "llama.rope.freq_base": 10000.0,
+        "llama.attention.head_count": config.num_attention_heads,
+        "llama.attention.head_count_kv": config.num_key_value_heads,
+        "llama.attention.layer_norm_rms_epsilon": float(config.rms_norm_eps),
+        "llama.vocab_size": config.vocab_size,
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 1,
+    }
+    write_gguf(path, metadata, tensors)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_config("llama", tie_word_embeddings=True)
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    _write_tiny_gguf(path, model, config)
+    return path, model
+
+
+def test_gguf_source_matches_the_model_it_came_from(tiny_gguf) -> None:
+    path, model = tiny_gguf
+    source = open_source(path)
+    assert source.kind == "gguf" and source.tied and source.num_layers == 2
+    dense = source.materialize_all()
+    ids = torch.arange(2, 30).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.allclose(dense(ids).logits, model(ids).logits, atol=1e-5)
+
+
+def test_gguf_source_quantizes_saves_and_reloads(tmp_path, tiny_gguf, tokenizer) -> None:
+    path, _ = tiny_gguf
+    qm = qhf.load(path, {"method": "rtn", "bits": 4, "group_size": 32}, tokenizer=tokenizer)
+    qm.quantize()
+    summary = qm.save(tmp_path / "q")
+    assert summary["verification"]["passed"]
+    lm = qhf.load_quantized(tmp_path / "q")
+    assert lm.model.lm_head.weight is lm.model.model.embed_tokens.weight
+    assert len(lm.backends) == 14
+
+
+def test_not_a_gguf_file(tmp_path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 40)
+    with pytest.raises(SourceFormatError, match=r"bad\.gguf"):
+        open_source(bad)

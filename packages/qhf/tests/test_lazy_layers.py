@@ -1,0 +1,33 @@
+"""Layers are read from the files only when the loop reaches them, and no dense linear survives quantization."""
+
+from __future__ import annotations
+
+import qhf
+from qhf.source import meta_parameters
+from tiny_models import save_tiny_model
+from torch import nn
+
+
+def test_layers_materialize_in_order_and_dense_weights_are_dropped(tmp_path, tokenizer) -> None:
+    src = save_tiny_model(tmp_path / "m", "llama", tokenizer=tokenizer, num_hidden_layers=4)
+    qm = qhf.load(src, {"method": "gptq", "bits": 4, "group_size": 32})
+    assert len(meta_parameters(qm.model)) == len(list(qm.model.parameters()))  # nothing read at load
+    seen: list[tuple[int, list[int]]] = []
+    original = qm.source.materialize_layer
+
+    def spy(index: int) -> int:
+        pending = sorted({int(n.split(".")[2]) for n in meta_parameters(qm.model) if n.startswith("model.layers.")})
+        seen.append((index, pending))
+        return original(index)
+
+    qm.source.materialize_layer = spy  # type: ignore[method-assign]
+    summary = qm.quantize(samples=4, length=32)
+    # each layer is materialized once, in order, while every later layer is still on meta
+    assert [i for i, _ in seen] == [0, 1, 2, 3]
+    for index, pending in seen:
+        assert pending == list(range(index, 4))
+    assert summary["largest_layer_bytes"] > 0
+    layers = qm.model.get_submodule("model.layers")
+    dense = [n for n, m in layers.named_modules() if isinstance(m, nn.Linear)]
+    assert dense == []  # every linear became a qkernels module
+    assert meta_parameters(qm.model) == []
