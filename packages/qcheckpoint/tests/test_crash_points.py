@@ -43,3 +43,6 @@ def test_kill_at_point_keeps_last_complete_generation(fault: str, two_generation
     code, committed = run_child(root, first, 4, collect=True)
     assert code == 0 and committed == list(range(first, 5))
     assert_generation(root, 4)
+    # The resumed writer's collection removed whatever temporaries the crash left behind.
+    leftovers = [p.name for p in [*root.iterdir(), *(root / "objects").iterdir()] if p.name.endswith(".tmp")]
+    assert leftovers == []
