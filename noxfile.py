@@ -106,6 +106,40 @@ def tests(session: nox.Session) -> None:
         session.notify(name)
 
 
+REFERENCE = "gptqmodel==7.7.0"
+
+
+@nox.session(python=PYTHON)
+def interop(session: nox.Session) -> None:
+    """Checkpoints exchanged with the reference implementation (GPT-QModel 7.7.0, CPU-only), both ways.
+
+    GPT-QModel asks for a newer torch than the pinned CPU wheel and has no CPU build step, so: install the
+    pinned torch, then its other requirements (read from its sdist), then the package itself with --no-deps.
+    """
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    session.env["GPTQMODEL_CPU_WORKERS"] = "2"
+    session.env["BUILD_CUDA_EXT"] = "0"
+    _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
+    tmp = Path(session.create_tmp())
+    sdist_dir = tmp / "reference-sdist"
+    session.run("python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(sdist_dir), REFERENCE)
+    sdist = next(sdist_dir.glob("gptqmodel-*.tar.gz"))
+    import tarfile
+
+    with tarfile.open(sdist) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/requirements.txt"))
+        extracted = tar.extractfile(member)
+        if extracted is None:
+            session.error(f"{sdist}: requirements.txt is not a regular file")
+        lines = extracted.read().decode().splitlines()
+    reqs = [ln for ln in lines if ln.strip() and not ln.lower().startswith(("torch>", "torch=", "torch<", "torch "))]
+    (tmp / "reference-requirements.txt").write_text("\n".join(reqs) + "\n")
+    session.install(*_constraints(), "-r", str(tmp / "reference-requirements.txt"))
+    session.install("--no-deps", "--no-build-isolation", str(sdist))
+    session.install(*_constraints(), "-r", "tests-interop/requirements.txt")
+    _pytest(session, "tests-interop")
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff lint and format check over the whole tree."""
