@@ -145,3 +145,21 @@ def test_malformed_configs_named(raw: object, message: str | None) -> None:
 def test_error_names_the_source() -> None:
     with pytest.raises(ValueError, match=r"^my/quantize_config\.json: bits"):
         parse_config({"bits": 11}, source="my/quantize_config.json")
+
+
+def test_autoawq_quant_config_file_shape() -> None:
+    cfg = parse_config({"zero_point": True, "q_group_size": 128, "w_bit": 4, "version": "GEMM"})
+    assert (cfg.method, cfg.format, cfg.bits, cfg.group_size, cfg.sym) == (METHOD.AWQ, "gemm", 4, 128, False)
+
+
+def test_transformers_gptq_config_keeps_its_extra_fields() -> None:
+    raw = {
+        "bits": 4, "group_size": 128, "damp_percent": 0.1, "desc_act": True, "sym": True, "use_exllama": True,
+        "exllama_config": {"version": 1}, "quant_method": "gptq", "checkpoint_format": "gptq", "meta": None,
+        "backend": None, "dataset": None,
+    }  # fmt: skip
+    cfg = parse_config(raw)
+    assert (cfg.method, cfg.format, cfg.desc_act) == (METHOD.GPTQ, "gptq", True)
+    out = cfg.to_dict()
+    assert out["use_exllama"] is True and out["exllama_config"] == {"version": 1} and out["damp_percent"] == 0.1
+    assert "dataset" not in out  # None values are dropped, as the reference writer does
