@@ -83,3 +83,18 @@ def test_gguf_weight_quantize_and_dequantize(qtype: str) -> None:
     assert w.dequantize().shape == (4, 300)
     with pytest.raises(LayoutError, match="bytes per row"):
         GGUFWeight(w.qweight[:, :-1].copy(), qtype, 300)
+
+
+def test_config_aliases_resolve_to_stored_types() -> None:
+    from qformats.errors import ConfigError
+    from qformats.layouts.gguf import alias_for, tensor_type
+
+    assert tensor_type("q4_k_m").name == "Q4_K" and tensor_type(4, "q_k_s").name == "Q4_K"
+    assert tensor_type(5).name == "Q5_K" and alias_for(5) == "q5_k_m" and tensor_type(8, "gguf").name == "Q8_0"
+    assert tensor_type("q1_0_g128").type_id == 41 and tensor_type(1).name == "Q1_0" and tensor_type(2).name == "Q2_0"
+    with pytest.raises(ConfigError, match="no default subtype for 3-bit"):
+        tensor_type(3)
+    with pytest.raises(ConfigError, match="'q3_k'"):
+        tensor_type(3, "q_k")
+    with pytest.raises(ConfigError, match="not a GGUF alias"):
+        tensor_type("q7_0")

@@ -1,10 +1,12 @@
 """The gguf layout family: ggml block codecs and the GGUF-family module layout.
 
 Importing this package registers :class:`~qformats.layouts.gguf.layout.GGUFLayout` under ``"gguf"``.
-Public helpers: :func:`encode_rows`, :func:`decode_rows`, :class:`GGUFWeight`, :func:`ggml_type`.
+Public helpers: :func:`encode_rows`, :func:`decode_rows`, :class:`GGUFWeight`, :func:`ggml_type`,
+:func:`tensor_type` (config bits/format -> stored ggml type).
 """
 
 from ..registry import register_layout
+from .aliases import alias_for, tensor_type
 from .codec import decode_rows, encodable_types, encode_rows
 from .layout import GGUFLayout
 from .logical import GGUFWeight
@@ -12,4 +14,14 @@ from .types import GGMLType, ggml_type
 
 register_layout(GGUFLayout())
 
-__all__ = ["GGMLType", "GGUFLayout", "GGUFWeight", "decode_rows", "encodable_types", "encode_rows", "ggml_type"]
+__all__ = [
+    "GGMLType",
+    "GGUFLayout",
+    "GGUFWeight",
+    "alias_for",
+    "decode_rows",
+    "encodable_types",
+    "encode_rows",
+    "ggml_type",
+    "tensor_type",
+]
