@@ -152,6 +152,7 @@ HUGE = 2**62
         (_header(0, 1) + _string("k") + struct.pack("<IQ", 8, HUGE), "bytes"),
         (_header(0, 2) + (_string("k") + struct.pack("<IB", 0, 1)) * 2, "appears twice"),
         (_header(0, 1) + _string("k") + struct.pack("<IB", 7, 2), "bool stored as 2"),
+        (_header(0, 1) + _string("k") + struct.pack("<IIQQ", 9, 8, 1, 2) + b"\xff\xfe" + bytes(8), "not valid UTF-8"),
         (_header(0, 1) + _string("general.alignment") + struct.pack("<II", 4, 48), "power-of-two"),
         (_header(1, 0) + _one_tensor((32,) * 5, 0, 0) + bytes(64), "5 dims"),
         (_header(1, 0) + _one_tensor((32, 2), 77, 0) + bytes(64), "ggml type id 77"),

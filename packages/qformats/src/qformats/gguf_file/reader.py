@@ -82,6 +82,27 @@ class _Cursor:
         except UnicodeDecodeError as exc:
             raise GGUFFileError(f"{self.path}: {what} is not valid UTF-8 ({exc.reason})") from None
 
+    def strings(self, count: int, what: str) -> list[str]:
+        """``count`` length-prefixed UTF-8 strings (the hot loop of tokenizer vocabularies)."""
+        buf, pos, size, unpack = self.buf, self.pos, self.size, struct.unpack_from
+        out: list[str] = []
+        try:
+            for i in range(count):
+                if size - pos < 8:
+                    self.pos = pos
+                    self.need(8, f"{what}[{i}] length")
+                (length,) = unpack("<Q", buf, pos)
+                pos += 8
+                if length > size - pos:
+                    self.pos = pos
+                    self.need(length, f"{what}[{i}] ({length} bytes)")
+                out.append(str(buf[pos : pos + length], "utf-8"))
+                pos += length
+        except UnicodeDecodeError as exc:
+            raise GGUFFileError(f"{self.path}: {what}[{len(out)}] is not valid UTF-8 ({exc.reason})") from None
+        self.pos = pos
+        return out
+
     def value_type(self, what: str) -> ValueType:
         raw = self.unpack("<I", f"{what} type")
         try:
@@ -112,7 +133,7 @@ class _Cursor:
             raise GGUFFileError(f"{self.path}: {what} is an array of arrays (not supported)")
         if etype == ValueType.STRING:
             self.need(count * 8, f"{what} ({count} strings)")
-            return GGUFValue(vtype, [self.string(f"{what}[{i}]") for i in range(count)], etype)
+            return GGUFValue(vtype, self.strings(count, what), etype)
         dtype = SCALAR_DTYPES[etype]
         self.need(count * dtype.itemsize, f"{what} ({count} x {etype.name})")
         array = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos).copy()

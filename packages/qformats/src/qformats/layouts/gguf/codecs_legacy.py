@@ -91,8 +91,13 @@ def encode_q4_1(blocks: np.ndarray) -> np.ndarray:
 
 def decode_q4_1(blocks: np.ndarray) -> np.ndarray:
     d, m = _fp16_at(blocks, 0), _fp16_at(blocks, 2)
-    result: np.ndarray = d * _unpack_nibbles(blocks[:, 4:]).astype(_F32) + m
-    return result
+    packed = blocks[:, 4:]
+    values = np.empty((blocks.shape[0], 32), dtype=_F32)
+    np.bitwise_and(packed, np.uint8(0x0F), out=values[:, :16], casting="unsafe")
+    np.right_shift(packed, np.uint8(4), out=values[:, 16:], casting="unsafe")
+    values *= d  # in place: the same two roundings as d * q + m, fewer temporaries
+    values += m
+    return values
 
 
 def encode_q5_0(blocks: np.ndarray) -> np.ndarray:
@@ -129,6 +134,6 @@ def encode_q8_0(blocks: np.ndarray) -> np.ndarray:
 
 
 def decode_q8_0(blocks: np.ndarray) -> np.ndarray:
-    d = _fp16_at(blocks, 0)
-    result: np.ndarray = np.ascontiguousarray(blocks[:, 2:]).view(np.int8).astype(_F32) * d
-    return result
+    values = blocks[:, 2:].view(np.int8).astype(_F32)
+    values *= _fp16_at(blocks, 0)
+    return values
