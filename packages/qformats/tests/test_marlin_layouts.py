@@ -96,3 +96,13 @@ def test_gptq_marlin_rejects_bad_sort_indices() -> None:
     broken = {**t, "g_idx_sort_indices": np.zeros(128, np.int32)}
     with pytest.raises(LayoutError, match="MARLIN-PERM"):
         get_layout("marlin").unpack(broken, meta_of(w))
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_fused_tile_transform_equals_the_tile_then_gather_formulation(bits: int) -> None:
+    from qformats.layouts.marlin._tiles import tile_codes, tile_weights, untile_codes
+
+    codes = np.random.default_rng(bits).integers(0, 1 << bits, (192, 64), dtype=np.uint8)  # [N, K]
+    fused = tile_codes(codes, bits)
+    assert np.array_equal(fused, tile_weights(np.ascontiguousarray(codes.T), bits))
+    assert np.array_equal(untile_codes(fused, bits, 64, 192), codes)

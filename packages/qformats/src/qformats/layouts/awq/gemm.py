@@ -43,6 +43,38 @@ def pack_output_axis(codes_rows: np.ndarray, bits: int) -> np.ndarray:
     return as_int32_words(pack_bitstream(codes_rows, bits))
 
 
+def pack_gemm_qweight(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Logical codes ``[out, in]`` -> GEMM ``qweight`` int32 ``[in, ceil(out*bits/32)]``.
+
+    For 4-bit the order-mapped nibble bytes are formed along ``out`` first and only the packed bytes
+    (half the codes' size) are transposed.
+    """
+    if bits != 4:
+        return pack_output_axis(np.ascontiguousarray(codes.T), bits)
+    out_f, in_f = codes.shape
+    blocks = codes.reshape(out_f // 8, 8, in_f)
+    packed = np.empty((in_f, out_f // 8, 4), dtype=np.uint8)
+    for j in range(4):
+        lo = blocks[:, int(AWQ_ORDER[2 * j]), :]
+        hi = blocks[:, int(AWQ_ORDER[2 * j + 1]), :]
+        packed[:, :, j] = (lo | (hi << np.uint8(4))).T
+    return packed.reshape(in_f, -1).view("<i4").astype(np.int32, copy=False)
+
+
+def unpack_gemm_qweight(qweight: np.ndarray, bits: int, out_features: int) -> np.ndarray:
+    """Inverse of :func:`pack_gemm_qweight`: ``qweight`` -> uint8 codes ``[out, in]``."""
+    if bits != 4:
+        return np.ascontiguousarray(unpack_output_axis(qweight, bits, out_features).T)
+    in_f = qweight.shape[0]
+    as_bytes = np.ascontiguousarray(qweight).astype("<i4", copy=False).view(np.uint8).reshape(in_f, -1, 4)
+    blocks = np.empty((out_features // 8, 8, in_f), dtype=np.uint8)
+    for j in range(4):
+        plane = as_bytes[:, :, j].T
+        blocks[:, int(AWQ_ORDER[2 * j]), :] = plane & np.uint8(0xF)
+        blocks[:, int(AWQ_ORDER[2 * j + 1]), :] = plane >> np.uint8(4)
+    return blocks.reshape(out_features, in_f)
+
+
 def unpack_output_axis(words: np.ndarray, bits: int, out_features: int) -> np.ndarray:
     """Inverse of :func:`pack_output_axis`: int32 ``[R, words]`` -> uint8 codes ``[R, out]``."""
     if bits == 4:
@@ -73,7 +105,7 @@ class AwqGemmLayout:
             raise UnsupportedLayoutError(reason)
         zeros = np.asarray(weight.zeros)
         return {
-            "qweight": pack_output_axis(np.ascontiguousarray(weight.codes.T), weight.bits),
+            "qweight": pack_gemm_qweight(weight.codes, weight.bits),
             "qzeros": pack_output_axis(zeros.astype(np.uint8), weight.bits),
             "scales": np.array(weight.scales, copy=True),
         }
@@ -146,10 +178,10 @@ class AwqGemmLayout:
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations("AWQ GEMM", self.validate(tensors, meta))
-        codes_t = unpack_output_axis(np.asarray(tensors["qweight"]), meta.bits, meta.out_features)
+        codes = unpack_gemm_qweight(np.asarray(tensors["qweight"]), meta.bits, meta.out_features)
         zeros = unpack_output_axis(np.asarray(tensors["qzeros"]), meta.bits, meta.out_features)
         return QuantizedWeight(
-            codes=np.ascontiguousarray(codes_t.T),
+            codes=codes,
             scales=np.array(tensors["scales"], copy=True),
             zeros=zeros.astype(np.int32),
             g_idx=default_g_idx(meta.in_features, meta.group_size),

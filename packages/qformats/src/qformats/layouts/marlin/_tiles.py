@@ -84,7 +84,7 @@ def _unpack_cols(words: np.ndarray, bits: int) -> np.ndarray:
 
 
 def tile_weights(q: np.ndarray, bits: int) -> np.ndarray:
-    """Codes ``[K, N]`` -> Marlin words int32 ``[K/16, N*16/pf]``."""
+    """Codes ``[K, N]`` -> Marlin words int32 ``[K/16, N*16/pf]`` (reference formulation: tile, then gather)."""
     k, n = q.shape
     t = q.reshape(k // TILE, TILE, n // TILE, TILE).transpose(0, 2, 1, 3).reshape(k // TILE, n * TILE)
     perm = weight_perm(bits)
@@ -92,12 +92,30 @@ def tile_weights(q: np.ndarray, bits: int) -> np.ndarray:
     return _pack_cols(t, bits)
 
 
-def untile_weights(words: np.ndarray, bits: int, k: int, n: int) -> np.ndarray:
-    """Inverse of :func:`tile_weights`: Marlin words -> uint8 codes ``[K, N]``."""
+# Axis orders of the fused tile transform: codes [N, K] viewed as (N/64, j, b, c, K/16, h, m, l) where
+# n = 64*nb + 16*j + 8*b + c and k = 16*kt + 8*h + 2*m + l; the Marlin value order is (kt, nb, c, m, j, ...)
+# followed by (l, b, h) for 4-bit and (b, l, h) for 8-bit -- the same order ``weight_perm`` produces.
+_TILE_AXES = {4: (4, 0, 3, 6, 1, 7, 2, 5), 8: (4, 0, 3, 6, 1, 2, 7, 5)}
+_UNTILE_AXES = {4: (1, 4, 6, 2, 0, 7, 3, 5), 8: (1, 4, 5, 2, 0, 7, 3, 6)}
+
+
+def tile_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Codes ``[N, K]`` (the logical orientation) -> Marlin words, equal to ``tile_weights(codes.T, bits)``.
+
+    One transpose of the uint8 codes replaces the tile transpose plus the 1024-entry gather.
+    """
+    n, k = codes.shape
+    v = codes.astype(np.uint8, copy=False).reshape(n // 64, 4, 2, 8, k // TILE, 2, 4, 2)
+    t = np.ascontiguousarray(v.transpose(_TILE_AXES[bits])).reshape(k // TILE, n * TILE)
+    return _pack_cols(t, bits)
+
+
+def untile_codes(words: np.ndarray, bits: int, k: int, n: int) -> np.ndarray:
+    """Inverse of :func:`tile_codes`: Marlin words -> uint8 codes ``[N, K]``."""
     t = _unpack_cols(words, bits)
-    inverse = np.argsort(weight_perm(bits))
-    t = t.reshape(-1, inverse.size)[:, inverse].reshape(k // TILE, n // TILE, TILE, TILE)
-    return np.ascontiguousarray(t.transpose(0, 2, 1, 3).reshape(k, n))
+    inner = (8, 4, 4, 2, 2, 2)
+    v = t.reshape(k // TILE, n // 64, *inner).transpose(_UNTILE_AXES[bits])
+    return np.ascontiguousarray(v).reshape(n, k)
 
 
 def is_grouped(group_size: int, k: int) -> bool:

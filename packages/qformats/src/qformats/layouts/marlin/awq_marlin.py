@@ -20,7 +20,7 @@ from ...logical import QuantizedWeight, default_g_idx, group_count
 from ...violations import Violation
 from ..registry import LayoutMeta
 from ._rules import dims_violation, shape_reason
-from ._tiles import pack_zero_points, permute_scales, tile_weights, unpack_zero_points, unpermute_scales, untile_weights
+from ._tiles import pack_zero_points, permute_scales, tile_codes, unpack_zero_points, unpermute_scales, untile_codes
 
 RULE = "AWQ-MARLIN"
 TITLE = "AWQ Marlin"
@@ -45,7 +45,7 @@ class AwqMarlinLayout:
         if reason is not None:
             raise UnsupportedLayoutError(reason)
         return {
-            "qweight": tile_weights(np.ascontiguousarray(weight.codes.T), weight.bits),
+            "qweight": tile_codes(weight.codes, weight.bits),
             "scales": permute_scales(weight.scales, weight.group_size, weight.in_features),
             "qzeros": pack_zero_points(np.asarray(weight.zeros), weight.bits),
         }
@@ -83,10 +83,10 @@ class AwqMarlinLayout:
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations(TITLE, self.validate(tensors, meta))
         k, n = meta.in_features, meta.out_features
-        q = untile_weights(np.asarray(tensors["qweight"]), meta.bits, k, n)
+        codes = untile_codes(np.asarray(tensors["qweight"]), meta.bits, k, n)
         zeros = unpack_zero_points(np.asarray(tensors["qzeros"]), meta.bits, n)
         return QuantizedWeight(
-            codes=np.ascontiguousarray(q.T),
+            codes=codes,
             scales=unpermute_scales(np.asarray(tensors["scales"]), meta.group_size, k),
             zeros=zeros.astype(np.int32),
             g_idx=default_g_idx(k, meta.group_size),

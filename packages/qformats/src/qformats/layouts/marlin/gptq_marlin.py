@@ -24,7 +24,7 @@ from ...logical import QuantizedWeight, group_count
 from ...violations import Violation
 from ..registry import LayoutMeta
 from ._rules import act_order_reason, dims_violation, shape_reason
-from ._tiles import permute_scales, tile_weights, unpermute_scales, untile_weights
+from ._tiles import permute_scales, tile_codes, unpermute_scales, untile_codes
 
 RULE = "MARLIN"
 TITLE = "GPTQ Marlin"
@@ -52,9 +52,9 @@ class GptqMarlinLayout:
         if reason is not None:
             raise UnsupportedLayoutError(reason)
         order = np.argsort(weight.g_idx, kind="stable").astype(np.int32)
-        q = np.ascontiguousarray(weight.codes.T[order])
+        codes = weight.codes if weight.has_default_g_idx() else weight.codes[:, order]
         return {
-            "qweight": tile_weights(q, weight.bits),
+            "qweight": tile_codes(codes, weight.bits),
             "scales": permute_scales(weight.scales, weight.group_size, weight.in_features),
             "g_idx": weight.g_idx[order].astype(np.int32),
             "g_idx_sort_indices": order,
@@ -110,14 +110,17 @@ class GptqMarlinLayout:
         raise_on_violations(TITLE, self.validate(tensors, meta))
         k, n = meta.in_features, meta.out_features
         order = np.asarray(tensors["g_idx_sort_indices"]).astype(np.intp)
-        q_sorted = untile_weights(np.asarray(tensors["qweight"]), meta.bits, k, n)
-        q = np.empty_like(q_sorted)
-        q[order] = q_sorted
+        codes_sorted = untile_codes(np.asarray(tensors["qweight"]), meta.bits, k, n)
+        if np.array_equal(order, np.arange(k)):
+            codes = codes_sorted
+        else:
+            codes = np.empty_like(codes_sorted)
+            codes[:, order] = codes_sorted
         g_idx = np.empty(k, dtype=np.int32)
         g_idx[order] = np.asarray(tensors["g_idx"]).astype(np.int32)
         scales = unpermute_scales(np.asarray(tensors["scales"]), meta.group_size, k)
         return QuantizedWeight(
-            codes=np.ascontiguousarray(q.T),
+            codes=codes,
             scales=scales,
             zeros=np.full(scales.shape, 1 << (meta.bits - 1), dtype=np.int32),
             g_idx=g_idx,
