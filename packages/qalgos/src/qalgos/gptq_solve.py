@@ -7,6 +7,11 @@ Hessian in the same order. Column ``j``'s error ``e_j = (w_j - q_j) / U[j, j]`` 
 rank-1 inside a sub-block, one matmul from a finished sub-block to the rest of its block, one matmul from
 a finished block to all later columns (the lazy update). Group parameters are computed when a dynamic
 group's segment starts, at which point all of its columns are fully updated.
+
+The per-column vector operations run with one torch thread (restored afterwards): they are far below the
+size where threading pays, and waking threads for each of them costs more than the work, badly so on a
+shared machine. The block matmuls use the caller's thread count. Elementwise results do not depend on
+the thread count, so this changes speed only.
 """
 
 from __future__ import annotations
@@ -59,6 +64,22 @@ def solve(
     ``scales``/``zeros`` ``[G, out]`` hold precomputed parameters when ``plan.dynamic`` is False and are
     filled in as segments start otherwise.
     """
+    threads = torch.get_num_threads()
+    try:
+        return _solve(wt, upper, plan, spec, scales, zeros, threads)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _solve(
+    wt: torch.Tensor,
+    upper: torch.Tensor,
+    plan: ColumnPlan,
+    spec: QuantSpec,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    threads: int,
+) -> SolveOutput:
     in_, out = wt.shape
     maxq = spec.maxq
     codes_t = torch.empty(in_, out, dtype=torch.float32)
@@ -70,6 +91,7 @@ def solve(
     for b0, b1 in outer_blocks(plan, spec.block_size):
         block_err = torch.empty(b1 - b0, out, dtype=torch.float32)
         for c0, c1 in inner_blocks(plan, b0, b1, INNER_WIDTH):
+            torch.set_num_threads(1)
             for j in range(c0, c1):
                 g = group_of[j]
                 if j in seg_end:
@@ -85,6 +107,7 @@ def solve(
                 torch.sub(w, deq, out=err).div_(diag[j])
                 if j + 1 < c1:
                     wt[j + 1 : c1].addr_(upper[j, j + 1 : c1], err, alpha=-1)
+            torch.set_num_threads(threads)
             if c1 < b1:
                 wt[c1:b1].addmm_(upper[c0:c1, c1:b1].T, block_err[c0 - b0 : c1 - b0], alpha=-1)
         loss_sum += float(block_err.to(torch.float64).square().sum()) / 2

@@ -8,9 +8,9 @@ at a logarithmic number of factorisations). If none succeeds, up to six diagonal
 ``1e-6 * max|diag| * 10**j`` are added on top of the largest candidate. If that fails too the result
 carries no factor and the caller falls back to RTN.
 
-The factorisations run in float64 and the factor is rounded to float32: LAPACK's blocking depends on the
-thread count, and float64 keeps those differences far below float32 resolution, so the factor GPTQ uses
-is the same on every thread count.
+The factorisation is a recursive float32 Cholesky that also yields the triangular inverse; its small
+leaves run single-threaded, so the factor is bit-identical for every torch thread count (LAPACK's
+threaded factorisation is not).
 """
 
 from __future__ import annotations
@@ -50,43 +50,71 @@ def damp_candidates(damp_percent: float, increment: float) -> list[float]:
         k += 1
 
 
-TRIANGLE_LEAF = 128
+LEAF = 128
 
 
-def lower_triangular_inverse(lower: torch.Tensor) -> torch.Tensor:
-    """Inverse of a lower triangular ``[n, n]`` matrix by recursive halving (about n³/3 multiply-adds).
+class _NotPositiveDefinite(Exception):
+    """Internal signal: a leaf Cholesky failed."""
 
-    ``inv([[A, 0], [B, C]]) = [[A⁻¹, 0], [-C⁻¹ B A⁻¹, C⁻¹]]``; leaves are solved with a triangular solve.
+
+def _leaf(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        lower, info = torch.linalg.cholesky_ex(a)
+        if int(info) != 0:
+            raise _NotPositiveDefinite
+        eye = torch.eye(a.shape[0], dtype=a.dtype, device=a.device)
+        return lower, torch.linalg.solve_triangular(lower, eye, upper=False)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def cholesky_with_inverse(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(L, L⁻¹)`` with ``a = L Lᵀ`` for a symmetric ``[n, n]`` matrix, or None if it is not positive definite.
+
+    Recursive halving: ``L11 = chol(A)``, ``L21 = B L11⁻ᵀ``, ``L22 = chol(C - L21 L21ᵀ)``,
+    ``(L⁻¹)21 = -L22⁻¹ L21 L11⁻¹``; about 2n³/3 multiply-adds in all, nearly all in matmuls. Leaves of at
+    most 128 rows run single-threaded, so the result does not depend on the torch thread count (LAPACK's
+    threaded factorisation does), while the matmuls still use every thread.
     """
-    n = lower.shape[0]
-    if n <= TRIANGLE_LEAF:
-        eye = torch.eye(n, dtype=lower.dtype, device=lower.device)
-        return torch.linalg.solve_triangular(lower, eye, upper=False)
+    try:
+        return _recurse(a)
+    except _NotPositiveDefinite:
+        return None
+
+
+def _recurse(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n = a.shape[0]
+    if n <= LEAF:
+        return _leaf(a)
     h = n // 2
-    a_inv = lower_triangular_inverse(lower[:h, :h])
-    c_inv = lower_triangular_inverse(lower[h:, h:])
-    out = torch.zeros_like(lower)
-    out[:h, :h] = a_inv
-    out[h:, h:] = c_inv
-    out[h:, :h] = -(c_inv @ (lower[h:, :h] @ a_inv))
-    return out
+    l11, i11 = _recurse(a[:h, :h])
+    l21 = a[h:, :h] @ i11.T
+    l22, i22 = _recurse(a[h:, h:] - l21 @ l21.T)
+    lower = torch.zeros_like(a)
+    inverse = torch.zeros_like(a)
+    lower[:h, :h], lower[h:, :h], lower[h:, h:] = l11, l21, l22
+    inverse[:h, :h], inverse[h:, h:] = i11, i22
+    inverse[h:, :h] = -(i22 @ (l21 @ i11))
+    return lower, inverse
 
 
 def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
-    """Upper Cholesky factor of ``(H + add·I)⁻¹`` in float32, or None when ``H + add·I`` is not positive definite.
+    """Upper Cholesky factor of ``(H + add·I)⁻¹`` (float32), or None when ``H + add·I`` is not positive definite.
 
     With ``J`` the reversal permutation and ``J (H + add·I) J = L Lᵀ``, the wanted factor is ``J L⁻¹ J``: one
     Cholesky and one triangular inverse instead of Cholesky, inverse and a second Cholesky.
     """
-    damped = hessian.to(torch.float64).flip(0, 1)
+    damped = hessian.to(torch.float32).flip(0, 1).contiguous()
     damped.diagonal().add_(add)
-    lower, info = torch.linalg.cholesky_ex(damped)
-    if int(info) != 0:
+    factors = cholesky_with_inverse(damped)
+    if factors is None:
         return None
-    upper = lower_triangular_inverse(lower).flip(0, 1)
+    upper = factors[1].flip(0, 1)
     if not bool(torch.isfinite(upper).all()):
         return None
-    return upper.to(torch.float32)
+    return upper.contiguous()
 
 
 def damped_inverse(hessian: torch.Tensor, damp_percent: float, increment: float) -> DampedInverse:
