@@ -219,3 +219,28 @@ def test_row_blocked_dense_weight_is_bit_identical_to_the_logical_formula() -> N
     w = random_weight(np.random.default_rng(12), 300, 256, 4, 64, act_order=True)
     assert np.array_equal(dense_weight(w, "float32", rows=7), w.dequantize())
     assert np.array_equal(dense_weight(w), w.dequantize().astype(np.float16))
+
+
+@pytest.mark.parametrize(("written_as", "expected"), [("gptq_v2", "gptq_v2"), ("gptq", "gptq"), ("marlin", "marlin")])
+def test_marlin_labelled_checkpoints_are_read_by_their_tensor_shapes(
+    tmp_path: Path, written_as: str, expected: str
+) -> None:
+    # The reference writes format "marlin" with ordinary GPTQ tensors and re-tiles at load time.
+    rng = np.random.default_rng(13)
+    weights = {"m.proj": random_weight(rng, 64, 128, 4, 32, sym=True)}
+    config = {"bits": 4, "group_size": 32, "sym": True, "quant_method": "gptq", "format": "marlin"}
+    write_checkpoint(tmp_path / "ck", module_tensors(written_as, weights), quantize_config=None)
+    (tmp_path / "ck" / "quantize_config.json").write_text(json.dumps(config))
+    ck = open_checkpoint(tmp_path / "ck")
+    assert [e.layout for e in ck.modules()] == [expected]
+    assert ck.unpack(ck.modules()[0]).equals(weights["m.proj"])
+    assert bool(ck.warnings) is (written_as != "marlin")
+
+
+def test_awq_marlin_label_with_gemm_tensors_reads_as_gemm(tmp_path: Path) -> None:
+    weights = {"m.proj": random_weight(np.random.default_rng(14), 64, 128, 4, 32)}
+    config = {"bits": 4, "group_size": 32, "zero_point": True, "quant_method": "awq", "format": "marlin"}
+    write_checkpoint(tmp_path / "ck", module_tensors("gemm", weights), quantize_config=config)
+    ck = open_checkpoint(tmp_path / "ck")
+    assert [e.layout for e in ck.modules()] == ["gemm"]
+    assert ck.unpack(ck.modules()[0]).equals(weights["m.proj"])

@@ -77,16 +77,42 @@ def resolve_module(
     bits = _as_int(override.get("bits", fields.bits), prefix, "bits")
     group_size = _as_int(override.get("group_size", fields.group_size), prefix, "group_size")
     sym = bool(override.get("sym", fields.sym))
+    key = fields.layout
+    if fields.format == "marlin":
+        key = marlin_label_layout(fields.method, members, shapes, bits)
     try:
-        layout = get_layout(fields.layout)
+        layout = get_layout(key)
     except LayoutError as exc:
         raise CheckpointFormatError(f"module {prefix!r}: {exc}") from None
     stubs = {suffix: _shape_stub(*shapes[name]) for suffix, name in members.items()}
     infer = getattr(layout, "infer_meta", None)
     if infer is None:
-        raise CheckpointFormatError(f"module {prefix!r}: layout {fields.layout!r} cannot infer module dimensions")
+        raise CheckpointFormatError(f"module {prefix!r}: layout {key!r} cannot infer module dimensions")
     try:
         meta = infer(stubs, bits=bits, group_size=group_size, sym=sym, pack_dtype=fields.pack_dtype)
     except LayoutError as exc:
-        raise CheckpointFormatError(f"module {prefix!r} ({fields.layout}): {exc}") from None
-    return ModuleEntry(prefix, fields.layout, meta, dict(members))
+        raise CheckpointFormatError(f"module {prefix!r} ({key}): {exc}") from None
+    return ModuleEntry(prefix, key, meta, dict(members))
+
+
+def marlin_label_layout(
+    method: str, members: Mapping[str, str], shapes: Mapping[str, tuple[tuple[int, ...], str]], bits: int
+) -> str:
+    """The layout a ``format: marlin`` module's tensors actually follow, from their shapes.
+
+    The reference writes Marlin-labelled checkpoints with ordinary checkpoint-facing tensors (GPTQ
+    ``qweight [in*b/32, out]`` or AWQ GEMM ``qweight [in, out*b/32]``) and re-tiles at load time; tiled
+    files (``qweight [in/16, out*16*b/32]``, or a ``g_idx_sort_indices`` tensor) use our Marlin layouts.
+    GPTQ-shaped modules resolve to ``gptq``; :class:`~qformats.checkpoint.reader.Checkpoint` then picks
+    v1 or v2 from the zero words.
+    """
+    tiled_key = "awq_marlin" if method == "awq" else "marlin"
+    if "g_idx_sort_indices" in members or "qweight" not in members or "scales" not in members:
+        return tiled_key
+    q_cols = shapes[members["qweight"]][0][-1]
+    out = shapes[members["scales"]][0][-1]
+    if q_cols == out * 16 * bits // 32:
+        return tiled_key
+    if q_cols == out:
+        return "gptq"
+    return "gemm"

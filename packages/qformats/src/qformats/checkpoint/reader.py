@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -156,8 +157,25 @@ class Checkpoint:
                 entry = resolve_module(prefix, members, shapes, self.fields)
                 if entry is not None:
                     entries.append(entry)
-            self._modules = entries
+            self._modules = self._settle_marlin_labels(entries)
         return self._modules
+
+    def _settle_marlin_labels(self, entries: list[ModuleEntry]) -> list[ModuleEntry]:
+        """``format: marlin`` modules with GPTQ-layout tensors: pick v1/v2 from the zero words, and say so."""
+        plain = [e for e in entries if self.fields.format == "marlin" and e.layout == "gptq"]
+        if not plain:
+            return entries
+        from ..zero_convention import V2, detect_zero_convention
+
+        report = detect_zero_convention(self.module_tensors(plain[0]), plain[0].meta)
+        key = "gptq_v2" if report.convention == V2 and report.confidence in ("certain", "high") else "gptq"
+        message = (
+            f"{self.root}: format 'marlin' with GPTQ-layout tensors in {len(plain)} module(s) "
+            f"(the reference re-tiles at load time); read as {key!r}: {report.evidence}"
+        )
+        log.warning(message)
+        self.warnings.append(message)
+        return [replace(e, layout=key) if e.layout == "gptq" else e for e in entries]
 
     def module_tensors(self, entry: ModuleEntry) -> dict[str, np.ndarray]:
         """The module's layout tensors keyed by suffix (``qweight``, ``scales``, ...)."""
