@@ -98,3 +98,17 @@ def test_config_aliases_resolve_to_stored_types() -> None:
         tensor_type(3, "q_k")
     with pytest.raises(ConfigError, match="not a GGUF alias"):
         tensor_type("q7_0")
+
+
+def test_any_subtype_module_validates_and_unpacks() -> None:
+    from qformats.layouts.gguf import unpack_gguf, validate_gguf
+
+    dense = np.random.default_rng(4).standard_normal((3, 512)).astype(np.float32)
+    w = GGUFWeight.quantize(dense, "Q5_K")
+    tensors = {"qweight": w.qweight, "bias": np.zeros(3, np.float16)}
+    assert validate_gguf(tensors, "Q5_K", 512, 3) == []
+    assert np.array_equal(unpack_gguf(tensors, "q5_k", 512).dequantize(), w.dequantize())
+    assert [v.rule for v in validate_gguf(tensors, "Q6_K", 512, 3)] == ["GGUF-SHAPE"]
+    assert [v.rule for v in validate_gguf({**tensors, "bias": np.zeros(4)}, "Q5_K", 512, 3)] == ["GGUF-BIAS"]
+    with pytest.raises(LayoutError, match="GGUF-SHAPE"):
+        unpack_gguf(tensors, "Q4_0", 512)

@@ -9,7 +9,7 @@ from ..registry import register_layout
 from .aliases import alias_for, tensor_type
 from .codec import decode_rows, encodable_types, encode_rows
 from .layout import GGUFLayout
-from .logical import GGUFWeight
+from .logical import GGUFWeight, unpack_gguf, validate_gguf
 from .types import GGMLType, ggml_type
 
 register_layout(GGUFLayout())
@@ -24,4 +24,6 @@ __all__ = [
     "encode_rows",
     "ggml_type",
     "tensor_type",
+    "unpack_gguf",
+    "validate_gguf",
 ]
