@@ -2,7 +2,9 @@
 
 * Q1_0: 128 elements in 18 bytes: fp16 ``d`` then 16 bytes of sign bits, least significant bit
   first. Bit 1 decodes to ``+d``, bit 0 to ``-d``. The reference quantizer stores ``d`` = the block's
-  mean absolute value (``numpy.mean`` in float32, rounded to fp16) and bit = ``x >= 0``.
+  mean absolute value (``numpy.mean`` in float32, rounded to fp16) and bit = ``x >= 0``. ggml's C
+  quantizer sums ``|x|`` sequentially instead of pairwise, so in rare blocks its fp16 scale differs
+  from the reference toolkit's (and ours) by one unit in the last place; the sign bits always agree.
 * Q2_0: 64 elements in 18 bytes: fp16 ``d`` then 16 bytes of 2-bit codes, four per byte, least
   significant pair first. Code ``c`` decodes to ``(c - 1) * d``, i.e. one of ``-d, 0, +d, +2d``.
   Decoding only: the reference's Q2_0 quantizer could not be verified byte for byte, so qformats
