@@ -5,7 +5,7 @@ Build a module from a checkpoint module's tensors with :func:`quant_linear` (or 
 with :func:`select` / :func:`probe`.
 """
 
-from .build import quant_linear, quant_linear_from_weight, repack
+from .build import build_module, quant_linear, quant_linear_from_weight, repack
 from .capabilities import Capabilities
 from .contract import KernelContract
 from .device import Target, resolve_target
@@ -20,11 +20,13 @@ from .errors import (
 from .module import QuantLinear
 from .registry import AUTO, get_backend, register_backend, registered_backends
 from .selection import Candidate, Selection, probe, select
+from .weight_only import WEIGHT_ONLY_FAMILIES, load_weight_only, weight_only_linear
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AUTO",
+    "WEIGHT_ONLY_FAMILIES",
     "BackendRefusedError",
     "Candidate",
     "Capabilities",
@@ -38,7 +40,9 @@ __all__ = [
     "UnknownBackendError",
     "UnsupportedContractError",
     "__version__",
+    "build_module",
     "get_backend",
+    "load_weight_only",
     "probe",
     "quant_linear",
     "quant_linear_from_weight",
@@ -47,4 +51,5 @@ __all__ = [
     "repack",
     "resolve_target",
     "select",
+    "weight_only_linear",
 ]

@@ -13,7 +13,7 @@ import torch
 from qformats.layouts.registry import LayoutMeta
 from qformats.logical import QuantizedWeight
 
-from .checkpoint import load_checkpoint, pack_weight
+from .checkpoint import LoadedCheckpoint, load_checkpoint, pack_weight
 from .cpu_extension import ExtensionBuildError
 from .device import Target, resolve_target
 from .module import QuantLinear
@@ -21,6 +21,31 @@ from .registry import AUTO, get_backend
 from .selection import Selection, select
 
 log = logging.getLogger(__name__)
+
+
+def build_module(
+    loaded: LoadedCheckpoint,
+    *,
+    backend: str = AUTO,
+    device: str | torch.device | Target = "cpu",
+    dtype: torch.dtype = torch.float32,
+    emulate: bool = False,
+    **options: object,
+) -> QuantLinear:
+    """Select a backend for an already-read checkpoint module and build it (see :func:`quant_linear`)."""
+    target = resolve_target(device, emulate=emulate)
+    chosen = select(loaded.contract, target, dtype, backend=backend, logical=loaded.logical)
+    try:
+        module = get_backend(chosen.backend)(loaded, target, **options)
+    except ExtensionBuildError as exc:
+        if backend != AUTO:
+            raise
+        # Same results, slower kernel: logged, and the failed build is now a recorded rejection reason.
+        log.warning("qkernels: backend %r could not be built (%s); selecting again", chosen.backend, exc)
+        chosen = select(loaded.contract, target, dtype, backend=backend, logical=loaded.logical)
+        module = get_backend(chosen.backend)(loaded, target, **options)
+    module.selection = chosen  # type: ignore[assignment]
+    return module.to(target.torch_device)
 
 
 def quant_linear(
@@ -41,19 +66,7 @@ def quant_linear(
     (e.g. ``cache_dense=True`` for ``torch``). The chosen :class:`Selection` is kept as ``module.selection``.
     """
     loaded = load_checkpoint(fmt, tensors, meta, method=method)
-    target = resolve_target(device, emulate=emulate)
-    chosen = select(loaded.contract, target, dtype, backend=backend, logical=loaded.logical)
-    try:
-        module = get_backend(chosen.backend)(loaded, target, **options)
-    except ExtensionBuildError as exc:
-        if backend != AUTO:
-            raise
-        # Same results, slower kernel: logged, and the failed build is now a recorded rejection reason.
-        log.warning("qkernels: backend %r could not be built (%s); selecting again", chosen.backend, exc)
-        chosen = select(loaded.contract, target, dtype, backend=backend, logical=loaded.logical)
-        module = get_backend(chosen.backend)(loaded, target, **options)
-    module.selection = chosen  # type: ignore[assignment]
-    return module.to(target.torch_device)
+    return build_module(loaded, backend=backend, device=device, dtype=dtype, emulate=emulate, **options)
 
 
 def quant_linear_from_weight(
@@ -96,13 +109,7 @@ def repack(
     chosen = select(module.contract, target, act_dtype, backend=backend, logical=module.logical)
     if chosen.backend == module.NAME and target == module.target and not options:
         return module
-    return quant_linear(
-        module.format,
-        module.checkpoint_tensors(),
-        module.meta,
-        backend=chosen.backend,
-        device=target,
-        dtype=act_dtype,
-        method=module.contract.method,
-        **options,
-    )
+    tensors = module.checkpoint_tensors()
+    bias = tensors.pop("bias", None)
+    loaded = LoadedCheckpoint(module.format, module.meta, tensors, bias, module.logical, module.contract)
+    return build_module(loaded, backend=chosen.backend, device=target, dtype=act_dtype, **options)

@@ -31,7 +31,8 @@ class Capabilities:
     ``formats``/``group_sizes`` of ``None`` mean "any"; ``in_multiple``/``out_multiple`` are the shape
     alignment the kernel needs; ``group_divides_in`` asks ``in_features`` to be a whole number of groups;
     ``group_multiple`` is the granularity a group size must have (``-1`` always passes); ``priority``
-    orders AUTO candidates (higher first; 0 = explicit use only).
+    orders AUTO candidates (higher first; 0 = explicit use only); ``logical_kinds`` are the logical weight
+    forms the kernel reads (``"integer"`` = ``QuantizedWeight``).
     """
 
     methods: frozenset[str]
@@ -48,11 +49,14 @@ class Capabilities:
     out_multiple: int = 1
     group_divides_in: bool = False
     group_multiple: int = 1
+    logical_kinds: frozenset[str] = frozenset({"integer"})
 
     def reasons(self, contract: KernelContract, target: Target, dtype: torch.dtype) -> list[str]:
         """Every way ``contract`` on ``target`` with activations ``dtype`` falls outside this declaration."""
         out: list[str] = []
         c = contract
+        if c.logical_kind not in self.logical_kinds:
+            out.append(f"logical weight kind {c.logical_kind!r} not in {_names(self.logical_kinds)}")
         if c.method not in self.methods:
             out.append(f"method {c.method!r} not in {_names(self.methods)}")
         if self.formats is not None and c.format not in self.formats:

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -62,6 +62,8 @@ def load_checkpoint(
     logical = get_layout(fmt).unpack(arrays, meta)
     act_order = isinstance(logical, QuantizedWeight) and not logical.has_default_g_idx()
     contract = KernelContract.from_meta(fmt, meta, method=method, act_order=act_order)
+    if not isinstance(logical, QuantizedWeight):
+        contract = replace(contract, logical_kind=type(logical).__name__)
     return LoadedCheckpoint(fmt, meta, arrays, bias, logical, contract)
 
 

@@ -36,7 +36,9 @@ class KernelContract:
 
     ``in_features``/``out_features`` are the logical (unpadded) dimensions; ``act_order`` is True when
     the layer's ``g_idx`` is not the natural ``i // group_size`` map; ``pack_dtype`` names the numpy
-    dtype of the layout's packed words.
+    dtype of the layout's packed words; ``logical_kind`` is ``"integer"`` for a ``QuantizedWeight``
+    (``scales * (codes - zeros)``) and names the codebook family otherwise (``"fp8"``, ``"bnb4"``,
+    ``"bnb8"``, ``"gguf_blocks"``).
     """
 
     method: str
@@ -48,6 +50,7 @@ class KernelContract:
     out_features: int
     act_order: bool = False
     pack_dtype: str = "int32"
+    logical_kind: str = "integer"
 
     @classmethod
     def from_meta(
@@ -71,6 +74,8 @@ class KernelContract:
         gs = "per-channel" if self.group_size == -1 else f"g{self.group_size}"
         sym = "sym" if self.sym else "asym"
         act = ", act-order" if self.act_order else ""
+        if self.logical_kind != "integer":
+            act += f", {self.logical_kind}"
         return (
             f"{self.method}/{self.format} {self.bits}-bit {gs} {sym}{act} "
             f"[{self.out_features}x{self.in_features}] pack {self.pack_dtype}"

@@ -1,8 +1,9 @@
 """The torch reference backend: dequantize, then ``torch.nn.functional.linear``.
 
-Serves every layout registered in qformats whose unpack gives an integer-code ``QuantizedWeight`` (GPTQ
-and AWQ families: any bits, group size, symmetry and g_idx) or a logical object with ``dequantize()``
-(FP8, NF4/FP4/int8, GGUF blocks). Every device and activation dtype. The dense weight is rebuilt per call
+Serves every layout registered in qformats (its unpack gives an integer-code ``QuantizedWeight``: GPTQ and
+AWQ families at any bits, group size, symmetry and g_idx; Marlin; GGUF type-0) and the weight-only families
+read by :mod:`qkernels.weight_only` (FP8, bitsandbytes NF4/FP4/int8, every GGUF block type), whose logical
+objects offer ``dequantize()``. Every device and activation dtype. The dense weight is rebuilt per call
 in float32 (bit-identical to ``QuantizedWeight.dequantize``), then cast to the activation dtype;
 ``cache_dense=True`` keeps the cast weight for repeated calls (memory: ``out * in`` elements).
 """
@@ -40,11 +41,12 @@ class TorchReferenceLinear(QuantLinear):
         dtypes=frozenset({torch.float32, torch.bfloat16, torch.float16}),
         pack_dtypes=None,
         priority=10,
+        logical_kinds=frozenset({"integer", "fp8", "bnb4", "bnb8", "gguf_blocks"}),
     )
 
     @classmethod
     def runtime_reasons(cls, contract: KernelContract, target: Target) -> list[str]:
-        if contract.format not in registered_layouts():
+        if contract.logical_kind == "integer" and contract.format not in registered_layouts():
             return [f"format {contract.format!r} has no layout registered in qformats"]
         return []
 

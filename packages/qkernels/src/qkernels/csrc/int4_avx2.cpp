@@ -40,29 +40,40 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// Decode-as-you-go: best when few activation rows share the weight.
+// Decode-as-you-go: best when few activation rows share the weight. Two accumulators per row (even and
+// odd nibble positions) give eight independent FMA chains, enough to hide the FMA latency.
 void rows_direct(const float* x, int64_t M, int64_t K, const int32_t* w, const float* s16, int64_t G,
                  int64_t halves_per_group, float* out, int64_t N, int64_t n0) {
   const int64_t blocks = K / 64;
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = x + m * K;
-    __m256 total[kRows], acc[kRows];
-    for (int r = 0; r < kRows; ++r) { total[r] = _mm256_setzero_ps(); acc[r] = _mm256_setzero_ps(); }
+    __m256 total[kRows], even[kRows], odd[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      total[r] = _mm256_setzero_ps();
+      even[r] = _mm256_setzero_ps();
+      odd[r] = _mm256_setzero_ps();
+    }
     int64_t half = 0;
     for (int64_t b = 0; b < blocks; ++b) {
       __m256i v[kRows];
       for (int r = 0; r < kRows; ++r) v[r] = _mm256_loadu_si256((const __m256i*)(w + ((n0 + r) * blocks + b) * 8));
       for (int h = 0; h < 2; ++h, ++half) {
-        for (int jj = 0; jj < 4; ++jj) {
+        for (int jj = 0; jj < 4; jj += 2) {
           const int j = h * 4 + jj;
-          const __m256 xv = _mm256_loadu_ps(xm + b * 64 + j * 8);
-          for (int r = 0; r < kRows; ++r) acc[r] = _mm256_fmadd_ps(xv, decode(v[r], j), acc[r]);
+          const __m256 x0 = _mm256_loadu_ps(xm + b * 64 + j * 8);
+          const __m256 x1 = _mm256_loadu_ps(xm + b * 64 + j * 8 + 8);
+          for (int r = 0; r < kRows; ++r) {
+            even[r] = _mm256_fmadd_ps(x0, decode(v[r], j), even[r]);
+            odd[r] = _mm256_fmadd_ps(x1, decode(v[r], j + 1), odd[r]);
+          }
         }
         if ((half + 1) % halves_per_group == 0) {
           const int64_t g = half / halves_per_group;
           for (int r = 0; r < kRows; ++r) {
-            total[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(s16[(n0 + r) * G + g]), total[r]);
-            acc[r] = _mm256_setzero_ps();
+            const __m256 a = _mm256_add_ps(even[r], odd[r]);
+            total[r] = _mm256_fmadd_ps(a, _mm256_set1_ps(s16[(n0 + r) * G + g]), total[r]);
+            even[r] = _mm256_setzero_ps();
+            odd[r] = _mm256_setzero_ps();
           }
         }
       }
@@ -71,7 +82,8 @@ void rows_direct(const float* x, int64_t M, int64_t K, const int32_t* w, const f
   }
 }
 
-// Decode one group of kRows rows into a small buffer, then stream every activation row over it.
+// Decode one group of kRows rows into a small buffer, then stream the activation rows over it two at a
+// time (2 x kRows = 8 independent FMA chains, 6 loads per 8 FMAs).
 void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const float* s16, int64_t G,
                    int64_t group, float* out, int64_t N, int64_t n0, float* buf, __m256* total) {
   const int64_t blocks = K / 64;
@@ -88,7 +100,27 @@ void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const
     }
     __m256 sc[kRows];
     for (int r = 0; r < kRows; ++r) sc[r] = _mm256_set1_ps(s16[(n0 + r) * G + g]);
-    for (int64_t m = 0; m < M; ++m) {
+    int64_t m = 0;
+    for (; m + 1 < M; m += 2) {
+      const float* x0p = x + m * K + k0;
+      const float* x1p = x0p + K;
+      __m256 a0[kRows], a1[kRows];
+      for (int r = 0; r < kRows; ++r) { a0[r] = _mm256_setzero_ps(); a1[r] = _mm256_setzero_ps(); }
+      for (int64_t k = 0; k < group; k += 8) {
+        const __m256 x0 = _mm256_loadu_ps(x0p + k);
+        const __m256 x1 = _mm256_loadu_ps(x1p + k);
+        for (int r = 0; r < kRows; ++r) {
+          const __m256 wv = _mm256_loadu_ps(buf + r * group + k);
+          a0[r] = _mm256_fmadd_ps(x0, wv, a0[r]);
+          a1[r] = _mm256_fmadd_ps(x1, wv, a1[r]);
+        }
+      }
+      for (int r = 0; r < kRows; ++r) {
+        total[m * kRows + r] = _mm256_fmadd_ps(a0[r], sc[r], total[m * kRows + r]);
+        total[(m + 1) * kRows + r] = _mm256_fmadd_ps(a1[r], sc[r], total[(m + 1) * kRows + r]);
+      }
+    }
+    for (; m < M; ++m) {
       const float* xm = x + m * K + k0;
       __m256 acc[kRows];
       for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
@@ -99,8 +131,8 @@ void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const
       for (int r = 0; r < kRows; ++r) total[m * kRows + r] = _mm256_fmadd_ps(acc[r], sc[r], total[m * kRows + r]);
     }
   }
-  for (int64_t m = 0; m < M; ++m)
-    for (int r = 0; r < kRows; ++r) out[m * N + n0 + r] = hsum(total[m * kRows + r]);
+  for (int64_t mm = 0; mm < M; ++mm)
+    for (int r = 0; r < kRows; ++r) out[mm * N + n0 + r] = hsum(total[mm * kRows + r]);
 }
 
 }  // namespace

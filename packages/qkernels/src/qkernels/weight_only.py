@@ -1,0 +1,126 @@
+"""Weight-only families outside the layout registry: FP8, bitsandbytes NF4/FP4/int8, GGUF block types.
+
+Their logical objects (``qformats.layouts.fp8.FP8Weight``, ``qformats.layouts.bnb.BnB4Weight`` /
+``BnB8Weight``, ``qformats.layouts.gguf.GGUFWeight``) are not ``scales * (codes - zeros)`` integers; they
+offer ``dequantize() -> float32 [out, in]``, which the ``torch`` reference backend serves. Module tensors:
+
+* ``fp8``: ``weight`` (FP8 bit patterns, uint8 ``[out, in]``), ``weight_scale_inv`` float32; the scheme
+  comes from ``config`` (format, weight_scale_method, weight_block_size, weight_scale_semantics).
+* ``bitsandbytes``: 4-bit ``weight`` uint8 packed plus its quant-state tensors (either naming); 8-bit
+  ``weight`` int8 ``[out, in]`` plus ``weight_scb`` (or ``SCB``).
+* ``gguf``: ``qweight`` uint8 ``[out, row_bytes]`` of the ggml type ``qtype`` (Q4_K, Q6_K, Q8_0, ...).
+
+Every family may carry a ``bias``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from qformats.layouts.bnb import unpack_bnb4, unpack_bnb8
+from qformats.layouts.fp8 import unpack_fp8
+from qformats.layouts.gguf import GGUFWeight
+from qformats.layouts.registry import LayoutMeta
+
+from .build import build_module
+from .checkpoint import LoadedCheckpoint, to_numpy
+from .contract import KernelContract
+from .device import Target
+from .errors import KernelInputError
+from .module import QuantLinear
+from .registry import AUTO
+
+WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf")
+
+
+def _shape(logical: Any) -> tuple[int, ...]:
+    """``[out, in]`` of a weight-only logical object, read from its fields (nothing is dequantized)."""
+    if isinstance(logical, GGUFWeight):
+        return (logical.out_features, logical.in_features)
+    if hasattr(logical, "codes") and isinstance(logical.codes, np.ndarray):  # FP8Weight
+        return tuple(logical.codes.shape)
+    if hasattr(logical, "scb"):  # BnB8Weight
+        return tuple(logical.weight.shape)
+    return tuple(int(d) for d in logical.shape)  # BnB4Weight
+
+
+def _read(
+    family: str,
+    arrays: dict[str, np.ndarray],
+    config: Mapping[str, Any],
+    semantics: str | None,
+    qtype: str | None,
+    in_features: int,
+) -> tuple[object, str, int, int]:
+    """(logical, logical_kind, bits, group_size) of one module's tensors."""
+    if family == "fp8":
+        return unpack_fp8(arrays, config, semantics), "fp8", 8, -1
+    if family == "bitsandbytes":
+        weight = arrays.get("weight")
+        if weight is None:
+            raise KernelInputError("bitsandbytes: tensor 'weight' is missing")
+        if weight.dtype == np.int8:
+            return unpack_bnb8(arrays), "bnb8", 8, -1
+        w4 = unpack_bnb4(arrays)
+        return w4, "bnb4", 4, int(w4.blocksize)
+    if family == "gguf":
+        if qtype is None:
+            raise KernelInputError("gguf: pass qtype= (the ggml type is not recoverable from the block bytes)")
+        if "qweight" not in arrays:
+            raise KernelInputError("gguf: tensor 'qweight' is missing")
+        w = GGUFWeight(arrays["qweight"], qtype, in_features)
+        digits = re.search(r"\d+", w.type.name)
+        return w, "gguf_blocks", int(digits.group()) if digits else 8, int(w.type.block_size)
+    raise KernelInputError(f"family {family!r}: expected one of {', '.join(WEIGHT_ONLY_FAMILIES)}")
+
+
+def load_weight_only(
+    family: str,
+    tensors: Mapping[str, object],
+    *,
+    in_features: int,
+    out_features: int,
+    config: Mapping[str, Any] | None = None,
+    semantics: str | None = None,
+    qtype: str | None = None,
+) -> LoadedCheckpoint:
+    """Copy and read one weight-only module (see the module docstring); raises naming the tensor."""
+    arrays = {str(k): to_numpy(str(k), v) for k, v in tensors.items()}
+    bias = arrays.pop("bias", None)
+    if bias is not None and bias.shape != (out_features,):
+        raise KernelInputError(f"tensor 'bias': expected shape ({out_features},), found {bias.shape}")
+    logical, kind, bits, group = _read(family, arrays, config or {}, semantics, qtype, in_features)
+    if _shape(logical) != (out_features, in_features):
+        raise KernelInputError(
+            f"{family}: expected a [{out_features}, {in_features}] weight, found {list(_shape(logical))}"
+        )
+    meta = LayoutMeta(bits=bits, group_size=group, in_features=in_features, out_features=out_features, sym=True)
+    contract = KernelContract.from_meta(family, meta, method=family)
+    contract = KernelContract(**{**contract.__dict__, "logical_kind": kind})
+    return LoadedCheckpoint(family, meta, arrays, bias, logical, contract)
+
+
+def weight_only_linear(
+    family: str,
+    tensors: Mapping[str, object],
+    *,
+    in_features: int,
+    out_features: int,
+    config: Mapping[str, Any] | None = None,
+    semantics: str | None = None,
+    qtype: str | None = None,
+    backend: str = AUTO,
+    device: str | torch.device | Target = "cpu",
+    dtype: torch.dtype = torch.float32,
+    **options: object,
+) -> QuantLinear:
+    """A module for one FP8 / bitsandbytes / GGUF module's tensors, selected and built like ``quant_linear``."""
+    loaded = load_weight_only(
+        family, tensors, in_features=in_features, out_features=out_features, config=config,
+        semantics=semantics, qtype=qtype,
+    )  # fmt: skip
+    return build_module(loaded, backend=backend, device=device, dtype=dtype, **options)

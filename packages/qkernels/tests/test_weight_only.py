@@ -1,0 +1,98 @@
+"""FP8, bitsandbytes NF4/FP4/int8 and GGUF block types through the torch reference backend."""
+
+import numpy as np
+import pytest
+import torch
+from qformats.layouts.bnb import BnB4Weight, BnB8Weight, pack_bnb4, pack_bnb8
+from qformats.layouts.fp8 import FP8Weight, pack_fp8
+from qformats.layouts.gguf import GGUFWeight
+from qkernels import (
+    BackendRefusedError,
+    KernelInputError,
+    probe,
+    repack,
+    select,
+    weight_only_linear,
+)
+from qkernels.testing.cases import TOLERANCE_EPS
+
+OUT, IN = 32, 256
+
+
+def dense() -> np.ndarray:
+    return (np.random.default_rng(3).standard_normal((OUT, IN)) * 0.05).astype(np.float32)
+
+
+def fp8_module_tensors() -> tuple[dict[str, np.ndarray], object, dict[str, object]]:
+    w = FP8Weight.quantize(dense(), method="row")
+    return (
+        pack_fp8(w),
+        w,
+        {"format": "float8_e4m3fn", "weight_scale_method": "row", "weight_scale_semantics": "inverse"},
+    )
+
+
+def cases() -> list[tuple[str, dict[str, np.ndarray], object, dict[str, object], str | None]]:
+    out = []
+    tensors, w, config = fp8_module_tensors()
+    out.append(("fp8", tensors, w, config, None))
+    for quant_type in ("nf4", "fp4"):
+        w4 = BnB4Weight.quantize(dense(), quant_type=quant_type, blocksize=64)
+        out.append(("bitsandbytes", pack_bnb4(w4), w4, {}, None))
+    w8 = BnB8Weight.quantize(dense())
+    out.append(("bitsandbytes", pack_bnb8(w8), w8, {}, None))
+    for qtype in ("Q4_K", "Q6_K", "Q8_0"):
+        g = GGUFWeight.quantize(dense(), qtype)
+        out.append(("gguf", {"qweight": g.qweight}, g, {}, qtype))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", cases(), ids=lambda c: f"{c[0]}-{getattr(c[2], 'quant_type', c[4] or '')}")
+def test_reference_serves_every_weight_only_family(case: tuple, dtype: torch.dtype) -> None:  # type: ignore[type-arg]
+    family, tensors, logical, config, qtype = case
+    bias = np.linspace(-1, 1, OUT).astype(np.float16)
+    m = weight_only_linear(
+        family, {**tensors, "bias": bias}, in_features=IN, out_features=OUT, config=config, qtype=qtype, dtype=dtype
+    )
+    assert m.NAME == "torch"
+    w = torch.from_numpy(logical.dequantize()).double()  # type: ignore[attr-defined]
+    for batch in (1, 32):
+        x = torch.randn(batch, IN, generator=torch.Generator().manual_seed(batch)).to(dtype)
+        ref = x.double() @ w.T + torch.from_numpy(bias.astype(np.float64))
+        tol = 4 * TOLERANCE_EPS[dtype] * (x.double().abs() @ w.abs().T + ref.abs() + 1)
+        y = m(x)
+        assert y.dtype == dtype and bool(((y.double() - ref).abs() <= tol).all())
+    saved = m.checkpoint_tensors()
+    assert sorted(saved) == sorted([*tensors, "bias"])
+    again = repack(m, "torch", dtype=dtype, cache_dense=True).checkpoint_tensors()
+    for name, arr in tensors.items():
+        assert saved[name].dtype == arr.dtype and np.array_equal(saved[name], arr)
+        assert np.array_equal(again[name], arr)
+
+
+def test_fast_backends_refuse_codebook_weights_with_the_reason() -> None:
+    tensors, _, config = fp8_module_tensors()
+    m = weight_only_linear("fp8", tensors, in_features=IN, out_features=OUT, config=config)
+    reasons = probe(m.contract, "cpu", torch.bfloat16)
+    assert all("logical weight kind 'fp8'" in r[0] for name, r in reasons.items() if name != "torch")
+    with pytest.raises(BackendRefusedError, match="logical weight kind 'fp8'"):
+        select(m.contract, "cpu", torch.bfloat16, backend="cpu_int4")
+
+
+def test_gguf_k_types_are_not_mistaken_for_the_int4_kernels() -> None:
+    g = GGUFWeight.quantize(dense(), "Q4_K")
+    m = weight_only_linear("gguf", {"qweight": g.qweight}, in_features=IN, out_features=OUT, qtype="Q4_K")
+    assert m.contract.bits == 4 and m.contract.group_size == 256
+    rejected = {c.name: c.reasons for c in m.selection.rejected}
+    assert "logical weight kind 'gguf_blocks' not in {integer}" in rejected["cpu_int4"]
+
+
+def test_weight_only_errors_name_what_is_wrong() -> None:
+    tensors, _, config = fp8_module_tensors()
+    with pytest.raises(KernelInputError, match=r"expected a \[16, 256\] weight, found \[32, 256\]"):
+        weight_only_linear("fp8", tensors, in_features=IN, out_features=16, config=config)
+    with pytest.raises(KernelInputError, match="qtype="):
+        weight_only_linear("gguf", {"qweight": np.zeros((OUT, 10), np.uint8)}, in_features=IN, out_features=OUT)
+    with pytest.raises(KernelInputError, match="family 'nf4'"):
+        weight_only_linear("nf4", tensors, in_features=IN, out_features=OUT)
