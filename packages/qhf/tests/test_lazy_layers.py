@@ -21,7 +21,16 @@ def test_layers_materialize_in_order_and_dense_weights_are_dropped(tmp_path, tok
         return original(index)
 
     qm.source.materialize_layer = spy  # type: ignore[method-assign]
+    caches: list[object] = []
+
+    def record(_module, _args, kwargs):
+        caches.append(kwargs.get("past_key_values"))
+
+    handle = qm.model.get_submodule("model.layers.1").register_forward_pre_hook(record, with_kwargs=True)
     summary = qm.quantize(samples=4, length=32)
+    handle.remove()
+    # replayed layer calls never carry a KV cache (it would grow with every capture forward)
+    assert caches and all(c is None for c in caches)
     # each layer is materialized once, in order, while every later layer is still on meta
     assert [i for i, _ in seen] == [0, 1, 2, 3]
     for index, pending in seen:

@@ -107,3 +107,17 @@ def test_verification_catches_a_corrupted_checkpoint(tmp_path, tiny_dirs) -> Non
     report = verify_checkpoint(out, qm.model, qm.results, qm.source.stored, qm.probe_ids())
     assert not report.passed
     assert any("q_proj" in p for p in report.problems)
+
+
+def test_batched_calibration_with_a_tokenizer_that_cannot_pad(tiny_dirs) -> None:
+    from tiny_models import build_tokenizer
+
+    qm = qhf.load(tiny_dirs("llama"), {"method": "gptq"}, tokenizer=build_tokenizer(with_specials=False))
+    with pytest.raises(qhf.TokenizerError, match="cannot pad"):
+        qm.quantize(calibration=["some text " * 20, "more text " * 30], batch_size=2)
+
+
+def test_batched_calibration_pads_with_eos_and_records_it(tiny_dirs) -> None:
+    qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "group_size": 32})
+    summary = qm.quantize(calibration=["some text " * 20, "more text " * 30], batch_size=2)
+    assert "eos_token" in summary["tokenizer_note"] and summary["calibration"]["rows"] == 2

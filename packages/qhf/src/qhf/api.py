@@ -40,10 +40,6 @@ class QuantModel:
         self.tokenizer = tokenizer
         self.results: QuantizedModules | None = None
         self.summary: dict[str, Any] = {"source": str(source.path), "model_type": source.config.model_type}
-        if tokenizer is not None:
-            note = ensure_padding(tokenizer)
-            if note:
-                self.summary["tokenizer_note"] = note
 
     @property
     def model(self) -> nn.Module:
@@ -59,10 +55,24 @@ class QuantModel:
             self.summary["calibration_source"] = {**corpus_identity(), "split": "calibration (even documents)"}
         else:
             self.summary["calibration_source"] = "user"
+        if batch_size > 1:  # batches of unequal rows are padded: the tokenizer must be able to
+            if self.tokenizer is None:
+                raise StateError("quantize: batch_size > 1 needs a tokenizer to pad with; pass tokenizer= to load")
+            note = ensure_padding(self.tokenizer)
+            if note:
+                self.summary["tokenizer_note"] = note
         pad = getattr(self.tokenizer, "pad_token_id", None) if self.tokenizer is not None else None
+        tok = self.tokenizer
+        chat = None
+        if tok is not None and getattr(tok, "chat_template", None):
+
+            def chat(messages: list[dict[str, str]]) -> str:
+                return str(tok.apply_chat_template(messages, tokenize=False))
+
         return prepare_calibration(
             data,
-            tokenizer=self.tokenizer,
+            tokenizer=(lambda text: [int(i) for i in tok(text)["input_ids"]]) if tok is not None else None,
+            chat_template=chat,
             max_length=getattr(self.source.config, "max_position_embeddings", None),
             batch_size=batch_size,
             pad_token_id=int(pad) if pad is not None else 0,
@@ -110,16 +120,23 @@ class QuantModel:
             replace_module=kernel_replacer(settings, self.source.dtype, backend),
             progress=progress,
         )
-        run = quantize_model(
-            self.model,
-            looper_definition(self.source.definition, self.source.config),
-            cal,
-            spec,
-            processor,
-            format=settings.format,
-            checkpoint=checkpoint,
-            options=options,
-        )
+        # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
+        # created there would be captured too and grow with every replay, so caching is off meanwhile.
+        use_cache = getattr(self.model.config, "use_cache", None)
+        self.model.config.use_cache = False
+        try:
+            run = quantize_model(
+                self.model,
+                looper_definition(self.source.definition, self.source.config),
+                cal,
+                spec,
+                processor,
+                format=settings.format,
+                checkpoint=checkpoint,
+                options=options,
+            )
+        finally:
+            self.model.config.use_cache = use_cache
         rows = {r.module: r for r in run.report}
         self.results = {}
         for name, done in run.modules.items():

@@ -44,9 +44,8 @@ class QuantizedCausalLM:
     def generate_text(self, prompt: str, max_new_tokens: int = 32) -> str:
         """Greedy continuation of ``prompt`` (decoded, prompt excluded)."""
         ids = self.tokenizer(prompt, return_tensors="pt")
-        out = self.model.generate(
-            **ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=self.tokenizer.pad_token_id
-        )
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        out = self.model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
         return str(self.tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
 
 
@@ -88,8 +87,7 @@ def build_quantized_model(
         )
     materialize_names(model, wanted, lambda n: checkpoint.reader.get(n, dtype), dtype)
     if tied:
-        model.get_submodule(definition.lm_head).weight = model.get_submodule(definition.base_modules[0]).weight
-    del embed
+        model.get_submodule(definition.lm_head).weight = model.get_submodule(embed.rsplit(".", 1)[0]).weight
     for buffer_name, buffer in model.named_buffers():
         if buffer.device.type == "meta":
             raise SourceFormatError(f"buffer {buffer_name!r} was left on the meta device")
@@ -100,11 +98,10 @@ def load_quantized(
     path: str | Path, backend: str = AUTO, *, dtype: torch.dtype = torch.float32, tokenizer: Any = None
 ) -> QuantizedCausalLM:
     """Load a quantized checkpoint directory for inference (see the module docstring)."""
-    from .tokenizer import ensure_padding, load_tokenizer
+    from .tokenizer import load_tokenizer
 
     checkpoint = open_quantized_checkpoint(path)
     model, definition, backends = build_quantized_model(checkpoint, backend=backend, dtype=dtype)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)
-    ensure_padding(tokenizer)
     return QuantizedCausalLM(model, tokenizer, checkpoint.settings, definition, Path(path), backends)
