@@ -1,12 +1,12 @@
 """Resume: a boundary extension that commits loop state to a qcheckpoint store and restores it on start.
 
 At a due boundary (every ``interval`` layers, the last step, or when SIGINT/SIGTERM asked to stop) it
-quiesces the finalizers, then stores as artifacts every completed module (layout tensors + bias, and
-its logical weight) and every completed layer's dense state (reconstructed weights, folded AWQ scales),
-and as the continuation the next layer's input cache, the report, processor state and the torch,
-numpy and Python RNG states; then commits with the cursor. On start, a stored generation with an equal
-identity is restored before any step runs: layer states, modules (offloaded or replaced again as the
-options say), report, caches, processor state, RNGs; completed layers are not run again.
+quiesces the finalizers, then stores one artifact per completed layer: its dense state (reconstructed weights,
+folded AWQ scales; copied when the layer was solved, before any module replacement) and its finished modules
+(layout tensors, bias, logical weight); and as the continuation the next layer's input cache, the report,
+processor state and the torch, numpy and Python RNG states; then commits with the cursor. On start, a stored
+generation with an equal identity is restored before any step runs: layer states, modules (offloaded or
+replaced again as the options say), report, caches, processor state, RNGs; completed layers are not run again.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import numpy as np
 import torch
 from qcheckpoint import CheckpointStore, cooperative_stop, encode_continuation
 from qformats.logical import QuantizedWeight
-from safetensors.numpy import load as np_load
-from safetensors.numpy import save as np_save
 from safetensors.torch import load as torch_load
 from safetensors.torch import save as torch_save
 
@@ -56,26 +54,43 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
 
 
-def _logical_bytes(weight: QuantizedWeight) -> bytes:
-    meta = {"bits": str(weight.bits), "group_size": str(weight.group_size), "sym": str(weight.sym)}
-    meta["meta"] = json.dumps(weight.meta, sort_keys=True, default=str)
-    return np_save({f: np.ascontiguousarray(getattr(weight, f)) for f in LOGICAL_FIELDS}, metadata=meta)
+def _layer_bundle(state: dict[str, torch.Tensor], finalized: dict[str, FinalizedModule], layer_name: str) -> bytes:
+    """One safetensors blob per completed layer: its dense state (``state|<param>``) and every finished module
+    of the layer (``<module>|packed|<tensor>``, ``<module>|bias``, ``<module>|logical|<field>``)."""
+    prefix = f"{layer_name}."
+    tensors = {f"state|{k}": v for k, v in state.items()}
+    meta: dict[str, Any] = {}
+    for name, done in finalized.items():
+        if not name.startswith(prefix):
+            continue
+        arrays = {f"{name}|packed|{k}": v for k, v in done.tensors().items()}
+        if done.bias is not None:
+            arrays[f"{name}|bias"] = done.bias
+        arrays.update({f"{name}|logical|{f}": getattr(done.weight, f) for f in LOGICAL_FIELDS})
+        tensors.update({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()})
+        w = done.weight
+        meta[name] = {"format": done.format, "seconds": done.seconds, "bits": w.bits, "group_size": w.group_size}
+        meta[name].update({"sym": w.sym, "meta": json.dumps(w.meta, sort_keys=True, default=str)})
+    return torch_save(tensors, metadata={"modules": json.dumps(meta, sort_keys=True)})
 
 
-def _logical_from(data: bytes) -> QuantizedWeight:
-    arrays = np_load(data)
+def _read_bundle(data: bytes) -> tuple[dict[str, torch.Tensor], list[FinalizedModule]]:
+    """The layer state and the finished modules of a :func:`_layer_bundle` blob."""
+    tensors = torch_load(data)
     header_len = int.from_bytes(data[:8], "little")
-    meta = json.loads(data[8 : 8 + header_len])["__metadata__"]
-    return QuantizedWeight(
-        codes=arrays["codes"],
-        scales=arrays["scales"],
-        zeros=arrays["zeros"],
-        g_idx=arrays["g_idx"],
-        bits=int(meta["bits"]),
-        group_size=int(meta["group_size"]),
-        sym=meta["sym"] == "True",
-        meta=json.loads(meta["meta"]),
-    )
+    meta = json.loads(json.loads(data[8 : 8 + header_len])["__metadata__"]["modules"])
+    state = {k[len("state|") :]: v for k, v in tensors.items() if k.startswith("state|")}
+    found = []
+    for name, info in meta.items():
+        logical = {f: tensors[f"{name}|logical|{f}"].numpy() for f in LOGICAL_FIELDS}
+        weight = QuantizedWeight(
+            **logical, bits=info["bits"], group_size=info["group_size"], sym=info["sym"], meta=json.loads(info["meta"])
+        )
+        marker = f"{name}|packed|"
+        packed = {k[len(marker) :]: v.numpy() for k, v in tensors.items() if k.startswith(marker)}
+        bias = tensors[f"{name}|bias"].numpy() if f"{name}|bias" in tensors else None
+        found.append(FinalizedModule(name, info["format"], weight, packed, bias, seconds=info["seconds"]))
+    return state, found
 
 
 class CheckpointExtension:
@@ -89,6 +104,8 @@ class CheckpointExtension:
         self.loop = loop
         self.artifacts: dict[str, str] = {}
         self.last_committed = 0
+        self.bundled = 0  # layers [0, bundled) are stored as artifacts
+        self._layer_states: dict[str, dict[str, torch.Tensor]] = {}  # solved, not yet stored
 
     @property
     def state(self) -> LoopState:
@@ -104,30 +121,30 @@ class CheckpointExtension:
             raise ResumeError(f"checkpoint continuation: expected version {CONTINUATION_VERSION}, found {tree!r:.80}")
         self._restore(loaded, tree)
         self.artifacts = dict(loaded.artifacts)
-        self.last_committed = loaded.cursor
+        self.last_committed = self.bundled = loaded.cursor
         return int(loaded.cursor)
 
     def _restore(self, loaded: Any, tree: dict[str, Any]) -> None:
         state, options = self.state, self.loop.options
-        for position in range(loaded.cursor):
-            name, layer = state.layers[position]
-            tensors = torch_load(loaded.read_object(loaded.artifacts[f"layer:{name}"]))
-            layer.load_state_dict(tensors, strict=True)
         offload = Path(options.offload_dir) if options.offload_dir is not None else None
         modules = dict(self.loop.model.named_modules())
-        for name, info in json.loads(tree["modules"]).items():
-            packed = np_load(loaded.read_object(loaded.artifacts[f"module:{name}"]))
-            bias = packed.pop("bias", None)
-            weight = _logical_from(loaded.read_object(loaded.artifacts[f"logical:{name}"]))
-            done = FinalizedModule(name, info["format"], weight, packed, bias, seconds=info["seconds"])
-            if offload is not None:
-                done.offload_path = _write_offload(offload, name, packed if bias is None else {**packed, "bias": bias})
-                done.packed = None
-            if options.replace_module is not None:
-                new = options.replace_module(name, modules[name], done)
-                if new is not None:
-                    install_module(self.loop.model, name, new)
-            state.finalized[name] = done
+        for position in range(loaded.cursor):
+            name, layer = state.layers[position]
+            layer_state, finished = _read_bundle(loaded.read_object(loaded.artifacts[f"layer:{name}"]))
+            try:
+                layer.load_state_dict(layer_state, strict=True)
+            except RuntimeError as exc:
+                raise ResumeError(f"checkpoint layer state {name!r} does not fit the model: {exc}") from exc
+            for done in finished:
+                if offload is not None:
+                    tensors = dict(done.tensors()) if done.bias is None else {**done.tensors(), "bias": done.bias}
+                    done.offload_path = _write_offload(offload, done.name, tensors)
+                    done.packed = None
+                if options.replace_module is not None:
+                    new = options.replace_module(done.name, modules[done.name], done)
+                    if new is not None:
+                        install_module(self.loop.model, done.name, new)
+                state.finalized[done.name] = done
         state.reports = [ModuleReport(**row) for row in json.loads(tree["reports"])]
         if tree["cache"] is not None:
             state.cache = InputCache.from_state(tree["cache"])
@@ -137,9 +154,10 @@ class CheckpointExtension:
 
     # ---- boundaries --------------------------------------------------------------------------------
     def on_layer_done(self, step: LoopStep, layer: torch.nn.Module) -> None:
-        """Store the completed layer's dense state now (before finalizers may replace its modules)."""
-        tensors = {k: v.detach().cpu().contiguous().clone() for k, v in layer.state_dict().items()}
-        self.artifacts[f"layer:{step.name}"] = self.store.put(torch_save(tensors))
+        """Keep a copy of the solved layer's dense state (before finalizers may replace its modules)."""
+        self._layer_states[step.name] = {
+            k: v.detach().cpu().contiguous().clone() for k, v in layer.state_dict().items()
+        }
 
     def on_boundary(self, boundary: LoopBoundary) -> None:
         last = boundary.cursor == len(self.state.plan)
@@ -156,22 +174,14 @@ class CheckpointExtension:
 
     def _commit(self, cursor: int) -> None:
         state = self.state
-        for name, done in state.finalized.items():
-            if f"module:{name}" in self.artifacts:
-                continue
-            if done.offload_path is not None:
-                self.artifacts[f"module:{name}"] = self.store.put_file(done.offload_path)
-            else:
-                tensors = dict(done.packed or {})
-                if done.bias is not None:
-                    tensors["bias"] = done.bias
-                self.artifacts[f"module:{name}"] = self.store.put(np_save(tensors))
-            self.artifacts[f"logical:{name}"] = self.store.put(_logical_bytes(done.weight))
-        modules = {n: {"format": d.format, "seconds": d.seconds} for n, d in state.finalized.items()}
+        for position in range(self.bundled, cursor):
+            name = state.layers[position][0]
+            bundle = _layer_bundle(self._layer_states.pop(name), state.finalized, name)
+            self.artifacts[f"layer:{name}"] = self.store.put(bundle)
+        self.bundled = cursor
         tree = {
             "version": CONTINUATION_VERSION,
             "cache": state.cache.to_state() if state.cache is not None else None,
-            "modules": json.dumps(modules, sort_keys=True),
             "reports": json.dumps([asdict(r) for r in state.reports]),
             "total_tokens": self.loop.total_tokens,
             "processor": self.loop.processor.state_dict(),
