@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -21,11 +22,12 @@ from .errors import QKernelsError
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "int4_avx2.cpp"
-EXTENSION_NAME = "qkernels_int4_avx2_v2"
+EXTENSION_NAME = "qkernels_int4_avx2_v3"
 DISABLE_ENV = "QKERNELS_DISABLE_CPU_EXTENSION"
 
 _loaded: ModuleType | None = None
 _failure: str | None = None
+_lock = threading.Lock()
 
 
 class ExtensionBuildError(QKernelsError, RuntimeError):
@@ -51,6 +53,11 @@ def extension_reasons() -> list[str]:
 
 def load_extension() -> ModuleType:
     """The compiled extension module, building it on first call (raises ExtensionBuildError)."""
+    with _lock:
+        return _load_locked()
+
+
+def _load_locked() -> ModuleType:
     global _loaded, _failure
     if _loaded is not None:
         return _loaded

@@ -7,6 +7,7 @@ Built-in backends are imported on first lookup (no import-time side effects); th
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import TYPE_CHECKING
 
 from .errors import DuplicateBackendError, UnknownBackendError
@@ -25,20 +26,29 @@ BUILTIN_BACKEND_MODULES: tuple[str, ...] = (
 
 _BACKENDS: dict[str, type[QuantLinear]] = {}
 _builtins_loaded = False
+_lock = threading.RLock()  # finalizer worker threads may look backends up concurrently
 
 
 def _load_builtins() -> None:
     global _builtins_loaded
     if _builtins_loaded:
         return
-    _builtins_loaded = True
-    for name in BUILTIN_BACKEND_MODULES:
-        importlib.import_module(name)
+    with _lock:
+        if _builtins_loaded:
+            return
+        for name in BUILTIN_BACKEND_MODULES:
+            importlib.import_module(name)
+        _builtins_loaded = True
 
 
 def register_backend(cls: type[QuantLinear]) -> type[QuantLinear]:
     """Register a module class under ``cls.NAME``; usable as a class decorator. Duplicates raise."""
     name = str(cls.NAME)
+    with _lock:
+        return _register(name, cls)
+
+
+def _register(name: str, cls: type[QuantLinear]) -> type[QuantLinear]:
     if name == AUTO:
         raise DuplicateBackendError(f"backend name {AUTO!r} is reserved for automatic selection")
     if name in _BACKENDS:

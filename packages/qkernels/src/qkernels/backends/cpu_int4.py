@@ -5,7 +5,8 @@ words; nibble ``j`` of word ``i`` is the code of input ``64*b + 8*j + i``. The k
 ``A_g = sum x * (1 + q/16)`` per group and scales by ``16 s``; the zero term ``s (16 + z) X_g`` is
 subtracted with one small matmul, so asymmetric zeros are exact. Activations of any float dtype are
 computed in float32 (bfloat16/float16 inputs convert exactly) and the result is cast back. Act-order
-permutes the input columns (groups must then each hold ``group_size`` columns).
+permutes the input columns (groups must then each hold ``group_size`` columns). A partial last group is
+served (its width is then a multiple of 32, since ``in_features % 64 == 0``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from ..cpu_extension import extension_reasons, load_extension
 from ..device import Target
 from ..module import QuantLinear, integer_weight
 from ..registry import register_backend
-from .aten_int4 import AtenInt4Linear
 
 BUFFERED_FROM = 4  # activation rows from which the kernel decodes each group once and reuses it
 
@@ -53,7 +53,6 @@ class CpuInt4Linear(QuantLinear):
         priority=120,
         in_multiple=64,
         out_multiple=4,
-        group_divides_in=True,
         group_multiple=32,
     )
 
@@ -61,7 +60,18 @@ class CpuInt4Linear(QuantLinear):
     def runtime_reasons(cls, contract: KernelContract, target: Target) -> list[str]:
         return extension_reasons()
 
-    weight_reasons = AtenInt4Linear.weight_reasons
+    @classmethod
+    def weight_reasons(cls, logical: object) -> list[str]:
+        w = integer_weight(logical, cls.NAME)
+        if w.has_default_g_idx():
+            return []
+        counts = np.bincount(w.g_idx, minlength=w.num_groups)
+        full = w.in_features // w.group_size
+        expected = np.full(w.num_groups, w.group_size)
+        expected[full:] = w.in_features - full * w.group_size
+        if not np.array_equal(counts, expected):
+            return [f"act-order g_idx groups are not all of size {w.group_size} (found sizes {sorted(set(counts))})"]
+        return []
 
     def __init__(self, loaded: LoadedCheckpoint, target: Target) -> None:
         super().__init__(loaded, target)
@@ -75,6 +85,7 @@ class CpuInt4Linear(QuantLinear):
             self.register_buffer("_perm", torch.from_numpy(order.astype(np.int64)), persistent=False)
             codes = codes[:, order]
         self._group = w.in_features if w.group_size == -1 else w.group_size
+        self._partial = w.in_features % self._group != 0
         s = torch.from_numpy(w.scales.astype(np.float32))  # [G, N]
         z = torch.from_numpy(w.zeros.astype(np.float32))
         self.register_buffer("_words", pack_block64(codes), persistent=False)
@@ -88,6 +99,8 @@ class CpuInt4Linear(QuantLinear):
             x = x.index_select(1, self._perm)
         x = x.contiguous()
         y = self._ext.int4_block64_mm(x, self._words, self._s16, self._group, BUFFERED_FROM)
-        group_sums = x.view(x.shape[0], -1, self._group).sum(-1)  # [M, G]
+        groups = self._zero_term.shape[0]
+        padded = torch.nn.functional.pad(x, (0, groups * self._group - x.shape[1])) if self._partial else x
+        group_sums = padded.view(x.shape[0], groups, self._group).sum(-1)  # [M, G]
         y = torch.addmm(y, group_sums, self._zero_term, alpha=-1.0)
         return y if dtype == torch.float32 else y.to(dtype)

@@ -10,6 +10,9 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace {
 
 constexpr int kRows = 4;  // output rows per task (share activation loads)
@@ -78,6 +81,12 @@ void rows_direct(const float* x, int64_t M, int64_t K, const int32_t* w, const f
         }
       }
     }
+    if (half % halves_per_group != 0) {  // a partial last group
+      for (int r = 0; r < kRows; ++r) {
+        const __m256 a = _mm256_add_ps(even[r], odd[r]);
+        total[r] = _mm256_fmadd_ps(a, _mm256_set1_ps(s16[(n0 + r) * G + G - 1]), total[r]);
+      }
+    }
     for (int r = 0; r < kRows; ++r) out[m * N + n0 + r] = hsum(total[r]);
   }
 }
@@ -90,8 +99,9 @@ void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const
   for (int64_t i = 0; i < M * kRows; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
     const int64_t k0 = g * group;
+    const int64_t len = std::min(group, K - k0);  // the last group may be partial (a multiple of 32)
     for (int r = 0; r < kRows; ++r) {
-      for (int64_t k = k0; k < k0 + group; k += 32) {
+      for (int64_t k = k0; k < k0 + len; k += 32) {
         const int64_t b = k / 64;
         const int h = static_cast<int>((k % 64) / 32);
         const __m256i v = _mm256_loadu_si256((const __m256i*)(w + ((n0 + r) * blocks + b) * 8));
@@ -106,7 +116,7 @@ void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const
       const float* x1p = x0p + K;
       __m256 a0[kRows], a1[kRows];
       for (int r = 0; r < kRows; ++r) { a0[r] = _mm256_setzero_ps(); a1[r] = _mm256_setzero_ps(); }
-      for (int64_t k = 0; k < group; k += 8) {
+      for (int64_t k = 0; k < len; k += 8) {
         const __m256 x0 = _mm256_loadu_ps(x0p + k);
         const __m256 x1 = _mm256_loadu_ps(x1p + k);
         for (int r = 0; r < kRows; ++r) {
@@ -124,7 +134,7 @@ void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const
       const float* xm = x + m * K + k0;
       __m256 acc[kRows];
       for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
-      for (int64_t k = 0; k < group; k += 8) {
+      for (int64_t k = 0; k < len; k += 8) {
         const __m256 xv = _mm256_loadu_ps(xm + k);
         for (int r = 0; r < kRows; ++r) acc[r] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(buf + r * group + k), acc[r]);
       }
@@ -138,7 +148,8 @@ void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const
 }  // namespace
 
 // x [M, K] float32 contiguous; w [N, K/64, 8] int32 (block64); s16 [N, G] float32 = 16 * scale.
-// Returns [M, N] float32 = sum_g 16 s A (see the file comment). K % 64 == 0, N % 4 == 0, group % 32 == 0.
+// Returns [M, N] float32 = sum_g 16 s A (see the file comment). K % 64 == 0, N % 4 == 0, group % 32 == 0;
+// the last group may be partial.
 torch::Tensor int4_block64_mm(torch::Tensor x, torch::Tensor w, torch::Tensor s16, int64_t group, int64_t buffered_from) {
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.is_contiguous() && x.dim() == 2, "x: float32 contiguous [M, K]");
   TORCH_CHECK(w.dtype() == torch::kInt32 && w.is_contiguous() && w.dim() == 3 && w.size(2) == 8, "w: int32 [N, K/64, 8]");
@@ -146,7 +157,7 @@ torch::Tensor int4_block64_mm(torch::Tensor x, torch::Tensor w, torch::Tensor s1
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0), G = s16.size(1);
   TORCH_CHECK(K % 64 == 0 && w.size(1) * 64 == K, "K must be a multiple of 64 matching w");
   TORCH_CHECK(N % kRows == 0 && s16.size(0) == N, "N must be a multiple of 4 matching s16");
-  TORCH_CHECK(group % 32 == 0 && group * G == K, "group must be a multiple of 32 with group * G == K");
+  TORCH_CHECK(group % 32 == 0 && G == (K + group - 1) / group, "group must be a multiple of 32 with G == ceil(K / group)");
   auto out = torch::empty({M, N}, x.options());
   const float* xp = x.data_ptr<float>();
   const int32_t* wp = w.data_ptr<int32_t>();

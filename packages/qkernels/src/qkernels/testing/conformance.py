@@ -32,6 +32,8 @@ STANDARD_CASES: tuple[LayerCase, ...] = (
     LayerCase("gptq", 4, 32, False, 32, 128, bias=True),
     LayerCase("gptq_v2", 4, -1, False, 32, 128),
     LayerCase("gptq_v2", 4, 32, False, 32, 80, bias=True),
+    LayerCase("gptq_v2", 4, 128, False, 32, 192, bias=True),
+    LayerCase("gptq_v2", 4, 128, False, 32, 320, act_order=True),
     LayerCase("gptq_v2", 2, 32, False, 32, 128),
     LayerCase("gptq_v2", 3, 32, True, 32, 128, bias=True),
     LayerCase("gptq_v2", 8, 64, False, 32, 128),
