@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from qalgos.spec import QuantSpec
+from qalgos.weight_only import WeightOnlySpec
 from torch import nn
 
 from .calibration import CalibrationSet
@@ -54,8 +55,12 @@ class QuantizationRun:
         raise ValueError(f"write_report: expected a .csv or .json path, found {target.name!r}")
 
 
-def make_processor(method: str, spec: QuantSpec) -> Any:
-    """The built-in processor for ``method`` (``"gptq"``, ``"awq"``, ``"rtn"``)."""
+def make_processor(method: str, spec: QuantSpec | WeightOnlySpec) -> Any:
+    """The built-in processor for ``method`` (``"gptq"``, ``"awq"``, ``"rtn"``, or a ``WeightOnlySpec`` family)."""
+    if isinstance(spec, WeightOnlySpec):
+        if method not in ("weight_only", spec.family):
+            raise ProcessorError(f"method: a WeightOnlySpec({spec.family!r}) runs as {spec.family!r}, found {method!r}")
+        return WeightOnlyProcessor(spec)
     if method == "gptq":
         return GPTQProcessor(spec)
     if method == "awq":
@@ -69,7 +74,7 @@ def quantize_model(
     model: nn.Module,
     definition: ModelDefinition,
     calibration: CalibrationSet | None = None,
-    spec: QuantSpec | None = None,
+    spec: QuantSpec | WeightOnlySpec | None = None,
     method: str | Any = "gptq",
     *,
     format: str | None = None,
@@ -78,7 +83,8 @@ def quantize_model(
 ) -> QuantizationRun:
     """Quantize every module the definition names, layer by layer; the model is mutated in place.
 
-    ``method`` is ``"gptq"``, ``"awq"``, ``"rtn"`` or a processor object (then ``spec`` may be None).
+    ``method`` is ``"gptq"``, ``"awq"``, ``"rtn"`` or a processor object (then ``spec`` may be None); with a
+    qalgos ``WeightOnlySpec`` it is its family (``"fp8"``, ``"bnb4"``, ``"int8"``, ``"gguf"``) or ``"weight_only"``.
     ``format`` is the qformats layout key the modules are packed into (default per method: gptq → "gptq",
     awq → "gemm", rtn → "gptq"). ``checkpoint`` is a ``qcheckpoint.CheckpointConfig`` enabling resume.
     """
@@ -87,7 +93,7 @@ def quantize_model(
         if spec is None:
             raise ProcessorError(f"spec: method {method!r} needs a qalgos QuantSpec; none was given")
         processor = make_processor(method, spec)
-        fmt = format or DEFAULT_FORMATS[method]
+        fmt = format or DEFAULT_FORMATS.get(method) or processor.method
     else:
         processor = method
         if format is None:

@@ -37,7 +37,7 @@ class FinalizedModule:
 
     name: str
     format: str
-    weight: QuantizedWeight
+    weight: QuantizedWeight | Any  # QuantizedWeight, or a weight-only family's logical object
     packed: dict[str, np.ndarray] | None
     bias: np.ndarray | None
     offload_path: Path | None = None
@@ -75,15 +75,19 @@ def finalize_module(
     pack_dtype: str = "int32",
     offload_dir: Path | None = None,
     replace: Callable[[FinalizedModule], None] | None = None,
+    pack: Callable[[Any], dict[str, np.ndarray]] | None = None,
 ) -> FinalizedModule:
-    """Pack ``solved`` for ``format`` via qformats' layout registry (see the module docstring)."""
+    """Pack ``solved`` for ``format`` via qformats' layout registry, or with ``pack(logical)`` when given."""
     start = time.perf_counter()
     weight = solved.result.weight
-    layout = get_layout(format)
-    why = layout.cannot_represent(weight)
-    if why is not None:
-        raise ProcessorError(f"module {solved.name}: format {format!r} cannot hold its quantized weight: {why}")
-    packed = layout.pack(weight, pack_dtype=pack_dtype)
+    if pack is not None:
+        packed = pack(weight)
+    else:
+        layout = get_layout(format)
+        why = layout.cannot_represent(weight)
+        if why is not None:
+            raise ProcessorError(f"module {solved.name}: format {format!r} cannot hold its quantized weight: {why}")
+        packed = layout.pack(weight, pack_dtype=pack_dtype)
     bias_t = getattr(module, "bias", None)
     bias = bias_t.detach().float().cpu().numpy() if bias_t is not None else None
     done = FinalizedModule(solved.name, format, weight, packed, bias)

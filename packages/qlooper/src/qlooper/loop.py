@@ -108,7 +108,9 @@ class LayerLoop:
         options: LoopOptions,
         extensions: Sequence[Any] = (),
     ) -> None:
-        get_layout(format)  # fail before any work on an unknown format (and load layouts on this thread)
+        self.pack = getattr(processor, "pack", None)  # a processor may pack its own logical weights
+        if self.pack is None:
+            get_layout(format)  # fail before any work on an unknown format (and load layouts on this thread)
         self.model = model
         self.definition = definition
         self.processor = processor
@@ -237,11 +239,11 @@ class LayerLoop:
             module=result.name,
             method=result.method,
             format=self.format,
-            bits=int(res.weight.bits),
-            group_size=int(res.weight.group_size),
+            bits=getattr(res.weight, "bits", None),
+            group_size=getattr(res.weight, "group_size", None),
             loss=float(res.loss) if res.loss is not None else None,
             tokens=ctx.tokens.get(result.name, result.tokens),
-            damp=res.damp,
+            damp=getattr(res, "damp", None),
             expert=result.expert,
             fallback=result.fallback,
             fallback_reason=result.fallback_reason,
@@ -268,7 +270,13 @@ class LayerLoop:
                     install_module(layer, rel, new)
 
         done = finalize_module(
-            result, module, format=self.format, pack_dtype=self.options.pack_dtype, offload_dir=offload, replace=replace
+            result,
+            module,
+            format=self.format,
+            pack_dtype=self.options.pack_dtype,
+            offload_dir=offload,
+            replace=replace,
+            pack=self.pack,
         )
         row.finalize_seconds = done.seconds
         self.state.finalized[result.name] = done

@@ -18,15 +18,16 @@ class ModuleReport:
     ``loss`` is the algorithm's reported loss (GPTQ: weighted reconstruction error; AWQ/RTN: mean squared
     weight error); ``tokens`` calibration tokens the module saw; ``damp`` GPTQ's damping fraction;
     ``fallback`` the strategy used instead of ``method`` and ``fallback_reason`` why; ``seconds`` the
-    solve time and ``finalize_seconds`` the pack/offload/replace time, both wall seconds.
+    solve time and ``finalize_seconds`` the pack/offload/replace time, both wall seconds. ``bits`` and
+    ``group_size`` are empty for weight-only families without integer codes (FP8, bitsandbytes, GGUF).
     """
 
     layer: int
     module: str
     method: str
     format: str
-    bits: int
-    group_size: int
+    bits: int | None
+    group_size: int | None
     loss: float | None
     tokens: int
     damp: float | None

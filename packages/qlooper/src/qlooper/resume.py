@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 from qcheckpoint import CheckpointStore, cooperative_stop, encode_continuation
-from qformats.logical import QuantizedWeight
 from safetensors.torch import load as torch_load
 from safetensors.torch import save as torch_save
 
@@ -28,12 +27,12 @@ from .errors import ResumeError, RunStopped
 from .finalize import FinalizedModule, _write_offload
 from .identity import build_identity
 from .input_cache import InputCache
+from .logical_codec import decode_logical, encode_logical
 from .loop import LayerLoop, LoopState, install_module
 from .plan import LoopBoundary, LoopContext, LoopExtensions, LoopStep
 from .report import ModuleReport
 
 CONTINUATION_VERSION = 1
-LOGICAL_FIELDS = ("codes", "scales", "zeros", "g_idx")
 
 
 def _rng_state() -> dict[str, Any]:
@@ -66,11 +65,11 @@ def _layer_bundle(state: dict[str, torch.Tensor], finalized: dict[str, Finalized
         arrays = {f"{name}|packed|{k}": v for k, v in done.tensors().items()}
         if done.bias is not None:
             arrays[f"{name}|bias"] = done.bias
-        arrays.update({f"{name}|logical|{f}": getattr(done.weight, f) for f in LOGICAL_FIELDS})
+        logical: dict[str, np.ndarray] = {}
+        tree = encode_logical(done.weight, f"{name}|logical", logical)
+        arrays.update(logical)
         tensors.update({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()})
-        w = done.weight
-        meta[name] = {"format": done.format, "seconds": done.seconds, "bits": w.bits, "group_size": w.group_size}
-        meta[name].update({"sym": w.sym, "meta": json.dumps(w.meta, sort_keys=True, default=str)})
+        meta[name] = {"format": done.format, "seconds": done.seconds, "logical": tree}
     return torch_save(tensors, metadata={"modules": json.dumps(meta, sort_keys=True)})
 
 
@@ -82,10 +81,8 @@ def _read_bundle(data: bytes) -> tuple[dict[str, torch.Tensor], list[FinalizedMo
     state = {k[len("state|") :]: v for k, v in tensors.items() if k.startswith("state|")}
     found = []
     for name, info in meta.items():
-        logical = {f: tensors[f"{name}|logical|{f}"].numpy() for f in LOGICAL_FIELDS}
-        weight = QuantizedWeight(
-            **logical, bits=info["bits"], group_size=info["group_size"], sym=info["sym"], meta=json.loads(info["meta"])
-        )
+        logical = {k: v.numpy() for k, v in tensors.items() if k.startswith(f"{name}|logical")}
+        weight = decode_logical(info["logical"], logical)
         marker = f"{name}|packed|"
         packed = {k[len(marker) :]: v.numpy() for k, v in tensors.items() if k.startswith(marker)}
         bias = tensors[f"{name}|bias"].numpy() if f"{name}|bias" in tensors else None

@@ -1,7 +1,11 @@
 """The calibration-free processor: each module's weight is quantized from the weight alone.
 
-``quantize(weight [out, in], spec) -> QuantResult`` defaults to qalgos' RTN; any weight-only
-quantizer with that signature (FP8, NF4, GGUF families as qalgos provides them) plugs in.
+With a qalgos ``QuantSpec`` the quantizer defaults to RTN (integer codes, packed by a qformats layout).
+With a qalgos ``WeightOnlySpec`` it is ``quantize_weight_only`` (FP8, bitsandbytes NF4/FP4 and int8, GGUF
+blocks) and the finished modules are packed by the family's own packer (``pack_fp8``, ``pack_bnb4``,
+``pack_bnb8``, GGUF ``qweight``). Any ``quantize(weight [out, in], spec)`` returning an object with
+``weight``, ``dequantized`` and ``loss`` plugs in, with ``pack(logical) -> {name: array}`` when the logical
+weight is not a ``QuantizedWeight``.
 """
 
 from __future__ import annotations
@@ -11,15 +15,28 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import torch
 from qalgos.rtn import quantize_rtn
 from qalgos.spec import QuantSpec
+from qalgos.weight_only import WeightOnlySpec, quantize_weight_only
+from qformats.layouts.bnb import pack_bnb4, pack_bnb8
+from qformats.layouts.fp8 import pack_fp8
 from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup
 from .base import LayerContext, ModuleResult, replace_weight
 
-WeightQuantizer = Callable[[torch.Tensor, QuantSpec], Any]
+WeightQuantizer = Callable[[torch.Tensor, Any], Any]
+Packer = Callable[[Any], dict[str, np.ndarray]]
+
+
+def _pack_gguf(weight: Any) -> dict[str, np.ndarray]:
+    """GGUF module tensors: the ``qweight`` row bytes (a copy)."""
+    return {"qweight": weight.qweight.copy()}
+
+
+FAMILY_PACKERS: dict[str, Packer] = {"fp8": pack_fp8, "bnb4": pack_bnb4, "int8": pack_bnb8, "gguf": _pack_gguf}
 
 
 class WeightOnlyProcessor:
@@ -27,10 +44,22 @@ class WeightOnlyProcessor:
 
     needs_calibration = False
 
-    def __init__(self, spec: QuantSpec, quantize: WeightQuantizer | None = None, method: str = "rtn") -> None:
+    def __init__(
+        self,
+        spec: QuantSpec | WeightOnlySpec,
+        quantize: WeightQuantizer | None = None,
+        method: str | None = None,
+        pack: Packer | None = None,
+    ) -> None:
         self.spec = spec
-        self.quantize = quantize or quantize_rtn
-        self.method = method
+        if isinstance(spec, WeightOnlySpec):
+            self.quantize = quantize or quantize_weight_only
+            self.method = method or spec.family
+            self.pack: Packer | None = pack or FAMILY_PACKERS[spec.family]
+        else:
+            self.quantize = quantize or quantize_rtn
+            self.method = method or "rtn"
+            self.pack = pack
 
     def start_layer(self, ctx: LayerContext) -> None:
         return None
