@@ -6,6 +6,7 @@ from .modules import ModuleEntry
 from .reader import Checkpoint, open_checkpoint
 from .safetensors_io import SafetensorsFile, write_safetensors
 from .shard_size import parse_shard_size
+from .transcode_dir import transcode_checkpoint
 from .writer import WriteReport, write_checkpoint
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "open_checkpoint",
     "parse_shard_size",
     "read_quant_fields",
+    "transcode_checkpoint",
     "write_checkpoint",
     "write_safetensors",
 ]

@@ -68,7 +68,7 @@ def dequantize_checkpoint(
 ) -> WriteReport:
     """Write the dense equivalent of checkpoint ``source`` to ``target`` (no quantization config)."""
     checkpoint = Checkpoint(source)
-    model_config = _model_config_without_quantization(Path(source))
+    model_config = model_config_without_quantization(Path(source))
     return write_checkpoint(
         target,
         iter_dense_tensors(checkpoint, dtype=dtype),
@@ -78,7 +78,7 @@ def dequantize_checkpoint(
     )
 
 
-def _model_config_without_quantization(root: Path) -> dict[str, object] | None:
+def model_config_without_quantization(root: Path) -> dict[str, object] | None:
 
     path = root / "config.json"
     if not path.is_file():

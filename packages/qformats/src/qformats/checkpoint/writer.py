@@ -119,7 +119,7 @@ def write_checkpoint(
         report.files = list(final)
         if len(shards) > 1:
             index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-            (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+            (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             report.files.append(INDEX_NAME)
         report.files.extend(_write_configs(tmp, quantize_config, model_config))
         if validate and quantize_config is not None:

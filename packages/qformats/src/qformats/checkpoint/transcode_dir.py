@@ -1,0 +1,82 @@
+"""Transcoding a whole checkpoint directory to another layout, streamed shard by shard, bit exact.
+
+Every quantized module goes through :func:`qformats.transcode.transcode` (so an impossible module
+raises :class:`~qformats.errors.TranscodeError` naming it, and nothing is written); every other tensor
+passes through. The quantization config is rewritten for the target: method family (``gptq`` for
+GPTQ/Marlin targets, ``awq`` for AWQ targets), ``format``/``checkpoint_format`` (and AWQ's ``version``,
+``zero_point``), ``pack_dtype``; other fields (``dynamic``, ``meta``, ...) are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import TranscodeError
+from ..transcode import transcode
+from .config_files import find_quant_config
+from .dequantize import model_config_without_quantization
+from .modules import split_name
+from .reader import Checkpoint
+from .writer import WriteReport, write_checkpoint
+
+AWQ_TARGETS = {"gemm", "gemv", "gemv_fast", "llm-awq", "awq_marlin"}
+ALIAS_KEYS = ("method", "quant_method", "format", "checkpoint_format", "version", "zero_point", "backend", "pack_dtype")
+
+
+def target_config(raw: dict[str, object], to: str, sym: bool) -> dict[str, object]:
+    """The quantization config for layout ``to``, keeping every non-layout field of ``raw``."""
+    cfg = {k: v for k, v in raw.items() if str(k).lower() not in ALIAS_KEYS}
+    method = "awq" if to in AWQ_TARGETS else "gptq"
+    fmt = "marlin" if to in ("marlin", "awq_marlin") else to
+    cfg.update({"method": method, "quant_method": method, "format": fmt, "checkpoint_format": fmt, "sym": sym})
+    cfg["pack_dtype"] = "int16" if to in ("gemv_fast", "llm-awq") else "int32"
+    if method == "awq":
+        cfg["zero_point"] = not sym
+        cfg["version"] = fmt
+    return cfg
+
+
+def iter_transcoded(checkpoint: Checkpoint, to: str) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield the target checkpoint's ``(name, array)`` pairs, shard by shard."""
+    modules = {entry.prefix: entry for entry in checkpoint.modules()}
+    owner = {name: entry.prefix for entry in modules.values() for name in entry.tensors.values()}
+    pending: dict[str, dict[str, np.ndarray]] = {}
+    for shard in sorted(set(checkpoint.weight_map.values())):
+        handle = checkpoint.files[shard]
+        for name in sorted(handle.tensors):
+            prefix = owner.get(name)
+            if prefix is None:
+                yield name, handle.load(name)
+                continue
+            entry = modules[prefix]
+            got = pending.setdefault(prefix, {})
+            got[split_name(name)[1]] = handle.load(name)
+            if len(got) == len(entry.tensors):
+                del pending[prefix]
+                try:
+                    result = transcode(got, from_=entry.layout, to=to, meta=entry.meta)
+                except TranscodeError as exc:
+                    raise TranscodeError(f"module {prefix!r}: {exc}") from None
+                for suffix, array in result.tensors.items():
+                    yield f"{prefix}.{suffix}", array
+
+
+def transcode_checkpoint(
+    source: str | Path, target: str | Path, *, to: str, max_shard_size: int | str = "4GB"
+) -> WriteReport:
+    """Write checkpoint ``source`` re-laid-out as ``to`` into ``target`` (validated, atomic)."""
+    checkpoint = Checkpoint(source)
+    _, raw = find_quant_config(Path(source))
+    syms = {entry.meta.sym for entry in checkpoint.modules()}
+    sym = syms.pop() if len(syms) == 1 else checkpoint.fields.sym
+    config = target_config(raw, to, sym)
+    return write_checkpoint(
+        target,
+        iter_transcoded(checkpoint, to),
+        quantize_config=config,
+        model_config=model_config_without_quantization(Path(source)),
+        max_shard_size=max_shard_size,
+    )
