@@ -18,7 +18,11 @@ SPEC = QuantSpec(bits=4, group_size=32)
 @pytest.fixture(scope="module")
 def gptq_run():
     model = ToyDecoder()
+    model.train()
+    seen = []
+    model.model.layers[1].register_forward_pre_hook(lambda m, a: seen.append(m.training))
     run = quantize_model(model, DENSE, toy_calibration(), SPEC, "gptq")
+    assert seen and not any(seen) and model.training  # forwards in eval mode, the flag restored after
     return model, run
 
 

@@ -123,7 +123,18 @@ class LayerLoop:
         self.total_tokens = 0
 
     def run(self, calibration: CalibrationSet | None) -> LoopState:
-        """Capture (when needed), start extensions, process every step from the cursor, wait for finalizers."""
+        """Start extensions, capture (when needed), process every step from the cursor, wait for finalizers.
+
+        The model runs in eval mode (dropout off) and its training flag is restored afterwards.
+        """
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._run(calibration)
+        finally:
+            self.model.train(was_training)
+
+    def _run(self, calibration: CalibrationSet | None) -> LoopState:
         state = self.state
         if self.processor.needs_calibration:
             if calibration is None:
