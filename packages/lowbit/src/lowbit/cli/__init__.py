@@ -1,0 +1,1 @@
+"""The ``lowbit`` command line: one module per subcommand, the parser in :mod:`lowbit.cli.parser`."""

@@ -1,0 +1,84 @@
+"""``lowbit`` entry point: parse, dispatch to the subcommand module, report errors in one line each.
+
+Exit status: 0 success; 1 ``inspect`` found layout violations; 2 bad arguments or a failed command (the
+message names the file, tensor or flag); 130 a run stopped by Ctrl-C / SIGTERM (resumable when it was
+checkpointing; the message says how).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import LowbitError
+from .parser import build_parser
+
+EXIT_FAILED = 2
+EXIT_STOPPED = 130
+
+# (module, class) of every package's exception root: an error below one of these is the user's to read,
+# not a crash to trace. Checked through sys.modules so that `lowbit --help` imports no package.
+PACKAGE_ERROR_ROOTS = (
+    ("qformats.errors", "QFormatsError"),
+    ("qkernels.errors", "QKernelsError"),
+    ("qalgos.errors", "QAlgosError"),
+    ("qlooper.errors", "QLooperError"),
+    ("qcheckpoint.errors", "CheckpointError"),
+    ("qhf.errors", "QHFError"),
+)
+
+COMMANDS = {
+    "quantize": "lowbit.cli.quantize_cmd",
+    "inspect": "lowbit.cli.inspect_cmd",
+    "convert": "lowbit.cli.convert_cmd",
+    "eval": "lowbit.cli.eval_cmd",
+    "bench": "lowbit.cli.bench_cmd",
+    "quickstart": "lowbit.cli.quickstart_cmd",
+}
+
+
+def is_reportable(exc: BaseException) -> bool:
+    """True for errors of lowbit or of any package below it (their messages name what is wrong)."""
+    if isinstance(exc, LowbitError):
+        return True
+    for module_name, class_name in PACKAGE_ERROR_ROOTS:
+        module = sys.modules.get(module_name)
+        root = getattr(module, class_name, None) if module is not None else None
+        if isinstance(root, type) and isinstance(exc, root):
+            return True
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``lowbit`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(raw)
+    args.argv = raw
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    command = importlib.import_module(COMMANDS[args.command])
+    try:
+        return int(command.run(args))
+    except KeyboardInterrupt:
+        print(f"lowbit {args.command}: interrupted; nothing was saved", file=sys.stderr)
+        return EXIT_STOPPED
+    except BrokenPipeError:  # the reader of our output went away (`lowbit inspect DIR | head`)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if not is_reportable(exc):
+            raise
+        print(f"lowbit {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

