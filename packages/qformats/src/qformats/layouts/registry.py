@@ -61,7 +61,7 @@ _REGISTRY: dict[str, Layout] = {}
 
 # Built-in layout families: each is a subpackage of ``qformats.layouts`` whose import registers its
 # layouts. They are imported on first lookup, so ``import qformats`` stays cheap.
-BUILTIN_FAMILIES: tuple[str, ...] = ("gptq", "awq", "marlin", "fp8", "bnb", "gguf")
+BUILTIN_FAMILIES: tuple[str, ...] = ("gptq", "awq", "marlin", "fp8", "bnb", "gguf", "compressed_tensors")
 _builtins_loaded = False
 
 
