@@ -119,3 +119,56 @@ def test_identity_mismatch_fails_closed(tmp_path: Path) -> None:
     with pytest.raises(IdentityMismatchError) as info:
         quantize_model(ToyDecoder(seed=5), DENSE, None, SPEC, "rtn", checkpoint=config)
     assert "source" in info.value.fields
+
+
+class LazyLayers:
+    """Wraps a processor: materializes layer ``i`` (kept on ``meta`` until then) from a reference model."""
+
+    def __init__(self, inner: object, source: nn.Module) -> None:
+        self._inner = inner
+        self._source = source
+
+    def start_layer(self, ctx) -> None:
+        layer = ctx.layer
+        layer.to_empty(device="cpu")
+        layer.load_state_dict(self._source.model.layers[ctx.index].state_dict())
+        self._inner.start_layer(ctx)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+def lazy_model() -> nn.Module:
+    model = ToyDecoder()
+    for layer in model.model.layers:
+        layer.to("meta")
+    return model
+
+
+def test_resume_restores_lazily_loaded_layers(tmp_path: Path) -> None:
+    from qlooper.processors.gptq import GPTQProcessor
+
+    config = CheckpointConfig(path=tmp_path / "ckpt")
+    options = LoopOptions(source_identity="sha256-of-the-source-files")
+    done_model = lazy_model()
+    processor = LazyLayers(GPTQProcessor(SPEC), ToyDecoder())
+    first = quantize_model(
+        done_model, DENSE, toy_calibration(), None, processor, format="gptq", checkpoint=config, options=options
+    )
+    model = lazy_model()  # a new attempt: layers on meta again; the checkpoint must fill them
+    again = quantize_model(
+        model,
+        DENSE,
+        toy_calibration(),
+        None,
+        LazyLayers(GPTQProcessor(SPEC), ToyDecoder()),
+        format="gptq",
+        checkpoint=config,
+        options=options,
+    )
+    assert again.resumed_from == 4
+    assert not any(p.is_meta for p in model.parameters())
+    assert all(again.modules[n].weight.equals(d.weight) for n, d in first.modules.items())
+    b = toy_calibration().batches[0]
+    with torch.no_grad():
+        assert torch.equal(model(b.input_ids, b.attention_mask), done_model(b.input_ids, b.attention_mask))

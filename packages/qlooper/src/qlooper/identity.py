@@ -30,11 +30,15 @@ def tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 
 def source_fingerprint(model: nn.Module) -> str:
-    """sha256 over every parameter and buffer: name, dtype, shape and bytes, in name order."""
+    """sha256 over every parameter and buffer: name, dtype, shape and bytes, in name order.
+
+    Tensors on the ``meta`` device (lazily loaded layers) contribute name, dtype and shape only; callers
+    with lazy models should pass ``LoopOptions.source_identity`` (e.g. hashes of the source files).
+    """
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict(keep_vars=False).items()):
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor_bytes(tensor))
+        digest.update(b"meta" if tensor.is_meta else tensor_bytes(tensor))
     return digest.hexdigest()
 
 
@@ -81,7 +85,7 @@ def build_identity(
     }
     return {
         "version": IDENTITY_VERSION,
-        "source": source_fingerprint(model),
+        "source": options.source_identity or source_fingerprint(model),
         "calibration": calibration.fingerprint() if calibration is not None and processor.needs_calibration else None,
         "processor": _jsonable(describe() if describe is not None else {"class": type(processor).__qualname__}),
         "format": fmt,

@@ -58,6 +58,8 @@ class LoopOptions:
     * ``progress``: print a progress bar with time estimates to stderr.
     * ``cache_device``: where captured layer inputs are stored.
     * ``extensions``: objects with optional ``on_start(context)``/``on_boundary(boundary)`` called by the loop.
+    * ``source_identity``: a caller's fingerprint of the source weights for checkpoint identity (e.g. sha256
+      of the checkpoint files); when None the model's parameters and buffers are hashed before quantizing.
     """
 
     true_sequential: bool = True
@@ -70,6 +72,7 @@ class LoopOptions:
     progress: bool = False
     cache_device: str = "cpu"
     extensions: tuple[Any, ...] = ()
+    source_identity: str | None = None
 
 
 @dataclass
