@@ -178,3 +178,18 @@ def test_a_failed_extension_build_is_logged_and_recorded_not_hidden(
     assert "could not be built" in caplog.text
     rejected = {c.name: c.reasons for c in m.selection.rejected}
     assert "simulated compiler crash" in rejected["cpu_int4"][0]
+
+
+@pytest.mark.parametrize("backend", ["torch", "aten_int4", "cpu_int4"])
+def test_dtype_conversions_leave_stored_tensors_alone(backend: str) -> None:
+    case = LayerCase("gptq_v2", 4, 32, False, 32, 128, bias=True)
+    bias = np.linspace(-1, 1, 32).astype(np.float16)
+    m = quant_linear_from_weight(make_weight(case), "gptq_v2", bias=bias, backend=backend)
+    before = m.checkpoint_tensors()
+    x = make_activations(case, 2, torch.float32)
+    y = m(x)
+    for convert in (lambda mod: mod.to(torch.bfloat16), lambda mod: mod.half(), lambda mod: mod.double()):
+        convert(m)
+        after = m.checkpoint_tensors()
+        assert all(after[k].dtype == v.dtype and np.array_equal(after[k], v) for k, v in before.items())
+        assert torch.equal(m(x), y)

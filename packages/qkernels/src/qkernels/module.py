@@ -3,7 +3,8 @@
 A module holds the checkpoint-facing tensors of its layout as persistent buffers under their checkpoint
 names (so ``state_dict()`` and :meth:`QuantLinear.checkpoint_tensors` give back exactly the layout that
 was loaded, even after a repack) plus whatever runtime form its kernel needs (non-persistent buffers).
-``forward`` computes ``x @ W.T + b`` for ``x`` of shape ``[..., in_features]``.
+``forward`` computes ``x @ W.T + b`` for ``x`` of shape ``[..., in_features]``. Device moves apply to a
+module; dtype conversions do not change its stored tensors (the activation dtype is chosen per call).
 """
 
 from __future__ import annotations
@@ -63,6 +64,17 @@ class QuantLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"backend={self.NAME}, {self.contract.describe()}, bias={self.has_bias}, target={self.target.describe()}"
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        """Device moves apply; dtype conversions (``.to(dtype)``, ``.half()``...) leave stored tensors as they
+        are: checkpoint tensors must stay byte-exact and kernels need their runtime dtypes. The activation
+        dtype is chosen per call."""
+
+        def device_only(t: torch.Tensor) -> torch.Tensor:
+            moved = fn(t)
+            return moved if moved.dtype == t.dtype else t.to(moved.device)
+
+        return super()._apply(device_only, recurse)
 
     def checkpoint_tensors(self) -> dict[str, np.ndarray]:
         """The original layout's tensors (and ``bias``), as loaded: what saving must write."""
