@@ -1,0 +1,152 @@
+"""The default calibration set: the model's own samples mixed with CPython's bundled documentation.
+
+:class:`DefaultCalibration` says how many rows of how many tokens, which fraction the model writes itself
+(:mod:`qhf.calibration.self_generated`) and how it samples; the rest are blocks of the documentation's
+calibration slice (:func:`qhf.corpus.bundled_docs`, cut by :func:`qhf.tokenizer.token_blocks`). With
+``self_generated=0.0`` this is exactly the documentation-only default of earlier versions; with ``1.0``
+it is the model's samples alone.
+
+Row accounting: ``generated = round(samples * self_generated)`` and ``documentation = samples - generated``.
+The rows are the documentation blocks first, then the generated ones. Every row is ``length`` tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from ..corpus import bundled_docs, corpus_identity
+from ..errors import CalibrationError
+from ..tokenizer import token_blocks
+from .self_generated import DEFAULT_PROMPTS, GeneratedSamples, GenerationSettings, generate_samples
+
+SOURCE_NAME = "self-generated + pydoc_data.topics"
+
+
+@dataclass(frozen=True)
+class DefaultCalibration:
+    """Settings of the default calibration mixture (pass one as ``quantize(calibration=...)`` to change them).
+
+    ``samples`` / ``length``: rows and tokens per row (None: ``quantize``'s ``samples`` / ``length``);
+    ``self_generated``: the fraction of rows the model samples itself, in [0, 1]; ``temperature``,
+    ``top_p``, ``seed``, ``prompts``: the sampling (see :class:`GenerationSettings`); ``batch_size``:
+    sequences generated per forward pass.
+    """
+
+    samples: int | None = None
+    length: int | None = None
+    self_generated: float = 0.5
+    temperature: float = 1.0
+    top_p: float = 0.95
+    seed: int = 0
+    batch_size: int = 16
+    prompts: tuple[str, ...] = field(default=DEFAULT_PROMPTS)
+
+    def resolved(self, samples: int, length: int) -> DefaultCalibration:
+        """A copy whose ``samples`` / ``length`` are filled from the given defaults where None."""
+        return DefaultCalibration(
+            samples=self.samples if self.samples is not None else samples,
+            length=self.length if self.length is not None else length,
+            self_generated=self.self_generated,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            prompts=tuple(self.prompts),
+        )
+
+    def split(self) -> tuple[int, int]:
+        """``(documentation_rows, generated_rows)``; raises :class:`CalibrationError` on bad settings."""
+        samples = self.samples
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise CalibrationError(f"default calibration: samples: expected an integer >= 1, found {samples!r}")
+        fraction = self.self_generated
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise CalibrationError(f"default calibration: self_generated: expected a fraction in [0, 1], found {fraction!r}")
+        generated = int(round(samples * float(fraction)))
+        return samples - generated, generated
+
+    def generation(self) -> GenerationSettings:
+        _, generated = self.split()
+        if self.length is None:
+            raise CalibrationError("default calibration: length: expected an integer >= 2, found None")
+        return GenerationSettings(
+            count=generated,
+            length=self.length,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            prompts=tuple(self.prompts),
+        )
+
+
+@dataclass(frozen=True)
+class MixedCalibration:
+    """The built mixture: ``rows`` (token-id lists, documentation first), ``meta`` (what goes into the
+    saved config: deterministic for a given seed, no times) and ``generation_seconds`` (sampling time)."""
+
+    rows: tuple[tuple[int, ...], ...]
+    meta: dict[str, Any]
+    generation_seconds: float
+    generated: GeneratedSamples | None
+
+
+def tokens_digest(rows: tuple[tuple[int, ...], ...]) -> str:
+    """SHA-256 over the rows' token ids (row boundaries included): equal digests mean equal calibration."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(len(row).to_bytes(4, "little"))
+        for token in row:
+            digest.update(int(token).to_bytes(4, "little"))
+    return digest.hexdigest()
+
+
+def build_mixture(
+    model: nn.Module | None,
+    tokenizer: Any,
+    config: DefaultCalibration,
+    *,
+    progress: bool = False,
+) -> MixedCalibration:
+    """Build the rows of ``config`` (resolved: ``samples`` and ``length`` set).
+
+    ``model`` needs real weights when any row is self-generated (it may be None when ``self_generated``
+    is 0). Fewer documentation rows than asked (text too short for ``length``) is a
+    :class:`CalibrationError`, since the recorded mixture would otherwise be wrong.
+    """
+    docs_rows, gen_rows = config.split()
+    settings = config.generation()
+    settings.validate()
+    rows: list[tuple[int, ...]] = []
+    if docs_rows:
+        blocks = token_blocks(tokenizer, bundled_docs("calibration").texts, count=docs_rows, length=settings.length)
+        if len(blocks) < docs_rows:
+            raise CalibrationError(
+                f"default calibration: the documentation gives {len(blocks)} blocks of {settings.length} tokens, "
+                f"fewer than the {docs_rows} asked; lower samples or length, or raise self_generated"
+            )
+        rows.extend(tuple(b) for b in blocks)
+    generated = None
+    if gen_rows:
+        if model is None:
+            raise CalibrationError("default calibration: self-generated rows need the model; none was given")
+        generated = generate_samples(model, tokenizer, settings, progress=progress)
+        rows.extend(generated.rows)
+    frozen = tuple(rows)
+    docs = corpus_identity()
+    meta: dict[str, Any] = {
+        "source": SOURCE_NAME if gen_rows and docs_rows else ("self-generated" if gen_rows else docs["source"]),
+        "samples": len(frozen),
+        "length": settings.length,
+        "self_generated_rows": gen_rows,
+        "documentation_rows": docs_rows,
+        **{k: v for k, v in settings.as_meta().items() if k not in ("count", "length")},
+        "python": docs["python"],
+        "sha256": docs["sha256"],
+        "tokens_sha256": tokens_digest(frozen),
+    }
+    return MixedCalibration(frozen, meta, generated.seconds if generated is not None else 0.0, generated)

@@ -1,0 +1,243 @@
+"""Calibration text sampled from the model itself: seeded temperature sampling from BOS and short prompts.
+
+A data-free calibration source: the model writes its own calibration sequences, so they follow the
+distribution the model was trained on rather than one narrow domain. Every sequence starts with the
+tokenizer's BOS token followed by one of a fixed list of short, varied openers (the empty opener means
+"BOS only"); sequence ``i`` uses opener ``i mod len(prompts)``. After its opener, each token is drawn from
+``softmax(logits / temperature)`` restricted to the smallest set of tokens whose probability reaches
+``top_p`` (nucleus sampling). Special tokens (EOS, pad, chat markers) are never drawn, so every sequence
+runs to exactly ``length`` tokens of plain text.
+
+Reproducibility: sequence ``i`` draws from its own ``torch.Generator`` seeded with ``seed * 1_000_003 + i``,
+so the same seed, settings, model and batch size give the same tokens on every run. (Different batch
+sizes can change the logits in their last bits through the matrix kernels, and so, rarely, a draw.)
+
+Sequences are generated ``batch_size`` at a time with a KV cache; all rows of a batch advance together
+(a row still inside its opener is fed its opener token instead of its draw), so no padding is needed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CalibrationError
+from ..tokenizer import encode
+
+#: Short openers in many registers (narrative, letters, news, science, law, recipes, dialogue, poetry,
+#: code, lists). They steer the first tokens only; the model writes the rest. "" is BOS alone.
+DEFAULT_PROMPTS: tuple[str, ...] = (
+    "",
+    "The",
+    "Once upon a time",
+    "Dear Sir,",
+    "In the year",
+    "According to the report,",
+    "The experiment showed that",
+    "Chapter 1\n\n",
+    "Q: How do I",
+    "Ingredients:\n",
+    "\"Where are you going?\" she asked.",
+    "The court held that",
+    "def main():\n",
+    "Breaking news:",
+    "I remember when",
+    "The history of",
+    "In mathematics,",
+    "Step 1:",
+    "My favourite",
+    "It was late in the evening when",
+    "The patient",
+    "Here is a list of",
+    "The village",
+    "Thank you for",
+)
+
+ProgressCallback = Callable[[int, int, float], None]
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How self-generated sequences are sampled.
+
+    ``count`` sequences of ``length`` tokens each (BOS and opener included); ``temperature`` > 0 divides
+    the logits; ``top_p`` in (0, 1] is the nucleus mass (1 = the whole distribution); ``seed`` fixes every
+    draw; ``batch_size`` sequences share one forward pass; ``prompts`` are the openers (cycled).
+    """
+
+    count: int
+    length: int
+    temperature: float = 1.0
+    top_p: float = 0.95
+    seed: int = 0
+    batch_size: int = 16
+    prompts: tuple[str, ...] = field(default=DEFAULT_PROMPTS)
+
+    def validate(self) -> None:
+        """Raise :class:`CalibrationError` naming the first field out of range."""
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
+            raise CalibrationError(f"self-generated calibration: count: expected an integer >= 0, found {self.count!r}")
+        if isinstance(self.length, bool) or not isinstance(self.length, int) or self.length < 2:
+            raise CalibrationError(
+                f"self-generated calibration: length: expected an integer >= 2, found {self.length!r}"
+            )
+        if not self.temperature > 0:
+            raise CalibrationError(f"self-generated calibration: temperature: expected > 0, found {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise CalibrationError(f"self-generated calibration: top_p: expected in (0, 1], found {self.top_p!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise CalibrationError(
+                f"self-generated calibration: batch_size: expected an integer >= 1, found {self.batch_size!r}"
+            )
+        if not self.prompts or not all(isinstance(p, str) for p in self.prompts):
+            raise CalibrationError("self-generated calibration: prompts: expected a non-empty sequence of strings")
+
+    def as_meta(self) -> dict[str, Any]:
+        """The settings as recorded in the checkpoint's metadata (prompts by count, not text)."""
+        return {
+            "count": self.count,
+            "length": self.length,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "prompts": len(self.prompts),
+        }
+
+
+@dataclass(frozen=True)
+class GeneratedSamples:
+    """The sampled sequences (``rows``: ``count`` lists of ``length`` token ids), the wall time of
+    sampling in seconds, and the number of tokens the model drew (opener tokens excluded)."""
+
+    rows: tuple[tuple[int, ...], ...]
+    seconds: float
+    drawn_tokens: int
+    settings: GenerationSettings
+
+
+def _openers(tokenizer: Any, settings: GenerationSettings) -> list[list[int]]:
+    """The starting ids of every opener: BOS (when the tokenizer has one) then the opener's tokens."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    start = [int(bos)] if bos is not None else []
+    openers = []
+    for prompt in settings.prompts:
+        ids = start + (encode(tokenizer, prompt) if prompt else [])
+        if not ids:
+            raise CalibrationError(
+                "self-generated calibration: the tokenizer has no BOS token, so an empty opener gives nothing "
+                "to start from; remove '' from prompts"
+            )
+        openers.append(ids[: settings.length - 1])  # at least one drawn token per sequence
+    return openers
+
+
+def _banned_ids(tokenizer: Any, vocab: int) -> torch.Tensor:
+    ids = {int(i) for i in getattr(tokenizer, "all_special_ids", []) or []}
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if value is not None:
+            ids.add(int(value))
+    return torch.tensor(sorted(i for i in ids if 0 <= i < vocab), dtype=torch.long)
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs`` (rows × vocab) with everything outside each row's top-``top_p`` nucleus set to zero."""
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass strictly above each token
+    sorted_probs = torch.where(before < top_p, sorted_probs, torch.zeros_like(sorted_probs))
+    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+def _generate_batch(
+    model: nn.Module,
+    openers: Sequence[list[int]],
+    generators: Sequence[torch.Generator],
+    settings: GenerationSettings,
+    banned: torch.Tensor,
+    device: torch.device,
+) -> list[list[int]]:
+    rows = [list(o[:1]) for o in openers]
+    feed = torch.tensor([[o[0]] for o in openers], dtype=torch.long, device=device)
+    past = None
+    for position in range(1, settings.length):
+        out = model(input_ids=feed, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        if banned.numel():
+            logits[:, banned.to(logits.device)] = float("-inf")
+        probs = _nucleus(torch.softmax(logits / settings.temperature, dim=-1), settings.top_p).cpu()
+        nxt = []
+        for r, opener in enumerate(openers):
+            drawn = int(torch.multinomial(probs[r], 1, generator=generators[r]).item())
+            token = opener[position] if position < len(opener) else drawn
+            rows[r].append(token)
+            nxt.append([token])
+        feed = torch.tensor(nxt, dtype=torch.long, device=device)
+    return rows
+
+
+def generate_samples(
+    model: nn.Module,
+    tokenizer: Any,
+    settings: GenerationSettings,
+    *,
+    progress: bool = False,
+    on_progress: ProgressCallback | None = None,
+) -> GeneratedSamples:
+    """Sample ``settings.count`` sequences from ``model`` (a transformers causal LM with real weights).
+
+    ``progress`` prints one line per batch to stderr (sequences done, tokens/s, estimated time left);
+    ``on_progress(done, total, elapsed_seconds)`` is called after every batch as well.
+    """
+    settings.validate()
+    start = time.perf_counter()
+    if settings.count == 0:
+        return GeneratedSamples((), 0.0, 0, settings)
+    openers = _openers(tokenizer, settings)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    banned = _banned_ids(tokenizer, vocab)
+    if banned.numel() >= vocab:
+        raise CalibrationError("self-generated calibration: every token of the vocabulary is a special token")
+    try:
+        device = next(p.device for p in model.parameters())
+    except StopIteration:
+        device = torch.device("cpu")
+    if device.type == "meta":
+        raise CalibrationError("self-generated calibration: the model's weights are not loaded (meta device)")
+    was_training = model.training
+    model.eval()
+    rows: list[tuple[int, ...]] = []
+    drawn = 0
+    try:
+        with torch.inference_mode():
+            for first in range(0, settings.count, settings.batch_size):
+                index = range(first, min(first + settings.batch_size, settings.count))
+                batch_openers = [openers[i % len(openers)] for i in index]
+                gens = [torch.Generator().manual_seed(settings.seed * 1_000_003 + i) for i in index]
+                for row, opener in zip(
+                    _generate_batch(model, batch_openers, gens, settings, banned, device), batch_openers, strict=True
+                ):
+                    rows.append(tuple(row))
+                    drawn += len(row) - len(opener)
+                elapsed = time.perf_counter() - start
+                if on_progress is not None:
+                    on_progress(len(rows), settings.count, elapsed)
+                if progress:
+                    rate = drawn / elapsed if elapsed > 0 else 0.0
+                    left = elapsed / len(rows) * (settings.count - len(rows))
+                    sys.stderr.write(
+                        f"self-generated calibration: {len(rows)}/{settings.count} sequences  "
+                        f"{rate:.0f} tokens/s  elapsed {elapsed:.1f}s  eta {left:.1f}s\n"
+                    )
+                    sys.stderr.flush()
+    finally:
+        model.train(was_training)
+    return GeneratedSamples(tuple(rows), time.perf_counter() - start, drawn, settings)
