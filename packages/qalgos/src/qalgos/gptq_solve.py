@@ -91,12 +91,11 @@ def _solve(
     for b0, b1 in outer_blocks(plan, spec.block_size):
         block_err = torch.empty(b1 - b0, out, dtype=torch.float32)
         for c0, c1 in inner_blocks(plan, b0, b1, INNER_WIDTH):
+            if c0 in seg_end:  # segment starts are always sub-block starts (see inner_blocks)
+                scales[group_of[c0]], zeros[group_of[c0]] = gptq_params(wt[c0 : seg_end[c0]].T, spec)
             torch.set_num_threads(1)
             for j in range(c0, c1):
                 g = group_of[j]
-                if j in seg_end:
-                    scale, zero = gptq_params(wt[j : seg_end[j]].T, spec)
-                    scales[g], zeros[g] = scale, zero
                 scale, zero = scales[g], zeros[g]
                 w = wt[j]
                 q = codes_t[j]

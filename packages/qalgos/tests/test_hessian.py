@@ -1,0 +1,69 @@
+"""Hessian accumulation and the damped inverse factor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from qalgos.hessian import HessianAccumulator, add_gram
+from qalgos.hessian_inverse import cholesky_with_inverse, damp_candidates, damped_inverse
+
+
+@pytest.mark.parametrize("n", [40, 600, 1030])
+def test_blocked_gram_matches_full_product_and_is_symmetric(n: int) -> None:
+    x = torch.randn(300, n, generator=torch.Generator().manual_seed(n))
+    acc = torch.zeros(n, n, dtype=torch.float64)
+    add_gram(acc, x)
+    assert torch.equal(acc, acc.T)
+    torch.testing.assert_close(acc, x.double().T @ x.double(), rtol=1e-5, atol=1e-3)
+
+
+def test_hessian_is_two_over_n_sum() -> None:
+    acc = HessianAccumulator(3)
+    acc.add_batch(torch.tensor([[1.0, 2.0, 0.0], [0.0, 1.0, 1.0]]))
+    expected = torch.tensor([[1.0, 2.0, 0.0], [2.0, 5.0, 1.0], [0.0, 1.0, 1.0]])
+    assert torch.equal(acc.hessian(), expected)  # 2/2 * sum x xᵀ
+
+
+@pytest.mark.parametrize("n", [50, 300, 700])
+def test_recursive_cholesky_and_inverse(n: int) -> None:
+    x = torch.randn(n + 20, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    a = (x.T @ x / n).float()
+    factors = cholesky_with_inverse(a)
+    assert factors is not None
+    lower, inverse = factors
+    assert torch.equal(lower, lower.tril()) and torch.equal(inverse, inverse.tril())
+    torch.testing.assert_close((lower @ lower.T).double(), a.double(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        (inverse.double() @ lower.double()), torch.eye(n, dtype=torch.float64), atol=1e-3, rtol=0
+    )
+    not_pd = a.clone()
+    not_pd[n - 1, n - 1] = -1.0
+    assert cholesky_with_inverse(not_pd) is None
+
+
+def test_damped_factor_matches_the_textbook_chain() -> None:
+    x = torch.randn(400, 300, generator=torch.Generator().manual_seed(2))
+    h = (x.T @ x) * (2 / 400)
+    result = damped_inverse(h, 0.05, 0.01)
+    damped = h.double()
+    damped.diagonal().add_(0.05 * float(h.diagonal().mean()))
+    chain = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(damped)), upper=True)
+    assert result.damp == 0.05 and result.attempts == 1 and result.floor == 0.0
+    torch.testing.assert_close(result.upper.double(), chain, rtol=1e-4, atol=1e-5)
+
+
+def test_damp_grid_and_bisection_equal_a_linear_walk() -> None:
+    assert damp_candidates(0.05, 0.0) == [0.05]
+    grid = damp_candidates(0.0, 0.25)
+    assert grid == [0.0, 0.25, 0.5, 0.75]
+    # An indefinite H (eigenvalues -1 and 3, mean diagonal 1) needs damp > 1/1: none of the grid works,
+    # a diagonal floor is too small, so the factor is refused.
+    h = torch.tensor([[1.0, 2.0], [2.0, 1.0]])
+    refused = damped_inverse(h, 0.0, 0.25)
+    assert refused.upper is None and refused.damp is None
+    # Eigenvalues -0.2 and 2.2 (mean diagonal 1): the first working damp of 0.05 steps is 0.25.
+    h = torch.tensor([[1.0, 1.2], [1.2, 1.0]])
+    found = damped_inverse(h, 0.0, 0.05)
+    walk = next(d for d in damp_candidates(0.0, 0.05) if torch.linalg.eigvalsh(h + d * torch.eye(2)).min() > 0)
+    assert found.damp == pytest.approx(walk) and found.damp == pytest.approx(0.25)
+    assert found.attempts < len(damp_candidates(0.0, 0.05))
