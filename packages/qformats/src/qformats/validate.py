@@ -3,11 +3,11 @@
 ``tensors`` maps full checkpoint keys (``model.layers.0.mlp.down_proj.qweight``) to numpy arrays.
 Modules are found by their layout's marker tensor (``qweight`` unless the layout says otherwise);
 each module is checked with the settings the config gives it (dynamic overrides included) by the
-layout registered for the config's format family. Findings carry the full tensor key.
+layout registered for the config's layout key (``QuantizeConfig.layout``). Findings carry the full tensor key.
 
 Rule ids added here (the layouts add their own, e.g. ``GPTQ-SHAPE``):
 
-* ``CONFIG-NO-LAYOUT``   no layout is registered for the config's format family.
+* ``CONFIG-NO-LAYOUT``   no layout is registered for the config's layout key.
 * ``CONFIG-EXCLUDED``    a module excluded by a negative dynamic rule holds quantized tensors.
 * ``CONFIG-NO-MODULES``  no module of the layout was found at all.
 * ``SHAPE-UNKNOWN``      the module's logical dims can be neither inferred nor were given.
@@ -56,15 +56,15 @@ def validate(
     ``shapes`` optionally gives ``{module prefix: (in_features, out_features)}``; otherwise each
     layout infers them from its tensors (GPTQ: ``g_idx`` and ``scales``).
     """
-    family = config.family.value
+    key = config.layout
     try:
-        layout = get_layout(family)
+        layout = get_layout(key)
     except UnsupportedLayoutError as exc:
-        return [Violation("CONFIG-NO-LAYOUT", "<config>", f"a registered layout for {family!r}", str(exc))]
+        return [Violation("CONFIG-NO-LAYOUT", "<config>", f"a registered layout for {key!r}", str(exc))]
     marker = str(getattr(layout, "marker_tensor", "qweight"))
     modules = module_tensors(tensors, marker)
     if not modules:
-        return [Violation("CONFIG-NO-MODULES", f"*.{marker}", f"at least one {family} module", "none")]
+        return [Violation("CONFIG-NO-MODULES", f"*.{marker}", f"at least one {key} module", "none")]
     found: list[Violation] = []
     for prefix, local in modules.items():
         spec = config.for_module(prefix)

@@ -40,6 +40,7 @@ def dense_weight(weight: QuantizedWeight, dtype: str = "float16", rows: int = RO
 
 def iter_dense_tensors(checkpoint: Checkpoint, *, dtype: str = "float16") -> Iterator[tuple[str, np.ndarray]]:
     """Yield ``(name, array)`` of the dense state dict, shard by shard (see the module docstring)."""
+    checkpoint.dense_names()  # refuses packed tensors in modules the config keeps dense
     modules = {entry.prefix: entry for entry in checkpoint.modules()}
     owner = {name: entry.prefix for entry in modules.values() for name in entry.tensors.values()}
     pending: dict[str, dict[str, np.ndarray]] = {}

@@ -21,12 +21,13 @@ from ..logical import QuantizedWeight
 from ..violations import Violation
 from .config_files import QuantFields, find_quant_config, read_quant_fields
 from .dtypes import SAFETENSORS_DTYPES
-from .modules import ModuleEntry, group_modules, resolve_module
+from .modules import ModuleEntry, group_modules, resolve_module, split_name
 from .safetensors_io import SafetensorsFile
 
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "model.safetensors.index.json"
+EXCLUDED_RULE = "CONFIG-EXCLUDED"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 CONVERT_HINT = (
     "pickle-based weights can execute code when loaded, so qformats never reads them. Convert them once, "
@@ -61,6 +62,7 @@ class Checkpoint:
             fields = read_quant_fields(raw, source_file=config_path.name)
         self.fields = fields
         self._modules: list[ModuleEntry] | None = None
+        self._excluded_quantized: list[str] = []
 
     # -- discovery -----------------------------------------------------------------------------
     def _load_weight_map(self) -> dict[str, str]:
@@ -153,10 +155,14 @@ class Checkpoint:
         if self._modules is None:
             shapes = {name: self.shape_of(name) for name in self.weight_map}
             entries = []
+            excluded = []
             for prefix, members in group_modules(self.weight_map).items():
                 entry = resolve_module(prefix, members, shapes, self.fields)
-                if entry is not None:
+                if entry is None:
+                    excluded.append(members["qweight"])
+                else:
                     entries.append(entry)
+            self._excluded_quantized = excluded
             self._modules = self._settle_marlin_labels(entries)
         return self._modules
 
@@ -182,7 +188,11 @@ class Checkpoint:
         return {suffix: self.load(name) for suffix, name in entry.tensors.items()}
 
     def unpack(self, entry: ModuleEntry, tensors: Mapping[str, np.ndarray] | None = None) -> QuantizedWeight:
-        """The module's logical weight (raises :class:`CheckpointFormatError` naming the module)."""
+        """The module's logical weight (raises :class:`CheckpointFormatError` naming the module).
+
+        The layout's ``unpack`` runs its ``validate`` first and refuses tensors with any violation
+        (the message lists every rule id), so no unvalidated tensor becomes a logical weight.
+        """
         data = self.module_tensors(entry) if tensors is None else tensors
         try:
             return get_layout(entry.layout).unpack(data, entry.meta)
@@ -190,16 +200,39 @@ class Checkpoint:
             raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: {exc}") from None
 
     def validate(self) -> dict[str, list[Violation]]:
-        """Violations per module prefix (only modules with findings are listed)."""
+        """Violations per module prefix (only modules with findings are listed).
+
+        Besides each module's layout rules, a ``qweight`` under a prefix that a negative dynamic rule
+        keeps dense is reported as ``CONFIG-EXCLUDED`` (the rule id :func:`qformats.validate` uses).
+        """
         found: dict[str, list[Violation]] = {}
+        for name in self.excluded_quantized():
+            found[split_name(name)[0]] = [
+                Violation(EXCLUDED_RULE, name, "a dense module (negative dynamic rule)", "quantized")
+            ]
         for entry in self.modules():
             problems = get_layout(entry.layout).validate(self.module_tensors(entry), entry.meta)
             if problems:
                 found[entry.prefix] = problems
         return found
 
-    def dense_names(self) -> list[str]:
-        """Tensor names that belong to no quantized module's layout tensors."""
+    def excluded_quantized(self) -> list[str]:
+        """``qweight`` names of modules a negative dynamic rule keeps dense (a file that breaks its config)."""
+        self.modules()
+        return list(self._excluded_quantized)
+
+    def dense_names(self, *, strict: bool = True) -> list[str]:
+        """Tensor names that belong to no quantized module's layout tensors.
+
+        With ``strict`` (the default), raises :class:`CheckpointFormatError` when a module the config
+        keeps dense holds packed tensors (they would otherwise pass through as if they were dense).
+        """
+        stray = self.excluded_quantized()
+        if stray and strict:
+            raise CheckpointFormatError(
+                f"{self.root}: {EXCLUDED_RULE}: {', '.join(stray)} packed, but a negative dynamic rule of "
+                f"{self.fields.source_file or 'the config'} keeps the module dense"
+            )
         owned = {name for entry in self.modules() for name in entry.tensors.values()}
         return [name for name in self.weight_map if name not in owned]
 

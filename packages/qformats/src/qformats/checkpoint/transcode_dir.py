@@ -41,6 +41,7 @@ def target_config(raw: dict[str, object], to: str, sym: bool) -> dict[str, objec
 
 def iter_transcoded(checkpoint: Checkpoint, to: str) -> Iterator[tuple[str, np.ndarray]]:
     """Yield the target checkpoint's ``(name, array)`` pairs, shard by shard."""
+    checkpoint.dense_names()  # refuses packed tensors in modules the config keeps dense
     modules = {entry.prefix: entry for entry in checkpoint.modules()}
     owner = {name: entry.prefix for entry in modules.values() for name in entry.tensors.values()}
     pending: dict[str, dict[str, np.ndarray]] = {}

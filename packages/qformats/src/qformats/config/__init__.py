@@ -11,6 +11,7 @@ from .files import (
     parse_config,
     read_config,
     read_config_file,
+    read_config_object,
     write_quantize_config,
 )
 from .model import CONFIG_VERSION, ModuleSpec, QuantizeConfig
@@ -31,5 +32,6 @@ __all__ = [
     "parse_config",
     "read_config",
     "read_config_file",
+    "read_config_object",
     "write_quantize_config",
 ]

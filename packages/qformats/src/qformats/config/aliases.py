@@ -44,8 +44,9 @@ META_LIFTED: frozenset[str] = frozenset(
 CANONICAL_KEYS: frozenset[str] = frozenset(
     {"bits", "group_size", "sym", "desc_act", "method", "format", "pack_dtype", "lm_head", "dynamic", "meta"}
 )
+BITS_ALIASES: tuple[str, ...] = ("bits", "w_bit", "wbits")
 _ALIAS_GROUPS: dict[str, tuple[str, ...]] = {
-    "bits": ("bits", "w_bit", "wbits"),
+    "bits": BITS_ALIASES,
     "group_size": ("group_size", "q_group_size"),
     "block_size": ("block_size", "bnb_block_size"),
     "compress_statistics": ("compress_statistics", "bnb_compress_statistics"),

@@ -55,15 +55,24 @@ def _load_json(path: Path) -> Any:
         raise ConfigError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
-def read_config_file(path: str | os.PathLike[str]) -> QuantizeConfig:
-    """Parse one file; ``config.json`` files are read through their ``quantization_config`` object."""
+def read_config_object(path: str | os.PathLike[str]) -> tuple[str, Any]:
+    """``(source, raw JSON value)`` of one config file, unparsed; ``config.json`` gives its nested object.
+
+    ``source`` names the file (and ``:quantization_config`` for a ``config.json``) for error messages.
+    """
     path = Path(path)
     data = _load_json(path)
     if path.name == "config.json":
         if not isinstance(data, Mapping) or NESTED_KEY not in data:
             raise ConfigError(f"{path}: expected a {NESTED_KEY!r} object, found none")
-        return parse_config(data[NESTED_KEY], source=f"{path}:{NESTED_KEY}")
-    return parse_config(data, source=str(path))
+        return f"{path}:{NESTED_KEY}", data[NESTED_KEY]
+    return str(path), data
+
+
+def read_config_file(path: str | os.PathLike[str]) -> QuantizeConfig:
+    """Parse one file; ``config.json`` files are read through their ``quantization_config`` object."""
+    source, raw = read_config_object(path)
+    return parse_config(raw, source=source)
 
 
 def find_config_file(directory: str | os.PathLike[str]) -> Path:

@@ -21,6 +21,8 @@ from .resolve import Resolved, check_bits, resolve
 CONFIG_VERSION = 1
 META_VERSION_KEY = "qformats_config_version"
 PACK_DTYPES = ("int8", "int16", "int32", "int64")
+# Families whose words are int16 whatever the file says (the reference's GEMV_FAST / LLM_AWQ export).
+INT16_FAMILIES: tuple[FORMAT, ...] = (FORMAT.GEMV_FAST, FORMAT.LLM_AWQ)
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,8 @@ class QuantizeConfig:
         pack_dtype = str(self.pack_dtype).strip().lower().removeprefix("torch.")
         if pack_dtype not in PACK_DTYPES:
             raise ConfigError(f"pack_dtype: expected one of {list(PACK_DTYPES)}, found {self.pack_dtype!r}")
-        if resolved.family is FORMAT.LLM_AWQ and pack_dtype != "int16":
-            notes.append(f"llm-awq packs int16 words: pack_dtype {pack_dtype!r} replaced by 'int16'")
+        if resolved.family in INT16_FAMILIES and pack_dtype != "int16":
+            notes.append(f"{resolved.family.value} packs int16 words: pack_dtype {pack_dtype!r} replaced by 'int16'")
             pack_dtype = "int16"
         group_size = self.group_size
         if isinstance(group_size, bool) or not isinstance(group_size, int):
@@ -128,6 +130,14 @@ class QuantizeConfig:
         from ..enums import resolve_format_family
 
         return resolve_format_family(self.format, self.method)
+
+    @property
+    def layout(self) -> str:
+        """The layout registry key of this config's modules (AWQ-produced Marlin is ``awq_marlin``)."""
+        family = self.family
+        if family is FORMAT.MARLIN and self.method is METHOD.AWQ:
+            return "awq_marlin"
+        return family.value
 
     @property
     def rules(self) -> DynamicRules | None:
