@@ -27,7 +27,16 @@ def run_gptq(w: torch.Tensor, x: torch.Tensor, spec: QuantSpec):
     return gptq.quantize(w)
 
 
-@pytest.mark.parametrize("kwargs", [*ORDERINGS, {"group_size": -1}, {"group_size": 24, "sym": False}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        *ORDERINGS,
+        {"group_size": -1},
+        {"group_size": 24, "sym": False},
+        {"sym": False, "mse": 2.4},
+        {"scale_dtype": "float16", "desc_act": True},
+    ],
+)
 def test_identity_hessian_gives_rtn(weight: torch.Tensor, kwargs: dict) -> None:
     spec = QuantSpec(bits=4, **{"group_size": 32, **kwargs})
     result = run_gptq(weight, torch.eye(96), spec)
@@ -79,10 +88,12 @@ def test_g_idx_is_valid_for_every_ordering(kwargs: dict, in_features: int) -> No
 def test_partial_last_group_and_dequantize_consistency() -> None:
     w = torch.randn(24, 70, generator=torch.Generator().manual_seed(4))
     x = correlated_activations(300, 70)
-    for kwargs in ORDERINGS:
-        spec = QuantSpec(bits=4, group_size=32, **kwargs)
+    for kwargs in [*ORDERINGS, {"scale_dtype": "float16", "bits": 3}, {"mse": 2.0, "sym": False}]:
+        kwargs = {"bits": 4, **kwargs}
+        spec = QuantSpec(group_size=32, **kwargs)
         result = run_gptq(w, x, spec)
         assert result.weight.scales.shape == (3, 24)
+        assert result.weight.scales.dtype == np.dtype(spec.scale_dtype)
         assert torch.equal(torch.from_numpy(result.weight.dequantize()), result.dequantized)
 
 
