@@ -144,10 +144,11 @@ def test_every_error_has_one_root_and_a_builtin() -> None:
         qkernels.KernelInputError,
         qkernels.UnknownBackendError,
         qkernels.DuplicateBackendError,
+        qkernels.ExtensionBuildError,
     ]
     for leaf in leaves:
         assert issubclass(leaf, qkernels.QKernelsError)
-        assert issubclass(leaf, (ValueError, KeyError))
+        assert issubclass(leaf, (ValueError, KeyError, RuntimeError))
 
 
 def test_bad_bias_is_named() -> None:

@@ -8,6 +8,7 @@ with :func:`select` / :func:`probe`.
 from .build import build_module, quant_linear, quant_linear_from_weight, repack
 from .capabilities import Capabilities
 from .contract import KernelContract
+from .cpu_extension import ExtensionBuildError
 from .device import Target, resolve_target
 from .errors import (
     BackendRefusedError,
@@ -31,6 +32,7 @@ __all__ = [
     "Candidate",
     "Capabilities",
     "DuplicateBackendError",
+    "ExtensionBuildError",
     "KernelContract",
     "KernelInputError",
     "QKernelsError",
