@@ -172,3 +172,33 @@ def test_resume_restores_lazily_loaded_layers(tmp_path: Path) -> None:
     b = toy_calibration().batches[0]
     with torch.no_grad():
         assert torch.equal(model(b.input_ids, b.attention_mask), done_model(b.input_ids, b.attention_mask))
+
+
+class CrashAt:
+    """An extension that fails the run at one boundary (before the checkpoint extension sees it)."""
+
+    def __init__(self, cursor: int) -> None:
+        self.cursor = cursor
+
+    def on_boundary(self, boundary) -> None:
+        if boundary.cursor == self.cursor:
+            raise RuntimeError(f"simulated crash at boundary {self.cursor}")
+
+
+def test_interval_commits_every_n_layers(tmp_path: Path) -> None:
+    config = CheckpointConfig(path=tmp_path / "ckpt", interval="layer:2")
+    with pytest.raises(RuntimeError, match="simulated crash at boundary 3"):
+        quantize_model(
+            ToyDecoder(),
+            DENSE,
+            toy_calibration(),
+            SPEC,
+            "awq",
+            checkpoint=config,
+            options=LoopOptions(extensions=(CrashAt(3),)),
+        )
+    resumed = quantize_model(ToyDecoder(), DENSE, toy_calibration(), SPEC, "awq", checkpoint=config)
+    assert resumed.resumed_from == 2  # boundary 2 was committed, boundary 3 was not due
+    fresh = quantize_model(ToyDecoder(), DENSE, toy_calibration(), SPEC, "awq")
+    for name, done in fresh.modules.items():
+        assert resumed.modules[name].weight.equals(done.weight), name

@@ -17,15 +17,16 @@ from .errors import CaptureError, StopForward
 from .input_cache import InputCache
 
 
-def _detach(value: Any, device: torch.device) -> Any:
+def to_device(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor (in tuples, lists, dicts) detached and moved to ``device``."""
     if isinstance(value, torch.Tensor):
         return value.detach().to(device)
     if isinstance(value, tuple):
-        return tuple(_detach(v, device) for v in value)
+        return tuple(to_device(v, device) for v in value)
     if isinstance(value, list):
-        return [_detach(v, device) for v in value]
+        return [to_device(v, device) for v in value]
     if isinstance(value, dict):
-        return {k: _detach(v, device) for k, v in value.items()}
+        return {k: to_device(v, device) for k, v in value.items()}
     return value
 
 
@@ -42,8 +43,8 @@ def capture_first_layer_inputs(
     def hook(_module: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         if not args or not isinstance(args[0], torch.Tensor):
             raise CaptureError("first decoder layer: expected the hidden state as the first positional argument")
-        inputs.append([_detach(a, target) for a in args])
-        kwargs.append({k: _detach(v, target) for k, v in kw.items() if k != "use_cache"})
+        inputs.append([to_device(a, target) for a in args])
+        kwargs.append({k: to_device(v, target) for k, v in kw.items() if k != "use_cache"})
         seen.append(True)
         raise StopForward("first-layer inputs captured")
 

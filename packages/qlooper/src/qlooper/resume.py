@@ -129,7 +129,8 @@ class CheckpointExtension:
             name, layer = state.layers[position]
             layer_state, finished = _read_bundle(loaded.read_object(loaded.artifacts[f"layer:{name}"]))
             try:
-                layer.load_state_dict(layer_state, strict=True, assign=True)  # also fills meta layers
+                lazy = any(t.is_meta for t in (*layer.parameters(), *layer.buffers()))
+                layer.load_state_dict(layer_state, strict=True, assign=lazy)  # assign fills meta layers
             except RuntimeError as exc:
                 raise ResumeError(f"checkpoint layer state {name!r} does not fit the model: {exc}") from exc
             for done in finished:
