@@ -5,7 +5,7 @@ import dataclasses
 import torch
 from loop_helpers import assert_packed_roundtrip, expected_modules, output_error
 from qalgos.spec import QuantSpec
-from qlooper import GroupSpec, ModelDefinition, quantize_model
+from qlooper import GroupSpec, LoopOptions, ModelDefinition, quantize_model
 from toy_models import DENSE, ToyDecoder, toy_calibration
 
 SPEC4 = QuantSpec(bits=4, group_size=32, sym=False)
@@ -67,3 +67,14 @@ def test_groups_without_a_foldable_prev_op_skip_the_scale_search() -> None:
     assert "skipped: no prev_op" in run.report_for("model.layers.1.self_attn.o_proj").notes
     assert "output width 64 != group input width 128" in run.report_for("model.layers.1.mlp.down_proj").notes
     assert "scale_ratio=" in run.report_for("model.layers.1.mlp.up_proj").notes
+
+
+def test_awq_with_true_sequential_off_keeps_each_groups_own_inputs() -> None:
+    model = ToyDecoder()
+    run = quantize_model(model, DENSE, toy_calibration(), SPEC4, "awq", options=LoopOptions(true_sequential=False))
+    assert len(run.modules) == expected_modules()
+    assert_packed_roundtrip(run, model)
+    assert all("scale_ratio=" in r.notes for r in run.report)
+    rtn = ToyDecoder()
+    quantize_model(rtn, DENSE, None, SPEC4, "rtn")
+    assert output_error(model) < output_error(rtn)

@@ -39,22 +39,23 @@ class AWQProcessor:
     def __init__(self, spec: QuantSpec, *, clip: bool = True) -> None:
         self.spec = spec
         self.clip = clip
-        self._x: dict[str, list[torch.Tensor]] = {}
-        self._inspect_calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self._x: dict[int, dict[str, list[torch.Tensor]]] = {}  # group index -> input key -> captured chunks
+        self._inspect_calls: dict[int, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {}
         self._pending: list[tuple[ResolvedModule, torch.Tensor, dict[str, Any], float]] = []
 
     def start_layer(self, ctx: LayerContext) -> None:
         self._pending = []
 
     def attach(self, ctx: LayerContext, group: ResolvedGroup) -> list[RemovableHandle]:
-        self._x = {}
-        self._inspect_calls = []
+        xs: dict[str, list[torch.Tensor]] = {}
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self._x[group.index], self._inspect_calls[group.index] = xs, calls
         handles = []
         for mod in group.modules:
-            if mod.input_key in self._x:
+            if mod.input_key in xs:
                 continue
             store: list[torch.Tensor] = []
-            self._x[mod.input_key] = store
+            xs[mod.input_key] = store
 
             def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, store: list[torch.Tensor] = store) -> None:
                 x = first_tensor(inputs)
@@ -64,7 +65,7 @@ class AWQProcessor:
         if group.inspect is not None:
 
             def pre(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-                self._inspect_calls.append((tuple(args), dict(kwargs)))
+                calls.append((tuple(args), dict(kwargs)))
 
             handles.append(group.inspect.register_forward_pre_hook(pre, with_kwargs=True))
         return handles
@@ -83,7 +84,8 @@ class AWQProcessor:
                 with torch.no_grad():
                     for mod, w in zip(group.modules, weights, strict=False):
                         mod.weight.copy_(w.to(mod.weight.dtype))
-                    outs = [_output_tensor(group.inspect(*a, **kw)) for a, kw in self._inspect_calls]
+                    calls = self._inspect_calls[group.index]
+                    outs = [_output_tensor(group.inspect(*a, **kw)) for a, kw in calls]
             finally:
                 with torch.no_grad():
                     for mod, w in zip(group.modules, saved, strict=False):
@@ -93,7 +95,7 @@ class AWQProcessor:
         return run
 
     def _scale_skip_reason(self, group: ResolvedGroup, in_features: int) -> str | None:
-        if len(self._x) != 1:
+        if len(self._x[group.index]) != 1:
             return "modules do not share one input"
         if group.prev_op is None:
             return "no prev_op to fold scales into"
@@ -102,7 +104,7 @@ class AWQProcessor:
             return f"prev_op {group.prev_op_name!r} has no weight"
         if prev_w.shape[0] != in_features:
             return f"prev_op {group.prev_op_name!r} output width {prev_w.shape[0]} != group input width {in_features}"
-        if group.inspect is not None and not self._inspect_calls:
+        if group.inspect is not None and not self._inspect_calls[group.index]:
             return f"inspect module {group.spec.inspect!r} was not called during the forward"
         return None
 
@@ -122,7 +124,7 @@ class AWQProcessor:
                 mod.weight.copy_(awq.scale_consumer_weight(mod.weight.detach(), scales).to(mod.weight.dtype))
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
-        xs = {key: torch.cat(chunks, dim=0) if chunks else None for key, chunks in self._x.items()}
+        xs = {key: torch.cat(chunks, dim=0) if chunks else None for key, chunks in self._x[group.index].items()}
         in_features = int(group.modules[0].weight.shape[1])
         reason = self._scale_skip_reason(group, in_features)
         notes: dict[str, Any] = {}
@@ -145,8 +147,7 @@ class AWQProcessor:
                 x = x / scales
             x = x if x is not None else torch.empty(0, in_features)
             self._pending.append((mod, x, dict(notes), spent))
-        self._x = {}
-        self._inspect_calls = []
+        del self._x[group.index], self._inspect_calls[group.index]
         return []
 
     def end_layer(self, ctx: LayerContext) -> list[ModuleResult]:
