@@ -1,16 +1,18 @@
 """Building and loading the AVX2 C++ kernel (``csrc/int4_avx2.cpp``) on first use.
 
-The extension is compiled by ``torch.utils.cpp_extension.load`` into torch's extension cache (one build
-per source/torch/python version; about a minute on a small host). Probing never compiles: it checks the
-host ISA, the toolchain and whether an earlier build in this process failed. Set
-``QKERNELS_DISABLE_CPU_EXTENSION=1`` to turn the backend off.
+The extension is compiled by ``torch.utils.cpp_extension.load`` into torch's extension cache, one folder
+per Python/torch installation (about a minute on a small host, once; ``TORCH_EXTENSIONS_DIR`` moves it).
+Probing never compiles: it checks the host ISA, the toolchain and whether an earlier build in this process
+failed. Set ``QKERNELS_DISABLE_CPU_EXTENSION=1`` to turn the backend off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -51,6 +53,16 @@ def extension_reasons() -> list[str]:
     return []
 
 
+def build_directory() -> Path:
+    """Where this environment builds the extension: torch's extension root, one folder per Python/torch
+    installation (two virtual environments sharing one folder would rebuild on every alternation)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    key = f"{sys.executable}|{torch.__file__}|{torch.__version__}".encode()
+    return root / f"{EXTENSION_NAME}-{hashlib.sha1(key).hexdigest()[:12]}"
+
+
 def load_extension() -> ModuleType:
     """The compiled extension module, building it on first call (raises ExtensionBuildError)."""
     with _lock:
@@ -68,7 +80,10 @@ def _load_locked() -> ModuleType:
 
     log.info("qkernels: building the AVX2 int4 extension (first use; cached afterwards)")
     try:
+        directory = build_directory()
+        directory.mkdir(parents=True, exist_ok=True)
         _loaded = load(
+            build_directory=str(directory),
             name=EXTENSION_NAME,
             sources=[str(SOURCE)],
             extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
