@@ -23,3 +23,25 @@ def test_duplicate_registration_is_an_error() -> None:
 def test_unknown_layout_is_named() -> None:
     with pytest.raises(UnsupportedLayoutError, match=r"'nope'.*known:.*gptq"):
         get_layout("nope")
+
+
+def test_every_builtin_key_is_registered_and_nothing_else() -> None:
+    from qformats.layouts.registry import BUILTIN_KEYS
+
+    assert registered_layouts() == tuple(sorted(BUILTIN_KEYS))
+    assert get_layout("awq_marlin").key == "awq_marlin"
+
+
+def test_optional_members_have_defaults() -> None:
+    from qformats.layouts.registry import DEFAULT_MARKER, marker_tensor, meta_inference
+
+    class Bare:
+        key = "bare"
+
+    bare = Bare()
+    assert marker_tensor(bare) == DEFAULT_MARKER  # type: ignore[arg-type]
+    assert meta_inference(bare) is None  # type: ignore[arg-type]
+    assert marker_tensor(get_layout("pack-quantized")) == "weight_packed"
+    infer = meta_inference(get_layout("gptq"))
+    assert infer is not None and infer.__name__ == "infer_meta"
+    assert meta_inference(get_layout("gguf")) is None

@@ -21,7 +21,7 @@ import numpy as np
 
 from .config.model import QuantizeConfig
 from .errors import LayoutError, UnsupportedLayoutError
-from .layouts.registry import LayoutMeta, get_layout
+from .layouts.registry import LayoutMeta, get_layout, marker_tensor, meta_inference
 from .violations import Violation
 
 
@@ -61,7 +61,7 @@ def validate(
         layout = get_layout(key)
     except UnsupportedLayoutError as exc:
         return [Violation("CONFIG-NO-LAYOUT", "<config>", f"a registered layout for {key!r}", str(exc))]
-    marker = str(getattr(layout, "marker_tensor", "qweight"))
+    marker = marker_tensor(layout)
     modules = module_tensors(tensors, marker)
     if not modules:
         return [Violation("CONFIG-NO-MODULES", f"*.{marker}", f"at least one {key} module", "none")]
@@ -79,7 +79,7 @@ def validate(
             in_, out = shapes[prefix]
             meta = LayoutMeta(spec.bits, spec.group_size, int(in_), int(out), spec.sym, spec.pack_dtype)
         else:
-            infer = getattr(layout, "infer_meta", None)
+            infer = meta_inference(layout)
             if infer is None:
                 found.append(Violation("SHAPE-UNKNOWN", f"{prefix}.{marker}", "shapes for this module", "none given"))
                 continue

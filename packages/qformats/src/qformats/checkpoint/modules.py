@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CheckpointFormatError, LayoutError
-from ..layouts.registry import LayoutMeta, get_layout
+from ..layouts.registry import LayoutMeta, get_layout, meta_inference
 from .config_files import QuantFields, module_overrides
 
 LAYOUT_SUFFIXES: frozenset[str] = frozenset(
@@ -85,7 +85,7 @@ def resolve_module(
     except LayoutError as exc:
         raise CheckpointFormatError(f"module {prefix!r}: {exc}") from None
     stubs = {suffix: _shape_stub(*shapes[name]) for suffix, name in members.items()}
-    infer = getattr(layout, "infer_meta", None)
+    infer = meta_inference(layout)
     if infer is None:
         raise CheckpointFormatError(f"module {prefix!r}: layout {key!r} cannot infer module dimensions")
     try:

@@ -1,8 +1,17 @@
-"""The layout registry: FORMAT key -> :class:`Layout`.
+"""The layout registry: layout key -> :class:`Layout`.
 
 A layout converts between the logical :class:`~qformats.logical.QuantizedWeight` and the named
 tensors of one checkpoint module. Every function is pure: named arrays in, named arrays out, inputs
 never mutated. A duplicate registration is an error.
+
+Built-in keys (see :data:`BUILTIN_KEYS`): ``gptq``, ``gptq_v2``, ``gptq_p`` (GPTQ); ``gemm``, ``gemv``,
+``gemv_fast``, ``llm-awq`` (AWQ); ``marlin`` (GPTQ Marlin tiles), ``awq_marlin`` (AWQ Marlin tiles);
+``gguf`` (GGUF blocks Q4_0/Q5_0/Q8_0); ``pack-quantized`` (compressed-tensors). Every key but
+``awq_marlin`` and ``pack-quantized`` is a ``FORMAT`` value.
+
+Besides the required members of :class:`Layout`, a layout may offer the optional members of
+:class:`ShapedLayout` (``marker_tensor``, ``infer_meta``); read them through :func:`marker_tensor` and
+:func:`meta_inference`, which supply the defaults.
 """
 
 from __future__ import annotations
@@ -57,11 +66,64 @@ class Layout(Protocol):
         ...
 
 
+class MetaInference(Protocol):
+    """``infer_meta``: logical dims from the tensors' shapes (raises LayoutError when they cannot be read)."""
+
+    def __call__(
+        self,
+        tensors: Mapping[str, np.ndarray],
+        *,
+        bits: int,
+        group_size: int,
+        sym: bool = True,
+        pack_dtype: str = "int32",
+    ) -> LayoutMeta: ...
+
+
+class ShapedLayout(Layout, Protocol):
+    """A layout with the optional members ``qformats.validate`` and checkpoint readers use when present."""
+
+    marker_tensor: str
+    """The tensor whose key identifies a module of this layout (:data:`DEFAULT_MARKER` when absent)."""
+
+    def infer_meta(
+        self,
+        tensors: Mapping[str, np.ndarray],
+        *,
+        bits: int,
+        group_size: int,
+        sym: bool = True,
+        pack_dtype: str = "int32",
+    ) -> LayoutMeta:
+        """Logical ``in``/``out`` (and the given settings) from the tensor shapes; LayoutError if unreadable."""
+        ...
+
+
+DEFAULT_MARKER = "qweight"
+
+
+def marker_tensor(layout: Layout) -> str:
+    """The layout's ``marker_tensor``, or :data:`DEFAULT_MARKER` when it declares none."""
+    marker = getattr(layout, "marker_tensor", DEFAULT_MARKER)
+    return marker if isinstance(marker, str) else DEFAULT_MARKER
+
+
+def meta_inference(layout: Layout) -> MetaInference | None:
+    """The layout's ``infer_meta``, or ``None`` when it cannot infer dims from shapes."""
+    infer: MetaInference | None = getattr(layout, "infer_meta", None)
+    return infer
+
+
 _REGISTRY: dict[str, Layout] = {}
 
 # Built-in layout families: each is a subpackage of ``qformats.layouts`` whose import registers its
 # layouts. They are imported on first lookup, so ``import qformats`` stays cheap.
 BUILTIN_FAMILIES: tuple[str, ...] = ("gptq", "awq", "marlin", "fp8", "bnb", "gguf", "compressed_tensors")
+# Every key the built-in families register (docs/internals.md lists the same; a test holds them equal).
+BUILTIN_KEYS: tuple[str, ...] = (
+    "awq_marlin", "gemm", "gemv", "gemv_fast", "gguf", "gptq", "gptq_p", "gptq_v2", "llm-awq", "marlin",
+    "pack-quantized",
+)  # fmt: skip
 _builtins_loaded = False
 
 
