@@ -121,3 +121,17 @@ def test_batched_calibration_pads_with_eos_and_records_it(tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "group_size": 32})
     summary = qm.quantize(calibration=["some text " * 20, "more text " * 30], batch_size=2)
     assert "eos_token" in summary["tokenizer_note"] and summary["calibration"]["rows"] == 2
+
+
+def test_bfloat16_source_keeps_its_dtype(tmp_path, tokenizer) -> None:
+    from safetensors import safe_open
+    from tiny_models import save_tiny_model
+
+    src = save_tiny_model(tmp_path / "src", "llama", tokenizer=tokenizer, dtype=torch.bfloat16)
+    qm = qhf.load(src, {"method": "rtn", "bits": 4, "group_size": 32})
+    qm.quantize()
+    qm.save(tmp_path / "q")
+    with safe_open(str(tmp_path / "q" / "model.safetensors"), framework="pt") as f:
+        assert f.get_tensor("model.norm.weight").dtype == torch.bfloat16
+        assert f.get_tensor("model.embed_tokens.weight").dtype == torch.bfloat16
+        assert f.get_tensor("model.layers.0.mlp.up_proj.scales").dtype == torch.float16

@@ -63,6 +63,7 @@ def save_tiny_model(
     seed: int = 0,
     shard: str | None = None,
     tokenizer: Any = None,
+    dtype: torch.dtype = torch.float32,
     **overrides: Any,
 ) -> Path:
     """Random weights (seeded) for a tiny ``model_type`` model saved with its tokenizer in ``directory``."""
@@ -74,6 +75,7 @@ def save_tiny_model(
         for name, param in model.named_parameters():
             if name.endswith("proj.weight"):
                 param.normal_(0.0, 0.08)
+    model = model.to(dtype)
     kwargs = {"max_shard_size": shard} if shard else {}
     model.save_pretrained(directory, **kwargs)
     (tokenizer if tokenizer is not None else build_tokenizer()).save_pretrained(directory)

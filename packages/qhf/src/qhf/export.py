@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from qformats.checkpoint import write_checkpoint
 
 from .checkpoint_reader import load_config_json, open_quantized_checkpoint
-from .save.shards import TensorEntry, write_atomic_json, write_shards
+from .save.tensor_stream import TensorEntry, bf16_names, numpy_stream
 from .tokenizer import TOKENIZER_FILES
 
 
@@ -24,7 +26,6 @@ def export_dense(
     """Write the dense export of quantized checkpoint ``checkpoint_dir`` into ``out_dir``."""
     checkpoint = open_quantized_checkpoint(checkpoint_dir)
     source, out = Path(checkpoint_dir), Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     names = checkpoint.reader.names()
     modules = sorted({n.rsplit(".", 1)[0] for n in names if checkpoint.is_quantized(n.rsplit(".", 1)[0])})
     prefixes = tuple(m + "." for m in modules)
@@ -46,14 +47,27 @@ def export_dense(
         if not name.startswith(prefixes):
             entries.append(TensorEntry(name, checkpoint.reader.nbytes(name), lambda n=name: checkpoint.reader.get(n)))
     entries.sort(key=lambda e: e.name)
-    write_shards(out, entries, max_shard_size)
     config = load_config_json(source)
     config.pop("quantization_config", None)
-    write_atomic_json(out / "config.json", config)
+    write_checkpoint(
+        out,
+        numpy_stream(entries),
+        quantize_config=None,
+        model_config=config,
+        max_shard_size=max_shard_size,
+        dtypes=bf16_names(entries),
+    )
     for name in ("generation_config.json", *TOKENIZER_FILES):
         if (source / name).is_file():
             shutil.copyfile(source / name, out / name)
     return out
+
+
+def _stored_entry(checkpoint: Any, name: str) -> TensorEntry:
+    """A tensor copied unchanged from the checkpoint (bfloat16 kept)."""
+    reader = checkpoint.reader
+    bf16 = reader.dtype(name) == torch.bfloat16
+    return TensorEntry(name, reader.nbytes(name), lambda: reader.get(name), bf16)
 
 
 def _in_features(checkpoint: object, module: str, out_features: int) -> int:

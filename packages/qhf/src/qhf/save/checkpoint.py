@@ -22,7 +22,7 @@ from torch import nn
 from ..quant_config import QuantSettings
 from ..results import REPORT_COLUMNS, QuantizedModules
 from ..source.opened_source import OpenedSource
-from .shards import TensorEntry, write_atomic_json, write_shards
+from .tensor_stream import TensorEntry, bf16_names, numpy_stream, write_atomic_json
 
 _CONFIG_DROP = ("_attn_implementation", "_attn_implementation_autoset", "attn_implementation")
 
@@ -76,9 +76,11 @@ def tensor_entries(
         if live is not None:
             dtype = source.stored_dtype(name) if live.is_floating_point() else live.dtype
             size = live.numel() * torch.empty((), dtype=dtype).element_size()
-            entries.append(TensorEntry(name, size, lambda t=live, d=dtype: t.detach().to(d)))
+            bf16 = dtype == torch.bfloat16
+            entries.append(TensorEntry(name, size, lambda t=live, d=dtype: t.detach().to(d), bf16))
         else:
-            entries.append(TensorEntry(name, source.stored_nbytes(name), lambda n=name: source.stored(n)))
+            bf16 = source.stored_dtype(name) == torch.bfloat16
+            entries.append(TensorEntry(name, source.stored_nbytes(name), lambda n=name: source.stored(n), bf16))
     return entries
 
 
@@ -114,20 +116,29 @@ def save_checkpoint(
     max_shard_size: int | str = "4GB",
     summary: dict[str, Any] | None = None,
 ) -> list[Path]:
-    """Write the checkpoint (see the module docstring); returns the weight shard paths."""
+    """Write the checkpoint (see the module docstring); returns the weight shard paths.
+
+    Weights and both config files go through qformats' checkpoint writer: size-bounded shards and the
+    index, written into a temporary directory, every quantized module validated against its layout,
+    then renamed into place (stale shards removed).
+    """
+    from qformats.checkpoint import write_checkpoint
+
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     packed = packed_tensors(results, settings)
     entries = tensor_entries(source, model, results, packed)
-    shards = write_shards(
-        directory,
-        entries,
-        max_shard_size,
-        metadata={"quantizer": settings.to_checkpoint_dict()["meta"]["quantizer"][0]},
-    )
     config = config_dict(source, settings)
-    write_atomic_json(directory / "config.json", config)
-    write_atomic_json(directory / "quantize_config.json", config["quantization_config"])
+    quantization = config.pop("quantization_config")
+    written = write_checkpoint(
+        directory,
+        numpy_stream(entries),
+        quantize_config=quantization,
+        model_config=config,
+        max_shard_size=max_shard_size,
+        metadata={"quantizer": quantization["meta"]["quantizer"][0]},
+        dtypes=bf16_names(entries),
+    )
+    shards = [directory / name for name in written.files if name.endswith(".safetensors")]
     if tokenizer is not None:
         tokenizer.save_pretrained(str(directory))
     for name, path in source.extra_files.items():
