@@ -91,16 +91,18 @@ void rows_direct(const float* x, int64_t M, int64_t K, const int32_t* w, const f
   }
 }
 
-// Decode one group of kRows rows into a small buffer, then stream the activation rows over it two at a
-// time (2 x kRows = 8 independent FMA chains, 6 loads per 8 FMAs).
+// Decode one group of `rows` output rows (a multiple of kRows) into a small buffer, then stream the
+// activation rows over it two at a time (2 x kRows = 8 independent FMA chains, 6 loads per 8 FMAs). Wider
+// tasks (16 rows) read the activations from memory a quarter as often; each group's 16 x group floats stay
+// in L1 while every activation row passes over them.
 void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const float* s16, int64_t G,
-                   int64_t group, float* out, int64_t N, int64_t n0, float* buf, __m256* total) {
+                   int64_t group, float* out, int64_t N, int64_t n0, int64_t rows, float* buf, __m256* total) {
   const int64_t blocks = K / 64;
-  for (int64_t i = 0; i < M * kRows; ++i) total[i] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < M * rows; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
     const int64_t k0 = g * group;
     const int64_t len = std::min(group, K - k0);  // the last group may be partial (a multiple of 32)
-    for (int r = 0; r < kRows; ++r) {
+    for (int64_t r = 0; r < rows; ++r) {
       for (int64_t k = k0; k < k0 + len; k += 32) {
         const int64_t b = k / 64;
         const int h = static_cast<int>((k % 64) / 32);
@@ -108,41 +110,49 @@ void rows_buffered(const float* x, int64_t M, int64_t K, const int32_t* w, const
         for (int jj = 0; jj < 4; ++jj) _mm256_storeu_ps(buf + r * group + (k - k0) + jj * 8, decode(v, h * 4 + jj));
       }
     }
-    __m256 sc[kRows];
-    for (int r = 0; r < kRows; ++r) sc[r] = _mm256_set1_ps(s16[(n0 + r) * G + g]);
     int64_t m = 0;
     for (; m + 1 < M; m += 2) {
       const float* x0p = x + m * K + k0;
       const float* x1p = x0p + K;
-      __m256 a0[kRows], a1[kRows];
-      for (int r = 0; r < kRows; ++r) { a0[r] = _mm256_setzero_ps(); a1[r] = _mm256_setzero_ps(); }
-      for (int64_t k = 0; k < len; k += 8) {
-        const __m256 x0 = _mm256_loadu_ps(x0p + k);
-        const __m256 x1 = _mm256_loadu_ps(x1p + k);
-        for (int r = 0; r < kRows; ++r) {
-          const __m256 wv = _mm256_loadu_ps(buf + r * group + k);
-          a0[r] = _mm256_fmadd_ps(x0, wv, a0[r]);
-          a1[r] = _mm256_fmadd_ps(x1, wv, a1[r]);
+      for (int64_t rb = 0; rb < rows; rb += kRows) {
+        const float* bp = buf + rb * group;
+        __m256 a0[kRows], a1[kRows];
+        for (int r = 0; r < kRows; ++r) { a0[r] = _mm256_setzero_ps(); a1[r] = _mm256_setzero_ps(); }
+        for (int64_t k = 0; k < len; k += 8) {
+          const __m256 x0 = _mm256_loadu_ps(x0p + k);
+          const __m256 x1 = _mm256_loadu_ps(x1p + k);
+          for (int r = 0; r < kRows; ++r) {
+            const __m256 wv = _mm256_loadu_ps(bp + r * group + k);
+            a0[r] = _mm256_fmadd_ps(x0, wv, a0[r]);
+            a1[r] = _mm256_fmadd_ps(x1, wv, a1[r]);
+          }
         }
-      }
-      for (int r = 0; r < kRows; ++r) {
-        total[m * kRows + r] = _mm256_fmadd_ps(a0[r], sc[r], total[m * kRows + r]);
-        total[(m + 1) * kRows + r] = _mm256_fmadd_ps(a1[r], sc[r], total[(m + 1) * kRows + r]);
+        for (int r = 0; r < kRows; ++r) {
+          const __m256 sc = _mm256_set1_ps(s16[(n0 + rb + r) * G + g]);
+          total[m * rows + rb + r] = _mm256_fmadd_ps(a0[r], sc, total[m * rows + rb + r]);
+          total[(m + 1) * rows + rb + r] = _mm256_fmadd_ps(a1[r], sc, total[(m + 1) * rows + rb + r]);
+        }
       }
     }
     for (; m < M; ++m) {
       const float* xm = x + m * K + k0;
-      __m256 acc[kRows];
-      for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
-      for (int64_t k = 0; k < len; k += 8) {
-        const __m256 xv = _mm256_loadu_ps(xm + k);
-        for (int r = 0; r < kRows; ++r) acc[r] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(buf + r * group + k), acc[r]);
+      for (int64_t rb = 0; rb < rows; rb += kRows) {
+        const float* bp = buf + rb * group;
+        __m256 acc[kRows];
+        for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < len; k += 8) {
+          const __m256 xv = _mm256_loadu_ps(xm + k);
+          for (int r = 0; r < kRows; ++r) acc[r] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(bp + r * group + k), acc[r]);
+        }
+        for (int r = 0; r < kRows; ++r) {
+          const __m256 sc = _mm256_set1_ps(s16[(n0 + rb + r) * G + g]);
+          total[m * rows + rb + r] = _mm256_fmadd_ps(acc[r], sc, total[m * rows + rb + r]);
+        }
       }
-      for (int r = 0; r < kRows; ++r) total[m * kRows + r] = _mm256_fmadd_ps(acc[r], sc[r], total[m * kRows + r]);
     }
   }
   for (int64_t mm = 0; mm < M; ++mm)
-    for (int r = 0; r < kRows; ++r) out[mm * N + n0 + r] = hsum(total[mm * kRows + r]);
+    for (int64_t r = 0; r < rows; ++r) out[mm * N + n0 + r] = hsum(total[mm * rows + r]);
 }
 
 }  // namespace
@@ -163,14 +173,15 @@ torch::Tensor int4_block64_mm(torch::Tensor x, torch::Tensor w, torch::Tensor s1
   const int32_t* wp = w.data_ptr<int32_t>();
   const float* sp = s16.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const int64_t tasks = N / kRows;
   const bool buffered = M >= buffered_from;
-  at::parallel_for(0, tasks, 8, [&](int64_t begin, int64_t end) {
-    std::vector<float> buf(buffered ? kRows * group : 0);
-    std::vector<__m256> total(buffered ? M * kRows : 0);
+  const int64_t rows = buffered && N % (4 * kRows) == 0 ? 4 * kRows : kRows;
+  const int64_t tasks = N / rows;
+  at::parallel_for(0, tasks, buffered ? 2 : 8, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(buffered ? rows * group : 0);
+    std::vector<__m256> total(buffered ? M * rows : 0);
     for (int64_t t = begin; t < end; ++t) {
       if (buffered)
-        rows_buffered(xp, M, K, wp, sp, G, group, op, N, t * kRows, buf.data(), total.data());
+        rows_buffered(xp, M, K, wp, sp, G, group, op, N, t * rows, rows, buf.data(), total.data());
       else
         rows_direct(xp, M, K, wp, sp, G, group / 32, op, N, t * kRows);
     }

@@ -103,7 +103,7 @@ def _blocks(m: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K): small M tiles for decode, larger for prefill; wide tiles interpreted."""
     if INTERPRETED:
         return 16, 64, 64
-    return (16, 64, 64) if m <= 16 else (64, 64, 32)
+    return (16, 32, 64) if m <= 16 else (64, 64, 32)  # narrow N tiles give decode enough programs
 
 
 def gptq_int4_matmul(
