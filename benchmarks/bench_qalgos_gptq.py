@@ -8,6 +8,8 @@ For each layer shape (out x in) with T calibration tokens, measured side by side
   float32 matmul with the solve's dominant FLOPs (out·in², the lazy updates), and beside ``classic``: the
   classic GPTQ loop written in the style of the reference implementation (float32 Cholesky,
   ``cholesky_inverse``, second Cholesky, 128-column blocks with per-column rank-1 updates on ``W [out, in]``).
+* ``llama-2048 layer``: the Hessians and the seven GPTQ solves of one decoder layer of a hidden-2048 Llama
+  (the unit in which peers report solve time), beside matmuls of the solves' dominant FLOPs.
 * ``error``: relative output error ``||XWᵀ - XQᵀ|| / ||XWᵀ||`` of both solvers (equal quality check).
 
 Times are the median of ``--repeats`` runs, as wall seconds and as process CPU seconds (summed over
@@ -118,17 +120,63 @@ def run_shape(out: int, in_: int, tokens: int, repeats: int) -> list[tuple[str, 
     ]
 
 
+def run_llama_layer(tokens: int, repeats: int) -> list[tuple[str, object, float, str]]:
+    """GPTQ on every linear of one hidden-2048 Llama decoder layer (q, k, v, o: 2048x2048; gate, up:
+    5632x2048; down: 2048x5632): Hessians for the four distinct inputs, then the seven solves."""
+    gen = torch.Generator().manual_seed(1)
+    hidden, inter = 2048, 5632
+    modules = {
+        "q": (hidden, hidden, "attn"),
+        "k": (hidden, hidden, "attn"),
+        "v": (hidden, hidden, "attn"),
+        "o": (hidden, hidden, "o"),
+        "gate": (inter, hidden, "mlp"),
+        "up": (inter, hidden, "mlp"),
+        "down": (hidden, inter, "down"),
+    }
+    inputs = {
+        name: torch.randn(tokens, width, generator=gen) @ (torch.randn(width, width, generator=gen) / width**0.5)
+        for name, width in (("attn", hidden), ("o", hidden), ("mlp", hidden), ("down", inter))
+    }
+    weights = {name: torch.randn(out, in_, generator=gen) * 0.02 for name, (out, in_, _) in modules.items()}
+    spec = QuantSpec(bits=4, group_size=128)
+
+    def accumulate() -> dict[str, GPTQ]:
+        solvers = {}
+        for name, x in inputs.items():
+            solvers[name] = GPTQ(x.shape[1], spec)
+            for chunk in x.split(BATCH):
+                solvers[name].add_batch(chunk)
+        return solvers
+
+    t_hess, solvers = timed(accumulate, repeats)
+    t_xtx, _ = timed(lambda: [x.T @ x for x in inputs.values()], repeats)
+    t_solve, _ = timed(lambda: [solvers[src].quantize(weights[n]) for n, (_, _, src) in modules.items()], repeats)
+    flops = sum(out * in_ * in_ for out, in_, _ in modules.values())
+    a = torch.randn(2048, 2048, generator=gen)
+    t_mm, _ = timed(lambda: [a @ a for _ in range(round(flops / 2048**3))], repeats)
+    return [
+        (f"llama-2048 layer hessians (T={tokens})", t_hess, t_hess[1] / t_xtx[1], "vs matmuls XᵀX"),
+        ("llama-2048 layer matmuls XᵀX (limit)", t_xtx, 1.0, ""),
+        ("llama-2048 layer: 7 GPTQ solves", t_solve, t_solve[1] / t_mm[1], "vs matmul Σout·in²"),
+        ("llama-2048 layer matmul Σout·in² (limit)", t_mm, 1.0, ""),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--shapes", default="4096x4096,11008x4096", help="comma-separated OUTxIN")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--no-llama-layer", action="store_true", help="skip the hidden-2048 Llama layer")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
     rows = []
     for shape in args.shapes.split(","):
         out, in_ = (int(v) for v in shape.lower().split("x"))
         rows.extend(run_shape(out, in_, args.tokens, args.repeats))
+    if not args.no_llama_layer:
+        rows.extend(run_llama_layer(args.tokens, args.repeats))
     print(f"{'measurement':40} {'wall s':>9} {'cpu s':>9} {'ratio':>7}  ratio meaning (CPU seconds)")
     for label, value, ratio, meaning in rows:
         if isinstance(value, tuple):

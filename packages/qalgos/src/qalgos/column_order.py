@@ -113,7 +113,7 @@ def inner_blocks(plan: ColumnPlan, start: int, end: int, width: int) -> list[tup
     if plan.dynamic:
         cuts.update(s for s, _, _ in plan.segments if start < s < end)
     edges = sorted(cuts)
-    out = []
+    out: list[tuple[int, int]] = []
     for a, b in itertools.pairwise(edges):
         out.extend((s, min(s + width, b)) for s in range(a, b, width))
     return out

@@ -9,6 +9,7 @@ its error the same way the integer quantizers do. No calibration data is involve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from .result import check_weight
 FAMILIES = ("fp8", "bnb4", "int8", "gguf")
 GGUF_DEFAULT_BY_BITS = {1: "Q1_0", 2: "Q2_0", 4: "Q4_0", 5: "Q5_K", 6: "Q6_K", 8: "Q8_0"}
 
-Logical = FP8Weight | BnB4Weight | BnB8Weight | GGUFWeight
+Logical: TypeAlias = FP8Weight | BnB4Weight | BnB8Weight | GGUFWeight
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class WeightOnlyResult:
 
 def _quantize_numpy(w: np.ndarray, spec: WeightOnlySpec, source_dtype: str) -> Logical:
     if spec.family == "fp8":
-        block = tuple(spec.block_size) if isinstance(spec.block_size, tuple) else None  # type: ignore[arg-type]
+        block = spec.block_size if isinstance(spec.block_size, tuple) else None
         method = "block" if block is not None and spec.scale_method == "row" else spec.scale_method
         return FP8Weight.quantize(w, format=spec.fp8_format, method=method, block_size=block)
     if spec.family == "bnb4":
