@@ -63,6 +63,7 @@ class Checkpoint:
         self.fields = fields
         self._modules: list[ModuleEntry] | None = None
         self._excluded_quantized: list[str] = []
+        self._reference_writer: bool | None = None
 
     # -- discovery -----------------------------------------------------------------------------
     def _load_weight_map(self) -> dict[str, str]:
@@ -195,9 +196,49 @@ class Checkpoint:
         """
         data = self.module_tensors(entry) if tensors is None else tensors
         try:
+            if entry.layout == "gptq" and "qzeros" in data and self.written_by_reference():
+                return self._unpack_reference_v1(entry, data)
             return get_layout(entry.layout).unpack(data, entry.meta)
         except LayoutError as exc:
             raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: {exc}") from None
+
+    def written_by_reference(self) -> bool:
+        """True when the config's ``meta.quantizer`` names GPT-QModel (the reference implementation)."""
+        if self._reference_writer is None:
+            try:
+                _, raw = find_quant_config(self.root)
+            except CheckpointFormatError:
+                raw = {}
+            meta = raw.get("meta")
+            quantizer = meta.get("quantizer") if isinstance(meta, dict) else None
+            names = quantizer if isinstance(quantizer, list) else [quantizer]
+            self._reference_writer = any(str(q).lower().startswith("gptqmodel") for q in names if q)
+        return self._reference_writer
+
+    def _unpack_reference_v1(self, entry: ModuleEntry, data: Mapping[str, np.ndarray]) -> QuantizedWeight:
+        """A GPT-QModel ``gptq`` (v1) module read with the reference's own v1 -> v2 arithmetic.
+
+        GPT-QModel writes v1 zeros by subtracting a constant word from the true-zero words (2/4/8-bit;
+        3-bit moves each field modulo 2**bits), so a true zero of 0 is stored as the field 2**bits - 1
+        and, for 2/4/8-bit, borrows one from the next field of the word. Its loader adds the constant
+        back. Reading field by field (``zero = field + 1``) would give 2**bits for that field and an
+        off-by-one neighbour; adding the word back, as the reference does, recovers the true zeros.
+        Identical to the per-field reading when no field is 2**bits - 1.
+        """
+        from ..layouts.gptq.zeros import v1_to_v2
+
+        conversion = v1_to_v2(np.asarray(data["qzeros"]), entry.meta.bits, columns=entry.meta.out_features)
+        weight = get_layout("gptq_v2").unpack({**data, "qzeros": conversion.qzeros}, entry.meta)
+        weight.meta["source_format"] = "gptq"
+        if conversion.overflow_fields:
+            message = (
+                f"{self.root}: module {entry.prefix!r}: {conversion.overflow_fields} v1 zero field(s) hold "
+                f"2**bits - 1; read with GPT-QModel's v1 arithmetic (true zero 0, borrow restored)"
+            )
+            log.warning(message)
+            self.warnings.append(message)
+            weight.meta["v1_reference_borrow_fields"] = conversion.overflow_fields
+        return weight
 
     def validate(self) -> dict[str, list[Violation]]:
         """Violations per module prefix (only modules with findings are listed).
