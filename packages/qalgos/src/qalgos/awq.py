@@ -54,7 +54,7 @@ def weight_importance(weights: Sequence[torch.Tensor], spec: QuantSpec) -> torch
     """``w_mean [in]``: mean over all rows of ``|w|`` normalised by its quantization group's absmax."""
     w = torch.cat([wj.detach().to(torch.float32) for wj in weights], dim=0).abs()
     in_ = w.shape[1]
-    g_idx = torch.arange(in_) // spec.group_width(in_)
+    g_idx = torch.arange(in_, device=w.device) // spec.group_width(in_)
     group_max = torch.stack([w[:, g_idx == g].amax(dim=1) for g in range(spec.groups(in_))], dim=1)  # [rows, G]
     normalised = w / group_max[:, g_idx].clamp(min=torch.finfo(torch.float32).tiny)
     return normalised.mean(dim=0)

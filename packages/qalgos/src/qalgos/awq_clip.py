@@ -35,14 +35,14 @@ def _search_part(w: torch.Tensor, x: torch.Tensor, spec: QuantSpec, grid: int, m
     out, groups, width = w.shape
     xg = x.permute(1, 0, 2).contiguous()  # [Gp, t, n]
     batch = 256 if out % 256 == 0 else 64
-    best_all = torch.empty(out, groups, dtype=torch.float32)
+    best_all = torch.empty(out, groups, dtype=torch.float32, device=w.device)
     for o0 in range(0, out, batch):
         wb = w[o0 : o0 + batch]  # [ob, Gp, n]
         rows = wb.shape[0]
         reference = torch.bmm(xg, wb.permute(1, 2, 0))  # [Gp, t, ob]
         org_max = wb.abs().amax(dim=2)  # [ob, Gp]
         best = org_max.clone()
-        min_err = torch.full((rows, groups), float("inf"))
+        min_err = torch.full((rows, groups), float("inf"), device=w.device)
         for i in range(int(max_shrink * grid)):
             max_val = org_max * (1 - i / grid)
             clipped = torch.clamp(wb, -max_val[..., None], max_val[..., None])
@@ -93,6 +93,6 @@ def apply_clip(weight: torch.Tensor, clip: torch.Tensor, spec: QuantSpec) -> tor
     out, in_ = weight.shape
     if tuple(clip.shape) != (out, spec.groups(in_)):
         raise ShapeError(f"clip: expected [out, G] = {(out, spec.groups(in_))}, found {tuple(clip.shape)}")
-    g_idx = torch.arange(in_) // spec.group_width(in_)
-    bound = clip.to(torch.float32)[:, g_idx]
+    g_idx = torch.arange(in_, device=clip.device) // spec.group_width(in_)
+    bound = clip.to(torch.float32)[:, g_idx].to(weight.device)
     return torch.clamp(weight.to(torch.float32), -bound, bound)

@@ -77,7 +77,7 @@ class GPTQ:
     def _solve(self, weight: torch.Tensor) -> QuantResult:
         spec = self.spec
         hessian = self._acc.hessian()
-        w = weight.detach().to(torch.float32).clone()
+        w = weight.detach().to(device="cpu", dtype=torch.float32).clone()  # the solve runs on the CPU
         dead = torch.diagonal(hessian) == 0
         if bool(dead.any()):
             hessian[dead, dead] = 1.0
@@ -110,4 +110,5 @@ class GPTQ:
         if inverse.floor:
             meta["damp_floor"] = inverse.floor
         logical = build_logical(codes, out.scales, out.zeros, plan.g_idx(), spec, meta)
-        return QuantResult(logical, dequant.to(weight.dtype), loss, inverse.damp, self.nsamples, None)
+        dequant = dequant.to(device=weight.device, dtype=weight.dtype)
+        return QuantResult(logical, dequant, loss, inverse.damp, self.nsamples, None)

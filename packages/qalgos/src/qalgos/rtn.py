@@ -24,10 +24,11 @@ def quantize_groups(
     out, in_ = weight.shape
     width = spec.group_width(in_)
     groups = spec.groups(in_)
-    scales = torch.empty(groups, out, dtype=torch.float32)
-    zeros = torch.empty(groups, out, dtype=torch.float32)
-    codes = torch.empty(out, in_, dtype=torch.float32)
-    deq = torch.empty(out, in_, dtype=torch.float32)
+    device = weight.device
+    scales = torch.empty(groups, out, dtype=torch.float32, device=device)
+    zeros = torch.empty(groups, out, dtype=torch.float32, device=device)
+    codes = torch.empty(out, in_, dtype=torch.float32, device=device)
+    deq = torch.empty(out, in_, dtype=torch.float32, device=device)
     for g in range(groups):
         cols = slice(g * width, min((g + 1) * width, in_))
         block = weight[:, cols]
