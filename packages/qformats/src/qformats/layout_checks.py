@@ -6,12 +6,17 @@ rule at once; :func:`raise_on_violations` turns a non-empty list into one :class
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import LayoutError
+from .errors import LayoutError, UnsupportedLayoutError
+from .logical import QuantizedWeight
 from .violations import Violation
+
+# dtype names shared by the layouts' checks: packed 32-bit words, and the scale dtypes they keep.
+INT32_WORDS: tuple[str, ...] = ("int32",)
+SCALE_DTYPES: tuple[str, ...] = ("float16", "float32", "bfloat16")
 
 
 def require_tensors(
@@ -62,3 +67,40 @@ def require_dims(layout: str, tensors: Mapping[str, np.ndarray], names: Sequence
             raise LayoutError(f"{layout}: cannot infer dimensions without the {name!r} tensor")
         if np.ndim(tensors[name]) != 2:
             raise LayoutError(f"{layout}: {name!r} must be 2-D, found shape {np.shape(tensors[name])}")
+
+
+def check_tensors(
+    tensors: Mapping[str, np.ndarray],
+    specs: Mapping[str, tuple[Sequence[str], tuple[int, ...]]],
+    prefix: str,
+    found: list[Violation],
+) -> bool:
+    """Check presence, then dtype, then shape of every ``name -> (allowed dtypes, shape)`` in ``specs``.
+
+    Records ``<prefix>-MISSING`` / ``-DTYPE-<NAME>`` / ``-SHAPE-<NAME>`` findings (dtype and shape checks
+    only when every tensor is present); True when nothing was recorded.
+    """
+    if not require_tensors(tensors, tuple(specs), prefix, found):
+        return False
+    before = len(found)
+    for name, (dtypes, _) in specs.items():
+        check_dtype(tensors, name, dtypes, prefix, found)
+    for name, (_, shape) in specs.items():
+        check_shape(tensors, name, shape, prefix, found)
+    return len(found) == before
+
+
+def require_packable(
+    title: str,
+    pack_dtype: str,
+    word_dtype: str,
+    weight: QuantizedWeight,
+    cannot_represent: Callable[[QuantizedWeight], str | None],
+) -> None:
+    """Raise :class:`UnsupportedLayoutError` unless ``pack_dtype`` is the layout's word dtype and the
+    layout can hold ``weight`` (``cannot_represent`` gives the reason it cannot)."""
+    if pack_dtype != word_dtype:
+        raise UnsupportedLayoutError(f"{title} packs {word_dtype} words only; pack_dtype={pack_dtype!r}")
+    reason = cannot_represent(weight)
+    if reason is not None:
+        raise UnsupportedLayoutError(reason)

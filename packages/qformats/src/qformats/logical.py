@@ -126,12 +126,12 @@ class QuantizedWeight:
                 result[r0:r1] = block
         return result
 
-    def equals(self, other: QuantizedWeight) -> bool:
-        """Bit-exact equality of every field (dtype of scales included)."""
+    def equals(self, other: QuantizedWeight, *, compare_sym: bool = True) -> bool:
+        """Bit-exact equality of every field (dtype of scales included; ``sym`` unless ``compare_sym`` is off)."""
         return (
             self.bits == other.bits
             and self.group_size == other.group_size
-            and self.sym == other.sym
+            and (self.sym == other.sym or not compare_sym)
             and np.array_equal(self.codes, other.codes)
             and self.scales.dtype == other.scales.dtype
             and np.array_equal(self.scales.view(np.uint8), other.scales.view(np.uint8))

@@ -101,18 +101,6 @@ def transcode(
     result = transcode_weight(weight, to, pack_dtype=pack_dtype)
     if verify:
         back = get_layout(str(to)).unpack(result.tensors, result.meta)
-        if not _same_fields(back, result.weight):
+        if not back.equals(result.weight, compare_sym=False):
             raise TranscodeError(f"transcode {from_!r} -> {to!r} did not round-trip bit exactly (a layout bug)")
     return result
-
-
-def _same_fields(a: QuantizedWeight, b: QuantizedWeight) -> bool:
-    return (
-        a.bits == b.bits
-        and a.group_size == b.group_size
-        and np.array_equal(a.codes, b.codes)
-        and a.scales.dtype == b.scales.dtype
-        and np.array_equal(a.scales.view(np.uint8), b.scales.view(np.uint8))
-        and np.array_equal(a.zeros, b.zeros)
-        and np.array_equal(a.g_idx, b.g_idx)
-    )

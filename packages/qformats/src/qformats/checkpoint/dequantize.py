@@ -1,7 +1,6 @@
 """Dequantizing a whole checkpoint into a dense state dict, streamed shard by shard.
 
-Memory stays bounded by one shard's quantized modules (plus modules whose tensors straddle into the
-next shard, held until complete): tensors are memory-mapped one at a time and every dense weight is
+Memory stays bounded by one shard's quantized modules (see :mod:`.streaming`): every dense weight is
 yielded as soon as its module is complete. ``prefix.weight`` = the module's dequantized ``[out, in]``
 weight (``scales[g_idx[i], o] * (codes[o, i] - zeros[g_idx[i], o])`` in float32, then cast to
 ``dtype``); every other tensor (biases, norms, embeddings) passes through unchanged.
@@ -16,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from ..logical import QuantizedWeight
-from .modules import split_name
+from .modules import ModuleEntry
 from .reader import Checkpoint
+from .streaming import stream_converted
 from .writer import WriteReport, write_checkpoint
 
 ROW_BLOCK = 256
@@ -34,24 +34,11 @@ def dense_weight(weight: QuantizedWeight, dtype: str = "float16", rows: int = RO
 
 def iter_dense_tensors(checkpoint: Checkpoint, *, dtype: str = "float16") -> Iterator[tuple[str, np.ndarray]]:
     """Yield ``(name, array)`` of the dense state dict, shard by shard (see the module docstring)."""
-    checkpoint.dense_names()  # refuses packed tensors in modules the config keeps dense
-    modules = {entry.prefix: entry for entry in checkpoint.modules()}
-    owner = {name: entry.prefix for entry in modules.values() for name in entry.tensors.values()}
-    pending: dict[str, dict[str, np.ndarray]] = {}
-    for shard in sorted(set(checkpoint.weight_map.values())):
-        handle = checkpoint.files[shard]
-        for name in sorted(handle.tensors):
-            prefix = owner.get(name)
-            if prefix is None:
-                yield name, handle.load(name)
-                continue
-            entry = modules[prefix]
-            got = pending.setdefault(prefix, {})
-            got[split_name(name)[1]] = handle.load(name)
-            if len(got) == len(entry.tensors):
-                del pending[prefix]
-                weight = checkpoint.unpack(entry, got)
-                yield f"{prefix}.weight", dense_weight(weight, dtype)
+
+    def dense(entry: ModuleEntry, tensors: dict[str, np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
+        yield f"{entry.prefix}.weight", dense_weight(checkpoint.unpack(entry, tensors), dtype)
+
+    return stream_converted(checkpoint, dense)
 
 
 def dequantize_checkpoint(

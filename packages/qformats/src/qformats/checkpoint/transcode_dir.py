@@ -18,8 +18,9 @@ from ..errors import TranscodeError
 from ..transcode import transcode
 from .config_files import find_quant_config
 from .dequantize import model_config_without_quantization
-from .modules import split_name
+from .modules import ModuleEntry
 from .reader import Checkpoint
+from .streaming import stream_converted
 from .writer import WriteReport, write_checkpoint
 
 AWQ_TARGETS = {"gemm", "gemv", "gemv_fast", "llm-awq", "awq_marlin"}
@@ -41,28 +42,16 @@ def target_config(raw: dict[str, object], to: str, sym: bool) -> dict[str, objec
 
 def iter_transcoded(checkpoint: Checkpoint, to: str) -> Iterator[tuple[str, np.ndarray]]:
     """Yield the target checkpoint's ``(name, array)`` pairs, shard by shard."""
-    checkpoint.dense_names()  # refuses packed tensors in modules the config keeps dense
-    modules = {entry.prefix: entry for entry in checkpoint.modules()}
-    owner = {name: entry.prefix for entry in modules.values() for name in entry.tensors.values()}
-    pending: dict[str, dict[str, np.ndarray]] = {}
-    for shard in sorted(set(checkpoint.weight_map.values())):
-        handle = checkpoint.files[shard]
-        for name in sorted(handle.tensors):
-            prefix = owner.get(name)
-            if prefix is None:
-                yield name, handle.load(name)
-                continue
-            entry = modules[prefix]
-            got = pending.setdefault(prefix, {})
-            got[split_name(name)[1]] = handle.load(name)
-            if len(got) == len(entry.tensors):
-                del pending[prefix]
-                try:
-                    result = transcode(got, from_=entry.layout, to=to, meta=entry.meta)
-                except TranscodeError as exc:
-                    raise TranscodeError(f"module {prefix!r}: {exc}") from None
-                for suffix, array in result.tensors.items():
-                    yield f"{prefix}.{suffix}", array
+
+    def relaid(entry: ModuleEntry, tensors: dict[str, np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
+        try:
+            result = transcode(tensors, from_=entry.layout, to=to, meta=entry.meta)
+        except TranscodeError as exc:
+            raise TranscodeError(f"module {entry.prefix!r}: {exc}") from None
+        for suffix, array in result.tensors.items():
+            yield f"{entry.prefix}.{suffix}", array
+
+    return stream_converted(checkpoint, relaid)
 
 
 def transcode_checkpoint(

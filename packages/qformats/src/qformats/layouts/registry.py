@@ -17,7 +17,7 @@ Besides the required members of :class:`Layout`, a layout may offer the optional
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,20 +66,6 @@ class Layout(Protocol):
         ...
 
 
-class MetaInference(Protocol):
-    """``infer_meta``: logical dims from the tensors' shapes (raises LayoutError when they cannot be read)."""
-
-    def __call__(
-        self,
-        tensors: Mapping[str, np.ndarray],
-        *,
-        bits: int,
-        group_size: int,
-        sym: bool = True,
-        pack_dtype: str = "int32",
-    ) -> LayoutMeta: ...
-
-
 class ShapedLayout(Layout, Protocol):
     """A layout with the optional members ``qformats.validate`` and checkpoint readers use when present."""
 
@@ -108,9 +94,9 @@ def marker_tensor(layout: Layout) -> str:
     return marker if isinstance(marker, str) else DEFAULT_MARKER
 
 
-def meta_inference(layout: Layout) -> MetaInference | None:
-    """The layout's ``infer_meta``, or ``None`` when it cannot infer dims from shapes."""
-    infer: MetaInference | None = getattr(layout, "infer_meta", None)
+def meta_inference(layout: Layout) -> Callable[..., LayoutMeta] | None:
+    """The layout's bound ``infer_meta`` (signature of :meth:`ShapedLayout.infer_meta`), or ``None``."""
+    infer: Callable[..., LayoutMeta] | None = getattr(layout, "infer_meta", None)
     return infer
 
 

@@ -7,7 +7,12 @@ These layouts store scales and zeros for ``zeros_width(in, gs) * 8`` groups, pad
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
+
 from ...errors import UnsupportedLayoutError
+from ...violations import Violation
 
 _MULTIPLIER = {64: 2, 32: 4, 16: 8}
 
@@ -39,3 +44,12 @@ def group_size_reason(layout: str, group_size: int) -> str | None:
             f"found {group_size}"
         )
     return None
+
+
+def padding_violations(rule: str, arrays: Mapping[str, np.ndarray], groups: int) -> list[Violation]:
+    """``<rule>-PAD`` for every group-major array (``[padded groups, ...]``) with non-zero entries past ``groups``."""
+    return [
+        Violation(f"{rule}-PAD", name, f"zero padding past group {groups}", "non-zero padding")
+        for name, arr in arrays.items()
+        if bool(np.any(arr[groups:]))
+    ]

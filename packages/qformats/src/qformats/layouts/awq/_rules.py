@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...layout_checks import SCALE_DTYPES
 from ...logical import QuantizedWeight, group_count
 from ...violations import Violation
 
-SCALE_DTYPES = ("float16", "float32", "bfloat16")
+__all__ = ["SCALE_DTYPES", "awq_group_count", "awq_representability", "symmetric_zero_violations"]
 
 
 def awq_representability(weight: QuantizedWeight, layout: str, bits_allowed: tuple[int, ...]) -> str | None:

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ...errors import UnsupportedLayoutError
-from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_dims, require_tensors
+from ...layout_checks import INT32_WORDS, check_tensors, raise_on_violations, require_packable
 from ...logical import QuantizedWeight, default_g_idx
 from ...violations import Violation
 from ..registry import LayoutMeta
+from ..shape_dims import Dim, DimsFromShapes
 from ._rules import SCALE_DTYPES, awq_group_count, awq_representability, symmetric_zero_violations
 from ._words import (
     AWQ_ORDER,
@@ -82,10 +82,12 @@ def unpack_output_axis(words: np.ndarray, bits: int, out_features: int) -> np.nd
     return unpack_bitstream(words.view(np.uint32), bits, out_features)
 
 
-class AwqGemmLayout:
+class AwqGemmLayout(DimsFromShapes):
     """The AutoAWQ ``WQLinear_GEMM`` checkpoint layout."""
 
     key = "gemm"
+    in_dim = Dim("qweight", 0)
+    out_dim = Dim("scales", 1)
     bits_allowed = (2, 3, 4, 5, 6, 7, 8)
 
     def cannot_represent(self, weight: QuantizedWeight) -> str | None:
@@ -98,11 +100,7 @@ class AwqGemmLayout:
         return reason
 
     def pack(self, weight: QuantizedWeight, *, pack_dtype: str = "int32") -> dict[str, np.ndarray]:
-        if pack_dtype != "int32":
-            raise UnsupportedLayoutError(f"AWQ GEMM packs int32 words only; pack_dtype={pack_dtype!r}")
-        reason = self.cannot_represent(weight)
-        if reason is not None:
-            raise UnsupportedLayoutError(reason)
+        require_packable("AWQ GEMM", pack_dtype, "int32", weight, self.cannot_represent)
         zeros = np.asarray(weight.zeros)
         return {
             "qweight": pack_gemm_qweight(weight.codes, weight.bits),
@@ -130,17 +128,14 @@ class AwqGemmLayout:
                 Violation("AWQ-004", "qweight", "out_features % 8 == 0 (order-mapped nibbles)", str(meta.out_features))
             )
             return found
-        if not require_tensors(tensors, ("qweight", "qzeros", "scales"), RULE, found):
-            return found
         groups = awq_group_count(meta.in_features, meta.group_size)
         width = words_for(meta.out_features, meta.bits)
-        check_dtype(tensors, "qweight", ("int32",), RULE, found)
-        check_dtype(tensors, "qzeros", ("int32",), RULE, found)
-        check_dtype(tensors, "scales", SCALE_DTYPES, RULE, found)
-        shapes_ok = check_shape(tensors, "qweight", (meta.in_features, width), RULE, found)
-        shapes_ok &= check_shape(tensors, "qzeros", (groups, width), RULE, found)
-        shapes_ok &= check_shape(tensors, "scales", (groups, meta.out_features), RULE, found)
-        if found or not shapes_ok:
+        specs = {
+            "qweight": (INT32_WORDS, (meta.in_features, width)),
+            "qzeros": (INT32_WORDS, (groups, width)),
+            "scales": (SCALE_DTYPES, (groups, meta.out_features)),
+        }
+        if not check_tensors(tensors, specs, RULE, found):
             return found
         found.extend(self._padding_violations(tensors, meta))
         if meta.sym:
@@ -160,21 +155,6 @@ class AwqGemmLayout:
             if bool(np.any(last & mask)):
                 found.append(Violation(f"{RULE}-PAD", name, f"the top {spare} bits of the last word zero", "set bits"))
         return found
-
-    def infer_meta(
-        self,
-        tensors: Mapping[str, np.ndarray],
-        *,
-        bits: int,
-        group_size: int,
-        sym: bool = True,
-        pack_dtype: str = "int32",
-    ) -> LayoutMeta:
-        """Logical ``in``/``out`` read from the tensor shapes (raises LayoutError naming a missing tensor)."""
-        require_dims(self.key, tensors, ("qweight", "scales"))
-        in_ = int(np.shape(tensors["qweight"])[0])
-        out = int(np.shape(tensors["scales"])[1])
-        return LayoutMeta(bits, group_size, in_, out, sym, pack_dtype)
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations("AWQ GEMM", self.validate(tensors, meta))

@@ -15,22 +15,24 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ...errors import UnsupportedLayoutError
-from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_dims, require_tensors
+from ...layout_checks import INT32_WORDS, SCALE_DTYPES, check_tensors, raise_on_violations, require_packable
 from ...logical import QuantizedWeight, default_g_idx
 from ...violations import Violation
 from ..registry import LayoutMeta
-from ._gemv_groups import group_size_reason, zeros_width
-from ._rules import SCALE_DTYPES, awq_representability, symmetric_zero_violations
+from ..shape_dims import Dim, DimsFromShapes
+from ._gemv_groups import group_size_reason, padding_violations, zeros_width
+from ._rules import awq_representability, symmetric_zero_violations
 from ._words import as_int32_words, pack_sequential, unpack_sequential
 
 RULE = "AWQ-GEMV"
 
 
-class AwqGemvLayout:
+class AwqGemvLayout(DimsFromShapes):
     """The AutoAWQ ``WQLinear_GEMV`` checkpoint layout (4-bit only)."""
 
     key = "gemv"
+    in_dim = Dim("qweight", 1, 8)
+    out_dim = Dim("qweight", 0)
 
     def cannot_represent(self, weight: QuantizedWeight) -> str | None:
         reason = awq_representability(weight, "AWQ GEMV", (4,)) or group_size_reason("AWQ GEMV", weight.group_size)
@@ -39,11 +41,7 @@ class AwqGemvLayout:
         return reason
 
     def pack(self, weight: QuantizedWeight, *, pack_dtype: str = "int32") -> dict[str, np.ndarray]:
-        if pack_dtype != "int32":
-            raise UnsupportedLayoutError(f"AWQ GEMV packs int32 words only; pack_dtype={pack_dtype!r}")
-        reason = self.cannot_represent(weight)
-        if reason is not None:
-            raise UnsupportedLayoutError(reason)
+        require_packable("AWQ GEMV", pack_dtype, "int32", weight, self.cannot_represent)
         out, in_ = weight.codes.shape
         width = zeros_width(in_, weight.group_size)
         groups = weight.num_groups
@@ -68,41 +66,21 @@ class AwqGemvLayout:
             return [
                 Violation(f"{RULE}-GROUP", "config.in_features", "divisible by group_size and 8", str(meta.in_features))
             ]
-        if not require_tensors(tensors, ("qweight", "qzeros", "scales"), RULE, found):
-            return found
         width = zeros_width(meta.in_features, meta.group_size)
-        check_dtype(tensors, "qweight", ("int32",), RULE, found)
-        check_dtype(tensors, "qzeros", ("int32",), RULE, found)
-        check_dtype(tensors, "scales", SCALE_DTYPES, RULE, found)
-        check_shape(tensors, "qweight", (meta.out_features, meta.in_features // 8), RULE, found)
-        check_shape(tensors, "qzeros", (meta.out_features, width), RULE, found)
-        check_shape(tensors, "scales", (meta.out_features, width * 8), RULE, found)
-        if found:
+        specs = {
+            "qweight": (INT32_WORDS, (meta.out_features, meta.in_features // 8)),
+            "qzeros": (INT32_WORDS, (meta.out_features, width)),
+            "scales": (SCALE_DTYPES, (meta.out_features, width * 8)),
+        }
+        if not check_tensors(tensors, specs, RULE, found):
             return found
         groups = meta.in_features // meta.group_size
         zeros = unpack_sequential(np.asarray(tensors["qzeros"]).view(np.uint32), 4)
-        if bool(np.any(zeros[:, groups:])):
-            found.append(Violation(f"{RULE}-PAD", "qzeros", f"zero padding past group {groups}", "non-zero padding"))
-        if bool(np.any(np.asarray(tensors["scales"])[:, groups:])):
-            found.append(Violation(f"{RULE}-PAD", "scales", f"zero padding past group {groups}", "non-zero padding"))
+        padded = {"qzeros": zeros.T, "scales": np.asarray(tensors["scales"]).T}
+        found.extend(padding_violations(RULE, padded, groups))
         if meta.sym:
             found.extend(symmetric_zero_violations(zeros[:, :groups], 4, "qzeros"))
         return found
-
-    def infer_meta(
-        self,
-        tensors: Mapping[str, np.ndarray],
-        *,
-        bits: int,
-        group_size: int,
-        sym: bool = True,
-        pack_dtype: str = "int32",
-    ) -> LayoutMeta:
-        """Logical ``in``/``out`` read from the tensor shapes (raises LayoutError naming a missing tensor)."""
-        require_dims(self.key, tensors, ("qweight", "scales"))
-        out = int(np.shape(tensors["qweight"])[0])
-        in_ = int(np.shape(tensors["qweight"])[1]) * 8
-        return LayoutMeta(bits, group_size, in_, out, sym, pack_dtype)
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations("AWQ GEMV", self.validate(tensors, meta))

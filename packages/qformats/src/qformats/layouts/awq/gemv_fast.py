@@ -19,14 +19,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ...errors import UnsupportedLayoutError
-from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_dims, require_tensors
+from ...layout_checks import SCALE_DTYPES, check_tensors, raise_on_violations, require_packable, require_tensors
 from ...logical import QuantizedWeight, default_g_idx
 from ...violations import Violation
 from ..registry import LayoutMeta
-from ._gemv_groups import group_size_reason, zeros_width
+from ..shape_dims import Dim, DimsFromShapes
+from ._gemv_groups import group_size_reason, padding_violations, zeros_width
 from ._interleave import INTERLEAVE, KSTRIDE, deinterleave_codes, interleave_codes
-from ._rules import SCALE_DTYPES, awq_representability, symmetric_zero_violations
+from ._rules import awq_representability, symmetric_zero_violations
 
 
 def scaled_zeros(scales: np.ndarray, zeros: np.ndarray) -> np.ndarray:
@@ -44,12 +44,15 @@ def recover_zeros(scales: np.ndarray, scaled: np.ndarray) -> np.ndarray:
     return z.astype(np.int64).clip(-(1 << 30), 1 << 30).astype(np.int32)
 
 
-class AwqGemvFastLayout:
+class AwqGemvFastLayout(DimsFromShapes):
     """The ``WQLinear_GEMVFast`` layout; :class:`LlmAwqLayout` differs only in the zero tensor's name."""
 
     key = "gemv_fast"
     zeros_name = "qzeros"
     title = "AWQ GEMV_FAST"
+    in_dim = Dim("qweight", 1)
+    out_dim = Dim("scales", 1)
+    default_pack_dtype = "int16"
 
     @property
     def rule(self) -> str:
@@ -77,11 +80,7 @@ class AwqGemvFastLayout:
         return None
 
     def pack(self, weight: QuantizedWeight, *, pack_dtype: str = "int16") -> dict[str, np.ndarray]:
-        if pack_dtype != "int16":
-            raise UnsupportedLayoutError(f"{self.title} packs int16 words only; pack_dtype={pack_dtype!r}")
-        reason = self.cannot_represent(weight)
-        if reason is not None:
-            raise UnsupportedLayoutError(reason)
+        require_packable(self.title, pack_dtype, "int16", weight, self.cannot_represent)
         in_ = weight.in_features
         padded = zeros_width(in_, weight.group_size) * 8
         groups = weight.num_groups
@@ -111,20 +110,17 @@ class AwqGemvFastLayout:
                 )
             return found
         padded = zeros_width(meta.in_features, meta.group_size) * 8
-        check_dtype(tensors, "qweight", ("int16",), rule, found)
-        check_dtype(tensors, "scales", SCALE_DTYPES, rule, found)
-        check_dtype(tensors, self.zeros_name, SCALE_DTYPES, rule, found)
-        check_shape(tensors, "qweight", (meta.out_features // INTERLEAVE, meta.in_features), rule, found)
-        check_shape(tensors, "scales", (padded, meta.out_features), rule, found)
-        check_shape(tensors, self.zeros_name, (padded, meta.out_features), rule, found)
-        if found:
+        specs = {
+            "qweight": (("int16",), (meta.out_features // INTERLEAVE, meta.in_features)),
+            "scales": (SCALE_DTYPES, (padded, meta.out_features)),
+            self.zeros_name: (SCALE_DTYPES, (padded, meta.out_features)),
+        }
+        if not check_tensors(tensors, specs, rule, found):
             return found
         groups = meta.in_features // meta.group_size
         scales = np.asarray(tensors["scales"])
         stored = np.asarray(tensors[self.zeros_name])
-        for name, arr in (("scales", scales), (self.zeros_name, stored)):
-            if bool(np.any(arr[groups:])):
-                found.append(Violation(f"{rule}-PAD", name, f"zero padding past group {groups}", "non-zero padding"))
+        found.extend(padding_violations(rule, {"scales": scales, self.zeros_name: stored}, groups))
         zeros = recover_zeros(scales[:groups], stored[:groups])
         if bool(np.any((zeros < 0) | (zeros > 15))):
             found.append(Violation(f"{rule}-ZERO", self.zeros_name, "-scale*zero with zero in [0, 15]", "out of range"))
@@ -135,21 +131,6 @@ class AwqGemvFastLayout:
         if meta.sym and not found:
             found.extend(symmetric_zero_violations(zeros, 4, self.zeros_name))
         return found
-
-    def infer_meta(
-        self,
-        tensors: Mapping[str, np.ndarray],
-        *,
-        bits: int,
-        group_size: int,
-        sym: bool = True,
-        pack_dtype: str = "int16",
-    ) -> LayoutMeta:
-        """Logical ``in``/``out`` read from the tensor shapes (raises LayoutError naming a missing tensor)."""
-        require_dims(self.key, tensors, ("qweight", "scales"))
-        in_ = int(np.shape(tensors["qweight"])[1])
-        out = int(np.shape(tensors["scales"])[1])
-        return LayoutMeta(bits, group_size, in_, out, sym, pack_dtype)
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations(self.title, self.validate(tensors, meta))

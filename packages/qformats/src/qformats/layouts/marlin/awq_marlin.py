@@ -14,71 +14,40 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ...errors import UnsupportedLayoutError
-from ...layout_checks import check_dtype, check_shape, raise_on_violations, require_dims, require_tensors
-from ...logical import QuantizedWeight, default_g_idx, group_count
+from ...layout_checks import INT32_WORDS, raise_on_violations
+from ...logical import QuantizedWeight, default_g_idx
 from ...violations import Violation
 from ..registry import LayoutMeta
-from ._rules import dims_violation, shape_reason
-from ._tiles import pack_zero_points, permute_scales, tile_codes, unpack_zero_points, unpermute_scales, untile_codes
+from ._base import MarlinTileLayout, TensorSpecs
+from ._tiles import pack_zero_points, unpack_zero_points, unpermute_scales, untile_codes
 
 RULE = "AWQ-MARLIN"
 TITLE = "AWQ Marlin"
-SCALE_DTYPES = ("float16", "float32", "bfloat16")
 
 
-class AwqMarlinLayout:
+class AwqMarlinLayout(MarlinTileLayout):
     """AWQ codes and zero points laid out for Marlin kernels; readable back to the logical weight."""
 
     key = "awq_marlin"
+    title = TITLE
+    rule = RULE
 
     def cannot_represent(self, weight: QuantizedWeight) -> str | None:
-        reason = shape_reason(TITLE, weight.bits, weight.group_size, weight.in_features, weight.out_features)
+        reason = self.shape_reason(weight)
         if reason is None and not weight.has_default_g_idx():
             reason = f"{TITLE} has no g_idx tensor, so it cannot hold an act-order (permuted) group map"
         return reason
 
     def pack(self, weight: QuantizedWeight, *, pack_dtype: str = "int32") -> dict[str, np.ndarray]:
-        if pack_dtype != "int32":
-            raise UnsupportedLayoutError(f"{TITLE} packs int32 words only; pack_dtype={pack_dtype!r}")
-        reason = self.cannot_represent(weight)
-        if reason is not None:
-            raise UnsupportedLayoutError(reason)
-        return {
-            "qweight": tile_codes(weight.codes, weight.bits),
-            "scales": permute_scales(weight.scales, weight.group_size, weight.in_features),
-            "qzeros": pack_zero_points(np.asarray(weight.zeros), weight.bits),
-        }
+        tensors = self.tiled(weight, pack_dtype, weight.codes)
+        tensors["qzeros"] = pack_zero_points(np.asarray(weight.zeros), weight.bits)
+        return tensors
+
+    def extra_specs(self, meta: LayoutMeta, groups: int) -> TensorSpecs:
+        return {"qzeros": (INT32_WORDS, (groups, meta.out_features * meta.bits // 32))}
 
     def validate(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> list[Violation]:
-        k, n = meta.in_features, meta.out_features
-        found = dims_violation(RULE, shape_reason(TITLE, meta.bits, meta.group_size, k, n))
-        if found or not require_tensors(tensors, ("qweight", "scales", "qzeros"), RULE, found):
-            return found
-        pf = 32 // meta.bits
-        groups = group_count(k, meta.group_size)
-        check_dtype(tensors, "qweight", ("int32",), RULE, found)
-        check_dtype(tensors, "qzeros", ("int32",), RULE, found)
-        check_dtype(tensors, "scales", SCALE_DTYPES, RULE, found)
-        check_shape(tensors, "qweight", (k // 16, n * 16 // pf), RULE, found)
-        check_shape(tensors, "qzeros", (groups, n // pf), RULE, found)
-        check_shape(tensors, "scales", (groups, n), RULE, found)
-        return found
-
-    def infer_meta(
-        self,
-        tensors: Mapping[str, np.ndarray],
-        *,
-        bits: int,
-        group_size: int,
-        sym: bool = True,
-        pack_dtype: str = "int32",
-    ) -> LayoutMeta:
-        """Logical ``in``/``out`` read from the tensor shapes (raises LayoutError naming a missing tensor)."""
-        require_dims(self.key, tensors, ("qweight", "scales"))
-        in_ = int(np.shape(tensors["qweight"])[0]) * 16
-        out = int(np.shape(tensors["scales"])[1])
-        return LayoutMeta(bits, group_size, in_, out, sym, pack_dtype)
+        return self.tile_violations(tensors, meta) or []
 
     def unpack(self, tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
         raise_on_violations(TITLE, self.validate(tensors, meta))
