@@ -14,6 +14,7 @@ from qformats.layouts.registry import LayoutMeta
 from .errors import KernelInputError
 
 _SELF_NAMED = {"gguf", "fp8", "bitsandbytes"}  # weight-only families: method == format family
+_LAYOUT_METHODS = {"awq_marlin": "awq"}  # registered layout keys outside the FORMAT enum
 
 
 def method_of(fmt: str, method: str | None = None) -> str:
@@ -27,6 +28,8 @@ def method_of(fmt: str, method: str | None = None) -> str:
         return "awq"
     if key in _SELF_NAMED:
         return key
+    if key in _LAYOUT_METHODS:
+        return _LAYOUT_METHODS[key]
     raise KernelInputError(f"format {key!r}: the quantization method is ambiguous or unknown; pass method= explicitly")
 
 

@@ -31,7 +31,7 @@ class AtenInt4Linear(QuantLinear):
     REQUIRES = "a torch build exposing aten._weight_int4pack_mm_for_cpu (torch >= 2.5)"
     CAPS = Capabilities(
         methods=frozenset({"gptq", "awq"}),
-        formats=frozenset({"gptq", "gptq_v2", "gptq_p", "gemm"}),
+        formats=frozenset({"gptq", "gptq_v2", "gptq_p", "gemm", "marlin", "awq_marlin"}),
         bits=frozenset({4}),
         group_sizes=frozenset({32, 64, 128, 256}),
         sym=frozenset({True, False}),

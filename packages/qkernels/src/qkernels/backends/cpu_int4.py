@@ -42,7 +42,7 @@ class CpuInt4Linear(QuantLinear):
     REQUIRES = "an AVX2/FMA CPU and a C++ toolchain (c++, ninja) for the one-time build"
     CAPS = Capabilities(
         methods=frozenset({"gptq", "awq", "gguf"}),
-        formats=frozenset({"gptq", "gptq_v2", "gptq_p", "gemm", "gemv", "gguf"}),
+        formats=frozenset({"gptq", "gptq_v2", "gptq_p", "gemm", "gemv", "gguf", "marlin", "awq_marlin"}),
         bits=frozenset({4}),
         group_sizes=None,
         sym=frozenset({True, False}),

@@ -45,6 +45,9 @@ STANDARD_CASES: tuple[LayerCase, ...] = (
     LayerCase("gemv", 4, 32, False, 32, 128),
     LayerCase("gemv_fast", 4, 64, False, 32, 128, bias=True, pack_dtype="int16"),
     LayerCase("llm-awq", 4, 32, True, 32, 128, pack_dtype="int16"),
+    LayerCase("marlin", 4, 128, True, 128, 256, method="gptq"),
+    LayerCase("marlin", 8, -1, True, 128, 128, bias=True, method="gptq"),
+    LayerCase("awq_marlin", 4, 64, True, 128, 128),
     LayerCase("gguf", 4, 32, True, 32, 96),
     LayerCase("gguf", 8, 32, True, 32, 64, bias=True),
 )
@@ -125,8 +128,9 @@ class BackendConformance:
         if self.reasons(case, dtype):
             return
         reference = quant_linear_from_weight(
-            make_weight(case), case.fmt, bias=make_bias(case), pack_dtype=case.pack_dtype, backend="torch"
-        )
+            make_weight(case), case.fmt, bias=make_bias(case), pack_dtype=case.pack_dtype, backend="torch",
+            method=case.method,
+        )  # fmt: skip
         module = repack(reference, self.backend, device=self.device, dtype=dtype, emulate=self.emulate)
         assert module.NAME == get_backend(self.backend).NAME
         x = make_activations(case, 4, dtype)
