@@ -94,7 +94,7 @@ GGUF_BIT_ALIASES: frozenset[str] = frozenset(
         "q6_k",
     }
 )
-_GGUF_PUBLIC_FORMAT = re.compile(r"(q|iq)_(0|k)(_(xs|s|m|l))?")
+_GGUF_PUBLIC_FORMAT = re.compile(r"(q|iq)_(0|k)(_(xs|s|m|l))?|q_0_g128")
 
 
 def _norm(value: object) -> str:

@@ -38,7 +38,8 @@ _FAMILY_METHOD: dict[FORMAT, METHOD] = {
     FORMAT.VPTQ: METHOD.VPTQ,
     FORMAT.PAROQUANT: METHOD.PARO,
 }
-_GGUF_ALIAS = re.compile(r"(q|iq)(\d)_(0|k)(?:_(xs|s|m|l))?")
+# ``q4_k_m`` -> (q, 4, k, m); ``q1_0_g128`` (Prism Q1_0 with 128-wide blocks) -> (q, 1, 0, g128).
+_GGUF_ALIAS = re.compile(r"(q|iq)(\d)_(0|k)(?:_(xs|s|m|l|g128))?")
 PLANAR_ONLY_BITS = (5, 6, 7)
 
 
@@ -155,6 +156,8 @@ def _subtype(family: FORMAT, public: str, bits: int) -> str:
         return alias[1]
     if format_subtype_family(public) is not family:
         raise ConfigError(f"format: {public!r} is not a {family.value} subtype")
+    if family is FORMAT.GGUF and public.endswith("_g128") and gguf_bits_alias(bits, public) not in GGUF_BIT_ALIASES:
+        raise ConfigError(f"format: GGUF {public!r} exists only as 1-bit 'q1_0_g128', bits is {bits}")
     return public
 
 
