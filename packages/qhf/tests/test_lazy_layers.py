@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import qhf
+from qhf.corpus import bundled_docs
 from qhf.source import meta_parameters
+from qhf.tokenizer import token_blocks
 from tiny_models import save_tiny_model
 from torch import nn
 
@@ -27,7 +29,7 @@ def test_layers_materialize_in_order_and_dense_weights_are_dropped(tmp_path, tok
         caches.append(kwargs.get("past_key_values"))
 
     handle = qm.model.get_submodule("model.layers.1").register_forward_pre_hook(record, with_kwargs=True)
-    summary = qm.quantize(samples=4, length=32)
+    summary = qm.quantize(token_blocks(qm.tokenizer, bundled_docs("calibration").texts, count=4, length=32))
     handle.remove()
     # replayed layer calls never carry a KV cache (it would grow with every capture forward)
     assert caches and all(c is None for c in caches)

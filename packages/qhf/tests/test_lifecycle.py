@@ -14,16 +14,16 @@ import pytest
 import qhf
 import torch
 from qhf.checkpoint_reader import open_quantized_checkpoint
+from qhf.corpus import bundled_docs
+from qhf.tokenizer import token_blocks
 
-CASES = [
+CASES = [  # every method, every GPTQ/AWQ format and every tiny architecture at least once
     ("llama", "gptq", "gptq"),
-    ("llama", "gptq", "gptq_v2"),
     ("llama", "gptq", "gptq_p"),
     ("llama", "rtn", "gptq"),
-    ("llama", "rtn", "gemm"),
     ("llama", "awq", "gemm"),
-    ("qwen2", "gptq", "gptq"),
-    ("mistral", "awq", "gemm"),
+    ("qwen2", "gptq", "gptq_v2"),
+    ("mistral", "rtn", "gemm"),
 ]
 PROBE = torch.tensor([[0, *range(5, 45)]])
 
@@ -39,11 +39,11 @@ def test_quantize_save_reload(tmp_path, tiny_dirs, model_type: str, method: str,
 
     src = tiny_dirs(model_type)
     qm = qhf.load(src, {"method": method, "bits": 4, "group_size": 32, "format": fmt, "sym": method != "awq"})
-    summary = qm.quantize(samples=4, length=48)
+    blocks = token_blocks(qm.tokenizer, bundled_docs("calibration").texts, count=4, length=48)
+    summary = qm.quantize(blocks)
     assert summary["modules"] == 2 * 7 and summary["method"] == method
     if method != "rtn":
-        assert summary["calibration"]["tokens"] == 4 * 48
-        assert summary["calibration_source"]["source"] == "pydoc_data.topics"
+        assert summary["calibration"]["tokens"] == 4 * 48 and summary["calibration"]["rows"] == 4
     in_memory = _logits(qm.model)
 
     out = tmp_path / "q"
@@ -135,3 +135,10 @@ def test_bfloat16_source_keeps_its_dtype(tmp_path, tokenizer) -> None:
         assert f.get_tensor("model.norm.weight").dtype == torch.bfloat16
         assert f.get_tensor("model.embed_tokens.weight").dtype == torch.bfloat16
         assert f.get_tensor("model.layers.0.mlp.up_proj.scales").dtype == torch.float16
+
+
+def test_default_calibration_needs_no_data(tiny_dirs) -> None:
+    qm = qhf.load(tiny_dirs("qwen2"), {"method": "gptq", "group_size": 32})
+    summary = qm.quantize(samples=4, length=32)
+    assert summary["calibration"]["rows"] == 4 and 0 < summary["calibration"]["tokens"] <= 4 * 32
+    assert isinstance(summary["calibration_source"], dict)
