@@ -1,18 +1,17 @@
 """``lowbit convert PATH --to FORMAT --out DIR``: rewrite a quantized checkpoint in another layout.
 
-Every quantized module goes through ``qformats.transcode.transcode`` (bit exact, verified round trip).
+The exact path is ``qformats.checkpoint.transcode_checkpoint`` (every module bit exact, verified round trip).
 When the target cannot hold a module exactly, nothing is written and the error lists each such module
 with the reason (what would be lost). With ``--allow-lossy`` those modules are dequantized and
 requantized by round-to-nearest (``qalgos.quantize_rtn``, same bits, group size and symmetry, natural
 group order) and the added error is reported per module; a module the target still cannot hold stops the
-conversion. Dense tensors are copied unchanged (bfloat16 stays bfloat16), with the model's config and
-tokenizer files; the quantization config is the source's with the new format.
+conversion. Dense tensors pass through, the model's config, tokenizer and generation config are copied;
+the quantization config is rewritten for the target by qformats.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,33 +22,23 @@ import numpy as np
 from ..errors import LossyConversionError, UsageError
 from .report_tables import human_bytes, render_table
 
-AWQ_FORMATS = ("gemm", "gemv", "gemv_fast", "llm-awq")
-GPTQ_FORMATS = ("gptq", "gptq_v2", "gptq_p")
 SIDE_FILES = ("generation_config.json",)
 SHOWN_REFUSALS = 12
 
 
-def target_config(source_cfg: Any, to: str, *, requantized: bool) -> dict[str, Any]:
-    """The quantization config dict of the converted checkpoint (the source's, re-targeted to ``to``)."""
-    from qformats.config import QuantizeConfig, config_to_dict
-    from qformats.transcode import DEFAULT_PACK_DTYPES
+def lossy_config(source: Path, checkpoint: Any, to: str) -> dict[str, Any]:
+    """qformats' target config for ``to``, marked as partly requantized (natural group order: no act-order)."""
+    from qformats.checkpoint.config_files import find_quant_config
+    from qformats.checkpoint.transcode_dir import target_config
 
-    method = source_cfg.method if to in ("marlin", "awq_marlin") else ("awq" if to in AWQ_FORMATS else "gptq")
-    meta = dict(source_cfg.meta)
-    meta["converted_by"] = "lowbit convert" + (" (some modules requantized with rtn)" if requantized else "")
-    cfg = QuantizeConfig(
-        bits=source_cfg.bits,
-        group_size=source_cfg.group_size,
-        sym=source_cfg.sym,
-        desc_act=bool(source_cfg.desc_act) and to in GPTQ_FORMATS,
-        method=method,
-        format=to,
-        pack_dtype=DEFAULT_PACK_DTYPES.get(to, "int32"),
-        lm_head=source_cfg.lm_head,
-        dynamic=source_cfg.dynamic,
-        meta=meta,
-    )
-    return config_to_dict(cfg)
+    _, raw = find_quant_config(source)
+    config = target_config(raw, to, bool(checkpoint.fields.sym))
+    if to not in ("gptq", "gptq_v2", "gptq_p"):
+        config["desc_act"] = False
+    meta = dict(config.get("meta") or {})
+    meta["converted_by"] = "lowbit convert --allow-lossy (modules the target could not hold requantized with rtn)"
+    config["meta"] = meta
+    return config
 
 
 def _requantize(weight: Any, to: str) -> tuple[Any, dict[str, Any]]:
@@ -67,40 +56,54 @@ def _requantize(weight: Any, to: str) -> tuple[Any, dict[str, Any]]:
     return packed, {"max_abs_error": float(delta.max()), "relative_max_error": float(delta.max()) / scale}
 
 
-def _plan(checkpoint: Any, to: str, allow_lossy: bool) -> tuple[dict[str, Any], list[tuple[str, str]], dict]:
+def refusals(checkpoint: Any, to: str) -> list[tuple[str, str]]:
+    """``(module, reason)`` for every module layout ``to`` cannot hold exactly."""
     from qformats.errors import TranscodeError
     from qformats.transcode import transcode
 
-    converted: dict[str, Any] = {}
-    refused: list[tuple[str, str]] = []
+    refused = []
     for entry in checkpoint.modules():
         try:
+            transcode(checkpoint.module_tensors(entry), from_=entry.layout, to=to, meta=entry.meta)
+        except TranscodeError as exc:
+            refused.append((entry.prefix, str(exc)))
+    return refused
+
+
+def _refusal_message(refused: list[tuple[str, str]], total: int, to: str) -> str:
+    shown = [f"  {name}: {reason}" for name, reason in refused[:SHOWN_REFUSALS]]
+    more = len(refused) - SHOWN_REFUSALS
+    return (
+        f"{len(refused)} of {total} module(s) cannot be stored in {to!r} exactly; converting would lose:\n"
+        + "\n".join(shown)
+        + (f"\n  ... and {more} more" if more > 0 else "")
+        + "\nnothing was written; pass --allow-lossy to requantize these modules with round-to-nearest"
+    )
+
+
+def _lossy_modules(checkpoint: Any, to: str, refused: list[tuple[str, str]]) -> tuple[dict[str, Any], dict]:
+    """Every module in layout ``to``: transcoded when possible, else requantized (with its added error)."""
+    from qformats.errors import TranscodeError
+    from qformats.transcode import transcode
+
+    reasons = dict(refused)
+    converted: dict[str, Any] = {}
+    errors: dict[str, dict[str, Any]] = {}
+    for entry in checkpoint.modules():
+        if entry.prefix not in reasons:
             converted[entry.prefix] = transcode(
                 checkpoint.module_tensors(entry), from_=entry.layout, to=to, meta=entry.meta
             )
-        except TranscodeError as exc:
-            refused.append((entry.prefix, str(exc)))
-    errors: dict[str, dict[str, Any]] = {}
-    if refused and not allow_lossy:
-        shown = [f"  {name}: {reason}" for name, reason in refused[:SHOWN_REFUSALS]]
-        more = len(refused) - SHOWN_REFUSALS
-        raise LossyConversionError(
-            f"{len(refused)} of {len(checkpoint.modules())} module(s) cannot be stored in {to!r} exactly; "
-            "converting would lose:\n"
-            + "\n".join(shown)
-            + (f"\n  ... and {more} more" if more > 0 else "")
-            + "\nnothing was written; pass --allow-lossy to requantize these modules with round-to-nearest"
-        )
-    by_name = {e.prefix: e for e in checkpoint.modules()}
-    for name, reason in refused:
+            continue
         try:
-            converted[name], errors[name] = _requantize(checkpoint.unpack(by_name[name]), to)
+            converted[entry.prefix], errors[entry.prefix] = _requantize(checkpoint.unpack(entry), to)
         except TranscodeError as exc:
             raise LossyConversionError(
-                f"{name}: even requantized, {to!r} cannot hold it: {exc} (it was refused because: {reason})"
+                f"{entry.prefix}: even requantized, {to!r} cannot hold it: {exc} "
+                f"(it was refused because: {reasons[entry.prefix]})"
             ) from None
-        errors[name]["reason"] = reason
-    return converted, refused, errors
+        errors[entry.prefix]["reason"] = reasons[entry.prefix]
+    return converted, errors
 
 
 def _tensors(checkpoint: Any, converted: dict[str, Any], dtypes: dict[str, str]) -> Iterator[tuple[str, np.ndarray]]:
@@ -114,8 +117,9 @@ def _tensors(checkpoint: Any, converted: dict[str, Any], dtypes: dict[str, str])
 
 
 def run(args: argparse.Namespace) -> int:
-    from qformats.checkpoint import open_checkpoint, write_checkpoint
-    from qformats.config import read_config
+    from qformats.checkpoint import open_checkpoint, transcode_checkpoint, write_checkpoint
+    from qformats.checkpoint.dequantize import model_config_without_quantization
+    from qformats.errors import TranscodeError
     from qformats.transcode import SCALAR_LAYOUTS
     from qhf.tokenizer import TOKENIZER_FILES
 
@@ -127,26 +131,31 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {args.out}: exists and is not an empty directory; choose a new output directory")
     checkpoint = open_checkpoint(source)
-    converted, refused, errors = _plan(checkpoint, args.to, args.allow_lossy)
-    model_config = None
-    if (source / "config.json").is_file():
-        model_config = json.loads((source / "config.json").read_text(encoding="utf-8"))
-        model_config.pop("quantization_config", None)
-    dtypes: dict[str, str] = {}
-    report = write_checkpoint(
-        out,
-        _tensors(checkpoint, converted, dtypes),
-        quantize_config=target_config(read_config(source), args.to, requantized=bool(refused)),
-        model_config=model_config,
-        max_shard_size=args.max_shard_size,
-        dtypes=dtypes,
-    )
+    errors: dict[str, dict[str, Any]] = {}
+    try:  # the exact path is qformats' own directory transcoder (nothing is written when a module is refused)
+        report = transcode_checkpoint(source, out, to=args.to, max_shard_size=args.max_shard_size)
+    except TranscodeError:
+        refused = refusals(checkpoint, args.to)
+        if not refused:
+            raise
+        if not args.allow_lossy:
+            raise LossyConversionError(_refusal_message(refused, len(checkpoint.modules()), args.to)) from None
+        converted, errors = _lossy_modules(checkpoint, args.to, refused)
+        dtypes: dict[str, str] = {}
+        report = write_checkpoint(
+            out,
+            _tensors(checkpoint, converted, dtypes),
+            quantize_config=lossy_config(source, checkpoint, args.to),
+            model_config=model_config_without_quantization(source),
+            max_shard_size=args.max_shard_size,
+            dtypes=dtypes,
+        )
     for name in (*SIDE_FILES, *TOKENIZER_FILES):
-        if (source / name).is_file():
+        if (source / name).is_file() and not (out / name).exists():
             shutil.copyfile(source / name, out / name)
-    exact = len(converted) - len(errors)
+    total = len(checkpoint.modules())
     print(f"converted    {source} ({checkpoint.fields.format}) -> {out} ({args.to})")
-    print(f"modules      {exact} transcoded bit exactly, {len(errors)} requantized (lossy)")
+    print(f"modules      {total - len(errors)} transcoded bit exactly, {len(errors)} requantized (lossy)")
     if errors:
         rows = [[n, e["max_abs_error"], e["relative_max_error"], e["reason"]] for n, e in errors.items()]
         print(render_table(("module", "max |error|", "relative", "why requantized"), rows))

@@ -117,12 +117,13 @@ def _add_quickstart(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=QUICKSTART_OUT, help=f"output directory (default: {QUICKSTART_OUT})")
     p.add_argument("--bits", type=int, default=4, help="code width (default: 4)")
     p.add_argument("--group-size", type=_group_size, default=128, help="columns per group (default: 128)")
-    p.add_argument("--samples", type=_positive_int, default=32, help="calibration blocks (default: 32)")
+    p.add_argument("--samples", type=_positive_int, default=16, help="calibration blocks (default: 16)")
     p.add_argument("--length", type=_positive_int, default=256, help="tokens per calibration block (default: 256)")
     p.add_argument("--window", type=_positive_int, default=256, help="tokens per perplexity window (default: 256)")
     p.add_argument("--eval-windows", type=_positive_int, default=8, help="perplexity windows (default: 8)")
     p.add_argument("--prompt", default="The Python interpreter", help="prompt of the short generation")
     p.add_argument("--max-new-tokens", type=int, default=20, help="tokens generated (default: 20)")
+    p.add_argument("--backend", default="auto", help="qkernels backend of the reloaded model (default: auto)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,7 +20,14 @@ from typing import Any
 from ..errors import UnsupportedRequestError, UsageError
 from .calibration_input import calibration_rows
 from .main import EXIT_STOPPED
-from .report_tables import PER_LAYER_HEADERS, human_bytes, path_bytes, per_layer_rows, render_table
+from .report_tables import (
+    PER_LAYER_HEADERS,
+    describe_source,
+    human_bytes,
+    path_bytes,
+    per_layer_rows,
+    render_table,
+)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -78,7 +85,7 @@ def _describe_calibration(summary: dict[str, Any], fallback: str) -> str:
     stats = summary.get("calibration") or {}
     counts = f"{stats.get('rows', '?')} rows, {stats.get('tokens', '?')} tokens" if stats else ""
     if isinstance(source, dict):
-        name = ", ".join(f"{k}={v}" for k, v in source.items() if k != "sha256")
+        name = describe_source(source)
         return f"{name} ({counts})" if counts else name
     return f"{fallback} ({counts})" if counts else fallback
 
@@ -90,6 +97,7 @@ def _parameter_count(model: Any) -> int:
 def run(args: argparse.Namespace) -> int:
     _check_args(args)
     import qhf
+    from qcheckpoint import ResumePolicyError
     from qhf.quant_config import METHOD_FORMATS
     from qlooper.errors import RunStopped
 
@@ -131,6 +139,13 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             backend=args.backend,
         )
+    except ResumePolicyError as exc:
+        hint = (
+            "there is no checkpoint to resume: run without --resume to start"
+            if args.resume
+            else "it holds an earlier run's checkpoint: add --resume to continue it, or delete it to start over"
+        )
+        raise UsageError(f"--checkpoint-dir {args.checkpoint_dir}: {hint} ({exc})") from None
     except RunStopped as exc:
         print(f"lowbit quantize: stopped: {exc}", file=sys.stderr)
         print(f"resume with:  {resume_command(list(args.argv))}", file=sys.stderr)

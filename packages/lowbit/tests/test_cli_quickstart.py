@@ -1,0 +1,37 @@
+"""``lowbit quickstart`` end to end on a tiny model (the real one runs in the nox ``quickstart`` session)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_lowbit
+
+FAST = ["--samples", "4", "--length", "32", "--window", "32", "--eval-windows", "2", "--max-new-tokens", "4"]
+
+
+def test_quickstart_quantizes_saves_reloads_and_reports(tiny_llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "result"
+    result = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(out), "--group-size", "32", *FAST)
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout.split("lowbit quickstart: summary", 1)[1]
+    before, after = summary.split("perplexity     before ", 1)[1].split(" (", 1)[0].split(" -> after ")
+    assert float(before) > 1.0 and float(after) > 1.0 and before != after
+    assert "size           before" in summary and "-> after" in summary
+    assert f"result         {out.resolve()}" in summary
+    assert "time" in summary and "quantize" in summary
+    config = json.loads((out / "quantize_config.json").read_text())
+    assert (config["method"], config["bits"], config["group_size"]) == ("gptq", 4, 32)
+
+    again = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(out), "--group-size", "32", *FAST)
+    assert again.returncode == 0, again.stderr
+    assert "replaced the previous quickstart result" in again.stdout
+
+
+def test_quickstart_never_overwrites_a_foreign_directory(tiny_llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    result = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(out))
+    assert result.returncode == 2 and "not an earlier lowbit result" in result.stderr
+    assert (out / "notes.txt").read_text() == "keep me"
