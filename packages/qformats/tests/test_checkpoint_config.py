@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -81,3 +82,26 @@ def test_unpack_refuses_a_module_that_breaks_its_layout(tmp_path: Path) -> None:
     bad["qzeros"] = bad["qzeros"][:1]
     with pytest.raises(CheckpointFormatError, match=r"m\.proj.*AWQ-GEMM-SHAPE-QZEROS"):
         ck.unpack(entry, bad)
+
+
+@pytest.mark.parametrize("quantizer", [["gptqmodel:7.7.0"], None])
+def test_reference_writer_is_recognised_from_the_parsed_config_meta(tmp_path: Path, quantizer: object) -> None:
+    # GPT-QModel's v1 words are true-zero words minus 0x11111111: a true zero of 0 borrows from its neighbour.
+    from qformats.layouts.gptq.zeros import v2_to_v1
+    from qformats.transcode import transcode_weight
+
+    w = random_weight(np.random.default_rng(8), 16, 64, 4, 32)
+    zeros = np.asarray(w.zeros).copy()
+    zeros[0, :3] = 0
+    w = replace(w, zeros=zeros)
+    tensors = dict(transcode_weight(w, "gptq_v2").tensors)
+    tensors["qzeros"] = v2_to_v1(tensors["qzeros"], 4).qzeros
+    config = {"bits": 4, "group_size": 32, "sym": False, "quant_method": "gptq", "format": "gptq"}
+    if quantizer is not None:
+        config["meta"] = {"quantizer": quantizer}
+    write_checkpoint(tmp_path / "ck", {f"m.proj.{k}": v for k, v in tensors.items()}, quantize_config=None)
+    (tmp_path / "ck" / "quantize_config.json").write_text(json.dumps(config))
+    ck = open_checkpoint(tmp_path / "ck")
+    assert ck.written_by_reference() is (quantizer is not None)
+    # Read field by field (no GPT-QModel quantizer named), the zero-0 fields come back as 16.
+    assert ck.unpack(ck.modules()[0]).equals(w) is (quantizer is not None)

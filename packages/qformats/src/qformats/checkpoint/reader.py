@@ -205,12 +205,8 @@ class Checkpoint:
     def written_by_reference(self) -> bool:
         """True when the config's ``meta.quantizer`` names GPT-QModel (the reference implementation)."""
         if self._reference_writer is None:
-            try:
-                _, raw = find_quant_config(self.root)
-            except CheckpointFormatError:
-                raw = {}
-            meta = raw.get("meta")
-            quantizer = meta.get("quantizer") if isinstance(meta, dict) else None
+            meta = self.fields.config.meta if self.fields.config is not None else {}
+            quantizer = meta.get("quantizer")
             names = quantizer if isinstance(quantizer, list) else [quantizer]
             self._reference_writer = any(str(q).lower().startswith("gptqmodel") for q in names if q)
         return self._reference_writer
