@@ -3,7 +3,7 @@
 Typical use::
 
     qm = qhf.load("path/to/hf-model", {"method": "gptq", "bits": 4, "group_size": 128})
-    qm.quantize()                     # calibrates on CPython's bundled docs when no data is given
+    qm.quantize()                     # no data given: the model's own samples + CPython's bundled docs
     qm.save("out/")                   # shards + index + configs + tokenizer + report; verified by default
     lm = qhf.load_quantized("out/")   # qkernels modules; lm.generate(...)
 """
@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from .corpus import bundled_docs, corpus_identity
+from .corpus import bundled_docs
 from .errors import StateError
 from .perplexity import PerplexityResult, perplexity
 from .quant_config import QuantSettings, parse_settings
 from .results import ModuleResult, QuantizedModules
 from .source import OpenedSource, open_source
-from .tokenizer import encode, ensure_padding, load_gguf_tokenizer, load_tokenizer, token_blocks
+from .tokenizer import encode, ensure_padding, load_gguf_tokenizer, load_tokenizer
 
 AUTO = "auto"
 
@@ -45,14 +46,22 @@ class QuantModel:
     def model(self) -> nn.Module:
         return self.source.model
 
-    def _calibration(self, data: Any, samples: int, length: int, batch_size: int) -> Any:
+    def _calibration(self, data: Any, samples: int, length: int, batch_size: int, progress: bool = False) -> Any:
         from qlooper.calibration import prepare_calibration
 
-        if data is None:
+        from .calibration import DefaultCalibration, default_calibration
+
+        if data is None or isinstance(data, DefaultCalibration):
             if self.tokenizer is None:
                 raise StateError("quantize: the default calibration text needs a tokenizer; pass tokenizer= to load")
-            data = token_blocks(self.tokenizer, bundled_docs("calibration").texts, count=samples, length=length)
-            self.summary["calibration_source"] = {**corpus_identity(), "split": "calibration (even documents)"}
+            config = (data or DefaultCalibration()).resolved(samples, length)
+            mixed = default_calibration(self.source, self.tokenizer, config, progress=progress)
+            data = [list(row) for row in mixed.rows]
+            self.summary["calibration_source"] = {
+                **mixed.meta,
+                "generation_seconds": round(mixed.generation_seconds, 3),
+            }
+            self.settings = replace(self.settings, calibration=dict(mixed.meta))  # -> config meta.calibration
         else:
             self.summary["calibration_source"] = "user"
         if batch_size > 1:  # batches of unequal rows are padded: the tokenizer must be able to
@@ -92,9 +101,12 @@ class QuantModel:
     ) -> dict[str, Any]:
         """Quantize every linear of every decoder layer, layer by layer; returns the run summary.
 
-        ``calibration``: None (the bundled docs' calibration slice cut into ``samples`` blocks of ``length``
-        tokens), or anything qlooper's ``prepare_calibration`` accepts (strings, token-id lists, dicts with
-        ``input_ids``, chat messages). RTN needs none and ignores it. ``checkpoint``: a
+        ``calibration``: None (the default mixture, :class:`qhf.calibration.DefaultCalibration`: ``samples``
+        rows of ``length`` tokens, half sampled from the model itself with a fixed seed, half cut from the
+        bundled docs' calibration slice), a ``DefaultCalibration`` to change that mixture, or anything
+        qlooper's ``prepare_calibration`` accepts (strings, token-id lists, dicts with ``input_ids``, chat
+        messages). RTN needs none and ignores it. The summary's ``calibration_seconds`` (building the
+        calibration, generation included) is apart from ``quantize_seconds``. ``checkpoint``: a
         ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of the
         in-memory quantized modules.
         """
@@ -109,9 +121,12 @@ class QuantModel:
         settings = self.settings
         spec = quant_spec(settings)
         cal = None
+        calibration_seconds = 0.0
         if settings.method != "rtn":
-            cal = self._calibration(calibration, samples, length, batch_size)
+            cal = self._calibration(calibration, samples, length, batch_size, progress)
             self.summary["calibration"] = {"rows": cal.rows, "tokens": cal.total_tokens, "dropped": cal.dropped}
+            calibration_seconds = time.perf_counter() - start
+            self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
         processor = LazyLayerProcessor(make_processor(settings.method, spec), self.source)
         options = LoopOptions(
@@ -163,7 +178,7 @@ class QuantModel:
                 "modules": len(self.results),
                 "fallbacks": fallbacks,
                 "resumed_from": run.resumed_from,
-                "quantize_seconds": round(time.perf_counter() - start, 3),
+                "quantize_seconds": round(time.perf_counter() - start - calibration_seconds, 3),
                 "largest_layer_bytes": processor.peak_layer_bytes,
             }
         )

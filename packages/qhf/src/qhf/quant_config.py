@@ -48,6 +48,9 @@ class QuantSettings:
     pack_dtype: str = "int32"
     lm_head: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The run's calibration record (set by ``QuantModel.quantize`` for the default mixture), written to
+    #: ``meta.calibration``; not a setting: never parsed from a user's config.
+    calibration: dict[str, Any] | None = None
 
     @property
     def checkpoint_method(self) -> str:
@@ -79,6 +82,8 @@ class QuantSettings:
                 "act_group_aware": self.act_group_aware,
             },
         }
+        if self.calibration:
+            out["meta"]["calibration"] = dict(self.calibration)
         if method == "awq":
             out["zero_point"] = not self.sym
             out["version"] = self.format
@@ -100,7 +105,7 @@ def _as_dict(config: Any) -> dict[str, Any]:
     if config is None:
         return {}
     if isinstance(config, QuantSettings):
-        return {k: getattr(config, k) for k in QuantSettings.__dataclass_fields__ if k != "extra"}
+        return {k: getattr(config, k) for k in QuantSettings.__dataclass_fields__ if k not in ("extra", "calibration")}
     if isinstance(config, dict):
         return dict(config)
     if hasattr(config, "to_dict"):
@@ -136,7 +141,7 @@ def parse_settings(config: Any) -> QuantSettings:
             f"format: method {method!r} writes one of {', '.join(METHOD_FORMATS[method])}, found {fmt!r}"
         )
     fields = QuantSettings.__dataclass_fields__
-    known = {k: raw.pop(k) for k in list(raw) if k in fields and k != "extra"}
+    known = {k: raw.pop(k) for k in list(raw) if k in fields and k not in ("extra", "calibration")}
     try:
         settings = QuantSettings(method=method, format=fmt, extra=raw, **known)
     except TypeError as exc:

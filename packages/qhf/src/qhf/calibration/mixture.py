@@ -65,8 +65,10 @@ class DefaultCalibration:
             raise CalibrationError(f"default calibration: samples: expected an integer >= 1, found {samples!r}")
         fraction = self.self_generated
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise CalibrationError(f"default calibration: self_generated: expected a fraction in [0, 1], found {fraction!r}")
-        generated = int(round(samples * float(fraction)))
+            raise CalibrationError(
+                f"default calibration: self_generated: expected a fraction in [0, 1], found {fraction!r}"
+            )
+        generated = round(samples * float(fraction))
         return samples - generated, generated
 
     def generation(self) -> GenerationSettings:

@@ -18,6 +18,7 @@ Sequences are generated ``batch_size`` at a time with a KV cache; all rows of a 
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,7 +44,7 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
     "Chapter 1\n\n",
     "Q: How do I",
     "Ingredients:\n",
-    "\"Where are you going?\" she asked.",
+    '"Where are you going?" she asked.',
     "The court held that",
     "def main():\n",
     "Breaking news:",
@@ -156,6 +157,13 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
 
 
+def _cache_keyword(model: nn.Module) -> str:
+    """The forward keyword (and output attribute) of the KV cache: ``cache`` in newer transformers,
+    ``past_key_values`` before."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 def _generate_batch(
     model: nn.Module,
     openers: Sequence[list[int]],
@@ -166,10 +174,13 @@ def _generate_batch(
 ) -> list[list[int]]:
     rows = [list(o[:1]) for o in openers]
     feed = torch.tensor([[o[0]] for o in openers], dtype=torch.long, device=device)
+    keyword = _cache_keyword(model)
     past = None
     for position in range(1, settings.length):
-        out = model(input_ids=feed, past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(input_ids=feed, use_cache=True, **({keyword: past} if past is not None else {}))
+        past = getattr(out, keyword, None)
+        if past is None:
+            raise CalibrationError(f"self-generated calibration: {type(model).__name__} returned no KV cache")
         logits = out.logits[:, -1, :].float()
         if banned.numel():
             logits[:, banned.to(logits.device)] = float("-inf")

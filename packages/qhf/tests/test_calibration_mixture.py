@@ -1,0 +1,129 @@
+"""The default calibration mixture: row accounting, documentation rows, metadata, and the quantize/save wiring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import qhf
+import torch
+from qhf.calibration import DefaultCalibration, build_mixture, tokens_digest
+from qhf.corpus import bundled_docs
+from qhf.errors import CalibrationError
+from qhf.tokenizer import token_blocks
+from tiny_models import tiny_config
+
+SMALL = dict(batch_size=4, prompts=("", "The"))
+
+
+@pytest.fixture(scope="module")
+def model():
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    return AutoModelForCausalLM.from_config(tiny_config("llama"), dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize(
+    ("samples", "fraction", "docs", "generated"), [(10, 0.3, 7, 3), (7, 0.5, 3, 4), (4, 1.0, 0, 4)]
+)
+def test_row_accounting(model, tokenizer, samples: int, fraction: float, docs: int, generated: int) -> None:
+    config = DefaultCalibration(samples=samples, length=20, self_generated=fraction, **SMALL)
+    mixed = build_mixture(model, tokenizer, config)
+    assert config.split() == (docs, generated)
+    assert len(mixed.rows) == samples and all(len(r) == 20 for r in mixed.rows)
+    assert mixed.meta["documentation_rows"] == docs and mixed.meta["self_generated_rows"] == generated
+    assert mixed.meta["samples"] == samples and mixed.meta["length"] == 20
+    expected_docs = token_blocks(tokenizer, bundled_docs("calibration").texts, count=docs, length=20) if docs else []
+    assert [list(r) for r in mixed.rows[:docs]] == expected_docs  # documentation first, exactly the old default
+    assert mixed.generated is not None and mixed.rows[docs:] == mixed.generated.rows
+    assert mixed.meta["tokens_sha256"] == tokens_digest(mixed.rows)
+
+
+def test_documentation_only_needs_no_model(tokenizer) -> None:
+    mixed = build_mixture(None, tokenizer, DefaultCalibration(samples=3, length=16, self_generated=0.0))
+    assert mixed.meta["source"] == "pydoc_data.topics" and mixed.generated is None
+    assert mixed.generation_seconds == 0.0
+    assert [list(r) for r in mixed.rows] == token_blocks(
+        tokenizer, bundled_docs("calibration").texts, count=3, length=16
+    )
+
+
+def test_meta_is_deterministic_and_follows_the_seed(model, tokenizer) -> None:
+    config = DefaultCalibration(samples=4, length=16, seed=5, **SMALL)
+    a, b = build_mixture(model, tokenizer, config), build_mixture(model, tokenizer, config)
+    assert a.rows == b.rows and a.meta == b.meta
+    c = build_mixture(model, tokenizer, DefaultCalibration(samples=4, length=16, seed=6, **SMALL))
+    assert c.rows[:2] == a.rows[:2] and c.rows[2:] != a.rows[2:]  # docs rows fixed, samples follow the seed
+    assert c.meta["tokens_sha256"] != a.meta["tokens_sha256"]
+    assert a.meta["seed"] == 5 and a.meta["temperature"] == 1.0 and a.meta["top_p"] == 0.95
+    assert a.meta["prompts"] == 2 and a.meta["source"] == "self-generated + pydoc_data.topics"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"self_generated": 1.5}, "self_generated"),
+        ({"self_generated": -0.1}, "self_generated"),
+        ({"samples": 0}, "samples"),
+    ],
+)
+def test_bad_mixture_names_the_field(tokenizer, kwargs: dict, field: str) -> None:
+    config = DefaultCalibration(**{"samples": 4, "length": 16, **kwargs})
+    with pytest.raises(CalibrationError, match=field):
+        build_mixture(None, tokenizer, config)
+
+
+def test_too_little_documentation_is_an_error_not_a_silent_shortfall(tokenizer) -> None:
+    with pytest.raises(CalibrationError, match="documentation gives"):
+        build_mixture(None, tokenizer, DefaultCalibration(samples=100_000, length=64, self_generated=0.0))
+
+
+def test_quantize_default_records_the_mixture_in_summary_and_saved_config(tmp_path, tiny_dirs) -> None:
+    qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
+    summary = qm.quantize(samples=4, length=32)  # no calibration given: the default mixture
+    source = summary["calibration_source"]
+    assert source["documentation_rows"] == 2 and source["self_generated_rows"] == 2
+    assert summary["calibration"]["rows"] == 4 and summary["calibration"]["tokens"] == 4 * 32
+    assert source["generation_seconds"] >= 0 and summary["calibration_seconds"] >= source["generation_seconds"]
+    qm.save(tmp_path / "q")
+    config = json.loads((tmp_path / "q" / "config.json").read_text())
+    recorded = config["quantization_config"]["meta"]["calibration"]
+    assert recorded == {k: v for k, v in source.items() if k != "generation_seconds"}
+    assert json.loads((tmp_path / "q" / "quantize_config.json").read_text())["meta"]["calibration"] == recorded
+    report = json.loads((tmp_path / "q" / "quant_report.json").read_text())
+    assert report["summary"]["calibration_source"]["generation_seconds"] == source["generation_seconds"]
+    reloaded = qhf.load_quantized(tmp_path / "q")  # the extra meta does not disturb reading the config back
+    assert reloaded.settings.bits == 4 and reloaded.settings.calibration is None
+
+
+def test_quantize_takes_a_configured_mixture_and_it_is_reproducible(tiny_dirs) -> None:
+    from qhf.calibration import default_calibration
+
+    mix = DefaultCalibration(samples=5, length=24, self_generated=0.6, seed=7, batch_size=2)
+    qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
+    source = qm.quantize(calibration=mix)["calibration_source"]
+    assert source["self_generated_rows"] == 3 and source["documentation_rows"] == 2 and source["length"] == 24
+    assert source["seed"] == 7
+    fresh = qhf.load(tiny_dirs("llama"), {"method": "gptq"})
+    again = default_calibration(fresh.source, fresh.tokenizer, mix)
+    assert again.meta["tokens_sha256"] == source["tokens_sha256"]  # same seed -> same calibration tokens
+
+
+def test_layers_loaded_for_generation_go_back_to_meta(tiny_dirs) -> None:
+    from qhf.calibration import default_calibration
+
+    qm = qhf.load(tiny_dirs("llama"), {"method": "gptq"})
+    layers = qm.model.get_submodule("model.layers")
+    assert all(p.device.type == "meta" for p in layers.parameters())
+    mixed = default_calibration(qm.source, qm.tokenizer, DefaultCalibration(samples=2, length=16, self_generated=1.0))
+    assert len(mixed.rows) == 2
+    assert all(p.device.type == "meta" for p in layers.parameters())  # the layer loop reads them one at a time
+
+
+def test_user_calibration_records_no_mixture(tmp_path, tiny_dirs) -> None:
+    qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
+    qm.quantize(calibration=["some text " * 20, "more text " * 30])
+    qm.save(tmp_path / "q", verify=False)
+    config = json.loads((tmp_path / "q" / "config.json").read_text())
+    assert "calibration" not in config["quantization_config"]["meta"]
