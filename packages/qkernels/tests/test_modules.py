@@ -18,9 +18,12 @@ from qkernels import (
     select,
 )
 from qkernels.checkpoint import pack_weight
+from qkernels.cpu_extension import extension_reasons
 from qkernels.testing.cases import LayerCase, float_reference, make_activations, make_weight
 
 ASYM = LayerCase("gptq_v2", 4, 32, False, 32, 128)
+NO_CPU_EXTENSION = "; ".join(extension_reasons())
+needs_cpu_extension = pytest.mark.skipif(bool(NO_CPU_EXTENSION), reason=f"cpu_int4 unavailable: {NO_CPU_EXTENSION}")
 
 
 def test_repack_to_the_same_backend_returns_the_module() -> None:
@@ -31,6 +34,7 @@ def test_repack_to_the_same_backend_returns_the_module() -> None:
     assert repack(auto) is auto
 
 
+@needs_cpu_extension
 def test_repack_keeps_the_v1_checkpoint_layout() -> None:
     case = LayerCase("gptq", 4, 32, False, 32, 128)
     tensors, meta = pack_weight(make_weight(case), "gptq")
@@ -168,8 +172,13 @@ def test_a_failed_extension_build_is_logged_and_recorded_not_hidden(
         monkeypatch.setattr(cpu_extension, "_failure", "c++: simulated compiler crash")
         raise cpu_extension.ExtensionBuildError("simulated compiler crash")
 
+    def reasons() -> list[str]:  # this host's toolchain does not matter: only the recorded failure does
+        failure = cpu_extension._failure
+        return [] if failure is None else [f"the C++ extension failed to build in this process: {failure}"]
+
     monkeypatch.setattr(cpu_extension, "_loaded", None)
     monkeypatch.setattr(cpu_int4, "load_extension", broken)
+    monkeypatch.setattr(cpu_int4, "extension_reasons", reasons)
     with pytest.raises(cpu_extension.ExtensionBuildError):
         quant_linear_from_weight(make_weight(ASYM), "gptq_v2", backend="cpu_int4")  # explicit: raised
     monkeypatch.setattr(cpu_extension, "_failure", None)  # forget it: AUTO now hits the failure itself
@@ -181,7 +190,7 @@ def test_a_failed_extension_build_is_logged_and_recorded_not_hidden(
     assert "simulated compiler crash" in rejected["cpu_int4"][0]
 
 
-@pytest.mark.parametrize("backend", ["torch", "aten_int4", "cpu_int4"])
+@pytest.mark.parametrize("backend", ["torch", "aten_int4", pytest.param("cpu_int4", marks=needs_cpu_extension)])
 def test_dtype_conversions_leave_stored_tensors_alone(backend: str) -> None:
     case = LayerCase("gptq_v2", 4, 32, False, 32, 128, bias=True)
     bias = np.linspace(-1, 1, 32).astype(np.float16)
