@@ -6,7 +6,8 @@ Code ``k`` of a packed line occupies stream bits ``[b*k, b*k + b)``; word ``w`` 
 3-bit layout); the unused high bits of the last word are zero.
 
 For b in 1, 2, 4, 8 the stream equals GPTQ's continuous stream word for word, so those widths reuse
-:mod:`qformats.layouts.gptq.bitstream`; the others go through a bit matrix. Both functions work along
+:mod:`qformats.layouts.gptq.bitstream`; the others pack through a bit matrix and unpack per
+32-code block (exactly ``b`` words), one shift-and-mask per code position. Both functions work along
 the **last axis** and never mutate their input.
 """
 
@@ -59,7 +60,17 @@ def unpack_dense(words: np.ndarray, bits: int, n: int) -> np.ndarray:
     if bits in WHOLE_WORD_BITS:
         return np.asarray(unpack_stream(words, bits, n))
     lead = words.shape[:-1]
-    raw = np.ascontiguousarray(words, dtype="<i4").view(np.uint8).reshape(*lead, count * 4)
-    stream = np.unpackbits(raw, axis=-1, bitorder="little")[..., : n * bits]
-    fields = stream.reshape(*lead, n, bits)
-    return np.packbits(fields, axis=-1, bitorder="little")[..., 0]
+    blocks = -(-n // 32)  # every 32 codes fill exactly ``bits`` words
+    full = np.zeros((*lead, blocks * bits), dtype=np.uint32)
+    usable = min(count, blocks * bits)
+    full[..., :usable] = np.ascontiguousarray(words[..., :usable]).view(np.uint32)
+    grouped = full.reshape(*lead, blocks, bits)
+    out = np.empty((*lead, blocks, 32), dtype=np.uint8)
+    mask = np.uint32((1 << bits) - 1)
+    for j in range(32):
+        word, shift = divmod(j * bits, 32)
+        value = grouped[..., word] >> np.uint32(shift)
+        if shift + bits > 32:  # the code straddles into the next word
+            value = value | (grouped[..., word + 1] << np.uint32(32 - shift))
+        out[..., j] = value & mask
+    return np.ascontiguousarray(out.reshape(*lead, blocks * 32)[..., :n])
