@@ -17,6 +17,7 @@ Besides the required members of :class:`Layout`, a layout may offer the optional
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -111,15 +112,21 @@ BUILTIN_KEYS: tuple[str, ...] = (
     "pack-quantized",
 )  # fmt: skip
 _builtins_loaded = False
+# Re-entrant: importing a family registers its layouts, which may look the registry up again.
+_builtins_lock = threading.RLock()
 
 
 def _load_builtins() -> None:
+    """Import every built-in family once; other threads wait until all of them are registered."""
     global _builtins_loaded
     if _builtins_loaded:
         return
-    _builtins_loaded = True
-    for family in BUILTIN_FAMILIES:
-        importlib.import_module(f"qformats.layouts.{family}")
+    with _builtins_lock:
+        if _builtins_loaded:
+            return
+        for family in BUILTIN_FAMILIES:
+            importlib.import_module(f"qformats.layouts.{family}")
+        _builtins_loaded = True
 
 
 def register_layout(layout: Layout) -> Layout:
