@@ -58,7 +58,8 @@ def test_smollm2_gptq_beats_rtn_and_survives_save_reload(tmp_path, results) -> N
     results["dense"] = ppl.as_dict()
     results["eval_tokens"] = ppl.tokens
     del dense, baseline
-    calibration_blocks = token_blocks(tokenizer, bundled_docs("calibration").texts, count=CAL_SAMPLES, length=CAL_LENGTH)
+    calibration_texts = bundled_docs("calibration").texts
+    calibration_blocks = token_blocks(tokenizer, calibration_texts, count=CAL_SAMPLES, length=CAL_LENGTH)
 
     for group_size in (64, 128):
         row: dict[str, object] = {}
