@@ -92,6 +92,8 @@ def _package_session(name: str) -> None:
     def run(session: nox.Session) -> None:
         session.env.setdefault("OMP_NUM_THREADS", "2")
         _install_packages(session, [*PACKAGES[name], name], {name: TEST_EXTRAS[name]})
+        if name == "qkernels":  # CI must exercise the compiled CPU kernel, not skip it
+            session.env["LOWBIT_REQUIRE_CPU_EXTENSION"] = "1"
         if name in NEEDS_SMOLLM2:
             _install_smollm2(session)
         ignored = [f"--ignore={path}" for path in OPTIONAL_TESTS.get(name, ())]

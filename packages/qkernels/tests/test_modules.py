@@ -1,5 +1,7 @@
 """Module behaviour: repack, cached dense weights, the ATen offset term, registry rules, error hierarchy."""
 
+import os
+
 import numpy as np
 import pytest
 import qkernels
@@ -23,6 +25,8 @@ from qkernels.testing.cases import LayerCase, float_reference, make_activations,
 
 ASYM = LayerCase("gptq_v2", 4, 32, False, 32, 128)
 NO_CPU_EXTENSION = "; ".join(extension_reasons())
+if NO_CPU_EXTENSION and os.environ.get("LOWBIT_REQUIRE_CPU_EXTENSION"):
+    raise RuntimeError(f"LOWBIT_REQUIRE_CPU_EXTENSION is set but cpu_int4 cannot build: {NO_CPU_EXTENSION}")
 needs_cpu_extension = pytest.mark.skipif(bool(NO_CPU_EXTENSION), reason=f"cpu_int4 unavailable: {NO_CPU_EXTENSION}")
 
 
