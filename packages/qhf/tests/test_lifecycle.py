@@ -142,3 +142,19 @@ def test_default_calibration_needs_no_data(tiny_dirs) -> None:
     summary = qm.quantize(samples=4, length=32)
     assert summary["calibration"]["rows"] == 4 and 0 < summary["calibration"]["tokens"] <= 4 * 32
     assert isinstance(summary["calibration_source"], dict)
+
+
+def test_awq_gemm_refuses_a_partial_group_before_any_work(tiny_dirs) -> None:
+    qm = qhf.load(tiny_dirs("llama"), {"method": "awq", "bits": 4, "group_size": 48, "format": "gemm"})
+    with pytest.raises(qhf.QHFError, match=r"'gemm' cannot hold model\.layers\.0\.self_attn\.q_proj \[64 x 64\]"):
+        qm.quantize(calibration=[[1, 2, 3] * 20])
+    assert qm.results is None
+
+
+def test_gptq_holds_a_partial_last_group(tmp_path, tiny_dirs) -> None:
+    qm = qhf.load(tiny_dirs("llama"), {"method": "rtn", "bits": 4, "group_size": 48})
+    qm.quantize()
+    summary = qm.save(tmp_path / "q")
+    assert summary["verification"]["passed"]
+    weight = qm.results["model.layers.0.mlp.up_proj"].weight
+    assert weight.num_groups == 2 and weight.in_features == 64

@@ -113,10 +113,11 @@ class QuantModel:
         from qlooper.api import make_processor, quantize_model
         from qlooper.loop import LoopOptions
 
-        from .looper_bridge import LazyLayerProcessor, kernel_replacer, looper_definition, quant_spec
+        from .looper_bridge import LazyLayerProcessor, kernel_replacer, looper_definition, preflight, quant_spec
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
+        preflight(self.settings, self.source)
         start = time.perf_counter()
         settings = self.settings
         spec = quant_spec(settings)

@@ -94,3 +94,44 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str) -
         return quant_linear(settings.format, tensors, meta, backend=backend, dtype=dtype)
 
     return replace
+
+
+def preflight(settings: QuantSettings, source: OpenedSource) -> None:
+    """Refuse, before any work, a format that cannot hold the model's shapes (names module and reason).
+
+    Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
+    the configured bits/group size against ``get_layout(format).cannot_represent``; e.g. AWQ's GEMM
+    layout needs ``in_features`` divisible by ``group_size``, while the GPTQ layouts hold a partial group.
+    """
+    import numpy as np
+    from qformats.layouts.registry import get_layout
+    from qformats.logical import QuantizedWeight, default_g_idx, group_count
+
+    from .errors import QHFError
+
+    layout = get_layout(settings.format)
+    layer = source.model.get_submodule(source.definition.layer_prefix(0))
+    seen: set[tuple[int, int]] = set()
+    for name in source.definition.quantized_modules:
+        module = layer.get_submodule(name)
+        out_features, in_features = int(module.weight.shape[0]), int(module.weight.shape[1])
+        if (out_features, in_features) in seen:
+            continue
+        seen.add((out_features, in_features))
+        groups = group_count(in_features, settings.group_size)
+        zero = 1 << (settings.bits - 1)
+        probe = QuantizedWeight(
+            codes=np.zeros((out_features, in_features), dtype=np.uint8),
+            scales=np.ones((groups, out_features), dtype=np.float16),
+            zeros=np.full((groups, out_features), zero, dtype=np.int32),
+            g_idx=default_g_idx(in_features, settings.group_size),
+            bits=settings.bits,
+            group_size=settings.group_size,
+            sym=settings.sym,
+        )
+        reason = layout.cannot_represent(probe)
+        if reason is not None:
+            raise QHFError(
+                f"format {settings.format!r} cannot hold {source.definition.layer_prefix(0)}.{name} "
+                f"[{out_features} x {in_features}] at {settings.bits}-bit group {settings.group_size}: {reason}"
+            )
