@@ -96,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
     from qformats.inspect import format_text, inspect
 
     result = inspect(path)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result))
-    if png is not None:
+    if png is not None:  # drawn before printing, so a closed stdout (`| head`) cannot skip it
         _plot_directory(path, png, args.plot_modules)
-        if not args.json:
-            print(f"plot         {png}")
+    print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result))
+    if png is not None and not args.json:
+        print(f"plot         {png}")
     return 1 if result.violation_count else 0
