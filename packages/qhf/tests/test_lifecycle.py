@@ -62,7 +62,7 @@ def test_quantize_save_reload(tmp_path, tiny_dirs, model_type: str, method: str,
     reloaded = _logits(lm)
     assert torch.allclose(reloaded, in_memory, atol=1e-4), float((reloaded - in_memory).abs().max())
 
-    dense_dir = qhf.export_dense(out, tmp_path / "dense", dtype=torch.float32)
+    dense_dir = qm.export_dense(tmp_path / "dense", dtype=torch.float32)
     assert "quantization_config" not in json.loads((dense_dir / "config.json").read_text())
     dense = AutoModelForCausalLM.from_pretrained(dense_dir, dtype=torch.float32).eval()
     reference = _logits(dense)
@@ -89,6 +89,8 @@ def test_save_before_quantize_and_twice(tmp_path, tiny_dirs) -> None:
     with pytest.raises(qhf.StateError, match="quantize"):
         qm.save(tmp_path / "x")
     qm.quantize()
+    with pytest.raises(qhf.StateError, match="save"):
+        qm.export_dense(tmp_path / "d")
     with pytest.raises(qhf.StateError, match="already quantized"):
         qm.quantize()
 

@@ -227,13 +227,14 @@ class QuantModel:
         vocab = int(getattr(self.source.config, "vocab_size", 2))
         return [(7 * i + 3) % vocab for i in range(count)]
 
-    def export_dense(
-        self, directory: str | Path, quantized_dir: str | Path, *, dtype: torch.dtype = torch.float16
-    ) -> Path:
-        """Dense export of a checkpoint this model saved (see :func:`qhf.export.export_dense`)."""
+    def export_dense(self, directory: str | Path, *, dtype: torch.dtype = torch.float16) -> Path:
+        """Dense export of the checkpoint this model last saved (see :func:`qhf.export.export_dense`)."""
         from .export import export_dense
 
-        return export_dense(quantized_dir, directory, dtype=dtype)
+        saved = self.summary.get("saved")
+        if not isinstance(saved, dict):
+            raise StateError("export_dense: nothing saved yet; call save() first (the export reads the checkpoint)")
+        return export_dense(saved["path"], directory, dtype=dtype)
 
     def perplexity(
         self, text: str | None = None, *, window: int = 512, max_windows: int | None = None
