@@ -57,7 +57,7 @@ class _NotPositiveDefinite(Exception):
     """Internal signal: a leaf Cholesky failed."""
 
 
-def _leaf(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _leaf(a: torch.Tensor, lower_out: torch.Tensor, inverse_out: torch.Tensor) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -65,7 +65,8 @@ def _leaf(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if int(info) != 0:
             raise _NotPositiveDefinite
         eye = torch.eye(a.shape[0], dtype=a.dtype, device=a.device)
-        return lower, torch.linalg.solve_triangular(lower, eye, upper=False)
+        lower_out.copy_(lower)
+        inverse_out.copy_(torch.linalg.solve_triangular(lower, eye, upper=False))
     finally:
         torch.set_num_threads(threads)
 
@@ -76,28 +77,31 @@ def cholesky_with_inverse(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] 
     Recursive halving: ``L11 = chol(A)``, ``L21 = B L11⁻ᵀ``, ``L22 = chol(C - L21 L21ᵀ)``,
     ``(L⁻¹)21 = -L22⁻¹ L21 L11⁻¹``; about 2n³/3 multiply-adds in all, nearly all in matmuls. Leaves of at
     most 128 rows run single-threaded, so the result does not depend on the torch thread count (LAPACK's
-    threaded factorisation does), while the matmuls still use every thread.
+    threaded factorisation does), while the matmuls still use every thread. ``a`` is not modified.
     """
-    try:
-        return _recurse(a)
-    except _NotPositiveDefinite:
-        return None
-
-
-def _recurse(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    n = a.shape[0]
-    if n <= LEAF:
-        return _leaf(a)
-    h = n // 2
-    l11, i11 = _recurse(a[:h, :h])
-    l21 = a[h:, :h] @ i11.T
-    l22, i22 = _recurse(a[h:, h:] - l21 @ l21.T)
+    work = a.clone()
     lower = torch.zeros_like(a)
     inverse = torch.zeros_like(a)
-    lower[:h, :h], lower[h:, :h], lower[h:, h:] = l11, l21, l22
-    inverse[:h, :h], inverse[h:, h:] = i11, i22
-    inverse[h:, :h] = -(i22 @ (l21 @ i11))
+    try:
+        _recurse(work, lower, inverse)
+    except _NotPositiveDefinite:
+        return None
     return lower, inverse
+
+
+def _recurse(a: torch.Tensor, lower: torch.Tensor, inverse: torch.Tensor) -> None:
+    """Factor ``a`` (overwritten: its trailing block becomes the Schur complement) into the given views."""
+    n = a.shape[0]
+    if n <= LEAF:
+        _leaf(a, lower, inverse)
+        return
+    h = n // 2
+    _recurse(a[:h, :h], lower[:h, :h], inverse[:h, :h])
+    l21 = a[h:, :h] @ inverse[:h, :h].T
+    lower[h:, :h] = l21
+    a[h:, h:].addmm_(l21, l21.T, alpha=-1)
+    _recurse(a[h:, h:], lower[h:, h:], inverse[h:, h:])
+    inverse[h:, :h] = (inverse[h:, h:] @ (l21 @ inverse[:h, :h])).neg_()
 
 
 def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
