@@ -7,6 +7,7 @@ everything else is read from the shards. The result can ``generate``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,17 @@ def _install(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 def build_quantized_model(
-    checkpoint: QuantizedCheckpoint, *, backend: str = AUTO, dtype: torch.dtype = torch.float32
+    checkpoint: QuantizedCheckpoint,
+    *,
+    backend: str = AUTO,
+    dtype: torch.dtype = torch.float32,
+    shared: Callable[[str], torch.Tensor | None] | None = None,
 ) -> tuple[nn.Module, ArchitectureDefinition, dict[str, str]]:
-    """The model with qkernels modules for every stored quantized module; returns (model, definition, backends)."""
+    """The model with qkernels modules for every stored quantized module; returns (model, definition, backends).
+
+    ``shared(name)`` may return a tensor already proven bit-identical to the stored one (verify-after-save
+    uses it to avoid a second copy of the embeddings); ``None`` reads the file.
+    """
     from qkernels import quant_linear
 
     config = checkpoint.directory.config
@@ -85,7 +94,12 @@ def build_quantized_model(
         raise SourceFormatError(
             f"{checkpoint.directory.path}: the checkpoint lacks {len(absent)} tensor(s): {', '.join(absent[:5])}"
         )
-    materialize_names(model, wanted, lambda n: checkpoint.reader.get(n, dtype), dtype)
+
+    def read(name: str) -> torch.Tensor:
+        same = shared(name) if shared is not None else None
+        return same if same is not None else checkpoint.reader.get(name, dtype)
+
+    materialize_names(model, wanted, read, dtype)
     if tied:
         model.get_submodule(definition.lm_head).weight = model.get_submodule(embed.rsplit(".", 1)[0]).weight
     for buffer_name, buffer in model.named_buffers():

@@ -4,6 +4,8 @@ Three checks, all reported: (1) every quantized module's dequantized weight read
 equals the in-memory logical weight's dequantization bit for bit; (2) every other tensor equals the
 in-memory (or source) tensor in the stored dtype; (3) logits of a probe input through the reloaded
 model agree with the in-memory model within ``atol`` (both run the same kernels on the same machine).
+The reloaded model's quantized modules are always built from the files; float32 tensors that check (2)
+proved bit-identical are shared with the in-memory model instead of being read a second time.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def verify_checkpoint(
             report.problems.append(f"{name}: saved dequantized weight differs (max abs diff {diff:.3g})")
         report.modules_checked += 1
     quantized_prefixes = tuple(n + "." for n in results)
+    identical: dict[str, torch.Tensor] = {}  # in-memory tensors proven equal to the saved ones
     for name in checkpoint.reader.names():
         if name.startswith(quantized_prefixes) and not name.endswith(".bias"):
             continue
@@ -95,14 +98,18 @@ def verify_checkpoint(
             expected = expected.to(saved.dtype)
         if tuple(saved.shape) != tuple(expected.shape) or not torch.equal(saved, expected.to(saved.dtype)):
             report.problems.append(f"{name}: saved tensor differs from the in-memory one")
+        elif live is not None and live.dtype == saved.dtype == torch.float32:
+            identical[name] = live.detach()
         report.tensors_checked += 1
-    reloaded, _, backends = build_quantized_model(checkpoint)
-    for backend in backends.values():
-        report.backends[backend] = report.backends.get(backend, 0) + 1
+        del saved
     ids = torch.tensor([list(probe_ids)], dtype=torch.long)
-    report.probe_tokens = ids.shape[1]
     with torch.no_grad():
         mine = model(input_ids=ids, use_cache=False).logits.float()
+    reloaded, _, backends = build_quantized_model(checkpoint, shared=identical.get)
+    for backend in backends.values():
+        report.backends[backend] = report.backends.get(backend, 0) + 1
+    report.probe_tokens = ids.shape[1]
+    with torch.no_grad():
         theirs = reloaded(input_ids=ids, use_cache=False).logits.float()
     report.max_logit_diff = float((mine - theirs).abs().max())
     if not report.max_logit_diff <= atol:
