@@ -8,10 +8,10 @@ rank-1 inside a sub-block, one matmul from a finished sub-block to the rest of i
 a finished block to all later columns (the lazy update). Group parameters are computed when a dynamic
 group's segment starts, at which point all of its columns are fully updated.
 
-The per-column vector operations run with one torch thread (restored afterwards): they are far below the
-size where threading pays, and waking threads for each of them costs more than the work, badly so on a
-shared machine. The block matmuls use the caller's thread count. Elementwise results do not depend on
-the thread count, so this changes speed only.
+The per-column vector operations and the small in-block matmuls run with one torch thread (restored
+afterwards): they are far below the size where threading pays, and waking threads for each of them
+costs more than the work, badly so on a shared machine. The lazy block updates use the caller's thread
+count. Results do not depend on the thread count (tested), so this changes speed only.
 """
 
 from __future__ import annotations
@@ -106,9 +106,9 @@ def _solve(
                 torch.sub(w, deq, out=err).div_(diag[j])
                 if j + 1 < c1:
                     wt[j + 1 : c1].addr_(upper[j, j + 1 : c1], err, alpha=-1)
-            torch.set_num_threads(threads)
             if c1 < b1:
                 wt[c1:b1].addmm_(upper[c0:c1, c1:b1].T, block_err[c0 - b0 : c1 - b0], alpha=-1)
+            torch.set_num_threads(threads)
         loss_sum += float(block_err.to(torch.float64).square().sum()) / 2
         if b1 < in_:
             wt[b1:].addmm_(upper[b0:b1, b1:].T, block_err, alpha=-1)
