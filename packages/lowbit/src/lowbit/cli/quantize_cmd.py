@@ -178,8 +178,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"verified     {verification}")
     print(
-        f"time         {time.perf_counter() - wall:.1f} s (quantize {summary.get('quantize_seconds', 0):.1f} s, "
-        f"save {saved.get('seconds', 0):.1f} s)"
+        f"time         {time.perf_counter() - wall:.1f} s (calibration {summary.get('calibration_seconds', 0):.1f} s, "
+        f"quantize {summary.get('quantize_seconds', 0):.1f} s, save {saved.get('seconds', 0):.1f} s)"
     )
     print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
     if args.plot is not None:
