@@ -155,6 +155,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=32, help="calibration rows")
     parser.add_argument("--length", type=int, default=256, help="tokens per calibration row")
     parser.add_argument("--self-generated", type=float, default=0.5, help="fraction of rows the model writes")
+    parser.add_argument(
+        "--mixture-samples", type=int, default=None, help="rows of the mixture (default: --samples, as docs-only)"
+    )
+    parser.add_argument("--runs", default="rtn,docs,mixture", help="which of rtn, docs, mixture to quantize")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--eval-windows", type=int, default=4)
@@ -165,6 +169,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_qhf_calibration.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    wanted = set(args.runs.split(","))
+    mixture_samples = args.mixture_samples or args.samples
 
     path = smollm2()
     base = qhf.load(path, {"method": "rtn"})
@@ -177,7 +183,12 @@ def main() -> None:
     results: dict[str, Any] = {
         "python": platform.python_version(),
         "torch_threads": args.threads,
-        "calibration": {"samples": args.samples, "length": args.length, "self_generated": args.self_generated},
+        "calibration": {
+            "samples": args.samples,
+            "mixture_samples": mixture_samples,
+            "length": args.length,
+            "self_generated": args.self_generated,
+        },
         "eval": {"window": args.window, "windows": args.eval_windows, "book": args.book},
         "rows": {},
     }
@@ -186,8 +197,10 @@ def main() -> None:
     print("dense", results["rows"]["dense"], flush=True)
 
     calibrations = {}
-    for name, fraction in (("docs", 0.0), ("mixture", args.self_generated)):
-        config = DefaultCalibration(samples=args.samples, length=args.length, self_generated=fraction, seed=args.seed)
+    for name, fraction, rows in (("docs", 0.0, args.samples), ("mixture", args.self_generated, mixture_samples)):
+        if name not in wanted:
+            continue
+        config = DefaultCalibration(samples=rows, length=args.length, self_generated=fraction, seed=args.seed)
         mixed = build_mixture(dense if fraction else None, tokenizer, config, progress=True)
         calibrations[name] = [list(r) for r in mixed.rows]
         results[f"calibration_{name}"] = {**mixed.meta, "generation_seconds": round(mixed.generation_seconds, 1)}
@@ -198,6 +211,7 @@ def main() -> None:
                 "drawn_tokens": drawn,
                 "seconds": round(mixed.generation_seconds, 1),
                 "tokens_per_second": round(drawn / max(mixed.generation_seconds, 1e-9), 1),
+                "examples": [tokenizer.decode(list(r))[:300] for r in mixed.generated.rows[:4]],
             }
             print("generation", results["generation"], flush=True)
     del dense, base
@@ -205,9 +219,11 @@ def main() -> None:
     for group in (int(g) for g in args.groups.split(",")):
         runs = [("rtn", None), ("gptq", "docs"), ("gptq", "mixture")]
         for method, cal in runs:
+            if (cal or method) not in wanted:
+                continue
             qm = qhf.load(path, {"method": method, "bits": 4, "group_size": group, "sym": True}, tokenizer=tokenizer)
             summary = qm.quantize(calibration=calibrations[cal] if cal else None)
-            label = f"{method} g{group}" + (f" {cal}" if cal else "")
+            label = f"{method} g{group}" + (f" {cal} {len(calibrations[cal])}x{args.length}" if cal else "")
             row = {"ppl": measure(qm.model, texts, args), "quantize_seconds": summary["quantize_seconds"]}
             results["rows"][label] = row
             print(label, row, flush=True)
