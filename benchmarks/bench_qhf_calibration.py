@@ -200,7 +200,10 @@ def main() -> None:
     for name, fraction, rows in (("docs", 0.0, args.samples), ("mixture", args.self_generated, mixture_samples)):
         if name not in wanted:
             continue
-        config = DefaultCalibration(samples=rows, length=args.length, self_generated=fraction, seed=args.seed)
+        generated = round(rows * fraction)
+        config = DefaultCalibration(
+            documentation_rows=rows - generated, self_generated_rows=generated, length=args.length, seed=args.seed
+        )
         mixed = build_mixture(dense if fraction else None, tokenizer, config, progress=True)
         calibrations[name] = [list(r) for r in mixed.rows]
         results[f"calibration_{name}"] = {**mixed.meta, "generation_seconds": round(mixed.generation_seconds, 1)}

@@ -24,11 +24,10 @@ def model():
     return AutoModelForCausalLM.from_config(tiny_config("llama"), dtype=torch.float32).eval()
 
 
-@pytest.mark.parametrize(
-    ("samples", "fraction", "docs", "generated"), [(10, 0.3, 7, 3), (7, 0.5, 3, 4), (4, 1.0, 0, 4)]
-)
-def test_row_accounting(model, tokenizer, samples: int, fraction: float, docs: int, generated: int) -> None:
-    config = DefaultCalibration(samples=samples, length=20, self_generated=fraction, **SMALL)
+@pytest.mark.parametrize(("docs", "generated"), [(7, 3), (3, 4), (0, 4)])
+def test_row_accounting(model, tokenizer, docs: int, generated: int) -> None:
+    samples = docs + generated
+    config = DefaultCalibration(documentation_rows=docs, self_generated_rows=generated, length=20, **SMALL)
     mixed = build_mixture(model, tokenizer, config)
     assert config.split() == (docs, generated)
     assert len(mixed.rows) == samples and all(len(r) == 20 for r in mixed.rows)
@@ -41,7 +40,7 @@ def test_row_accounting(model, tokenizer, samples: int, fraction: float, docs: i
 
 
 def test_documentation_only_needs_no_model(tokenizer) -> None:
-    mixed = build_mixture(None, tokenizer, DefaultCalibration(samples=3, length=16, self_generated=0.0))
+    mixed = build_mixture(None, tokenizer, DefaultCalibration(documentation_rows=3, self_generated_rows=0, length=16))
     assert mixed.meta["source"] == "pydoc_data.topics" and mixed.generated is None
     assert mixed.generation_seconds == 0.0
     assert [list(r) for r in mixed.rows] == token_blocks(
@@ -50,10 +49,13 @@ def test_documentation_only_needs_no_model(tokenizer) -> None:
 
 
 def test_meta_is_deterministic_and_follows_the_seed(model, tokenizer) -> None:
-    config = DefaultCalibration(samples=4, length=16, seed=5, **SMALL)
+    config = DefaultCalibration(length=16, seed=5, **SMALL).resolved(2, 99)
+    assert (config.documentation_rows, config.self_generated_rows, config.length) == (2, 2, 16)
     a, b = build_mixture(model, tokenizer, config), build_mixture(model, tokenizer, config)
     assert a.rows == b.rows and a.meta == b.meta
-    c = build_mixture(model, tokenizer, DefaultCalibration(samples=4, length=16, seed=6, **SMALL))
+    c = build_mixture(
+        model, tokenizer, DefaultCalibration(documentation_rows=2, self_generated_rows=2, length=16, seed=6, **SMALL)
+    )
     assert c.rows[:2] == a.rows[:2] and c.rows[2:] != a.rows[2:]  # docs rows fixed, samples follow the seed
     assert c.meta["tokens_sha256"] != a.meta["tokens_sha256"]
     assert a.meta["seed"] == 5 and a.meta["temperature"] == 1.0 and a.meta["top_p"] == 0.95
@@ -63,28 +65,29 @@ def test_meta_is_deterministic_and_follows_the_seed(model, tokenizer) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"self_generated": 1.5}, "self_generated"),
-        ({"self_generated": -0.1}, "self_generated"),
-        ({"samples": 0}, "samples"),
+        ({"self_generated_rows": -1}, "self_generated_rows"),
+        ({"documentation_rows": 1.5}, "documentation_rows"),
+        ({"documentation_rows": 0, "self_generated_rows": 0}, "expected >= 1"),
     ],
 )
 def test_bad_mixture_names_the_field(tokenizer, kwargs: dict, field: str) -> None:
-    config = DefaultCalibration(**{"samples": 4, "length": 16, **kwargs})
+    config = DefaultCalibration(**{"documentation_rows": 2, "self_generated_rows": 2, "length": 16, **kwargs})
     with pytest.raises(CalibrationError, match=field):
         build_mixture(None, tokenizer, config)
 
 
 def test_too_little_documentation_is_an_error_not_a_silent_shortfall(tokenizer) -> None:
     with pytest.raises(CalibrationError, match="documentation gives"):
-        build_mixture(None, tokenizer, DefaultCalibration(samples=100_000, length=64, self_generated=0.0))
+        build_mixture(None, tokenizer, DefaultCalibration(documentation_rows=100_000, self_generated_rows=0, length=64))
 
 
 def test_quantize_default_records_the_mixture_in_summary_and_saved_config(tmp_path, tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
     summary = qm.quantize(samples=4, length=32)  # no calibration given: the default mixture
     source = summary["calibration_source"]
-    assert source["documentation_rows"] == 2 and source["self_generated_rows"] == 2
-    assert summary["calibration"]["rows"] == 4 and summary["calibration"]["tokens"] == 4 * 32
+    # every documentation block a documentation-only run would use, plus as many generated rows
+    assert source["documentation_rows"] == 4 and source["self_generated_rows"] == 4 and source["samples"] == 8
+    assert summary["calibration"]["rows"] == 8 and summary["calibration"]["tokens"] == 8 * 32
     assert source["generation_seconds"] >= 0 and summary["calibration_seconds"] >= source["generation_seconds"]
     qm.save(tmp_path / "q")
     config = json.loads((tmp_path / "q" / "config.json").read_text())
@@ -100,7 +103,7 @@ def test_quantize_default_records_the_mixture_in_summary_and_saved_config(tmp_pa
 def test_quantize_takes_a_configured_mixture_and_it_is_reproducible(tiny_dirs) -> None:
     from qhf.calibration import default_calibration
 
-    mix = DefaultCalibration(samples=5, length=24, self_generated=0.6, seed=7, batch_size=2)
+    mix = DefaultCalibration(documentation_rows=2, self_generated_rows=3, length=24, seed=7, batch_size=2)
     qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
     source = qm.quantize(calibration=mix)["calibration_source"]
     assert source["self_generated_rows"] == 3 and source["documentation_rows"] == 2 and source["length"] == 24
@@ -116,7 +119,9 @@ def test_layers_loaded_for_generation_go_back_to_meta(tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), {"method": "gptq"})
     layers = qm.model.get_submodule("model.layers")
     assert all(p.device.type == "meta" for p in layers.parameters())
-    mixed = default_calibration(qm.source, qm.tokenizer, DefaultCalibration(samples=2, length=16, self_generated=1.0))
+    mixed = default_calibration(
+        qm.source, qm.tokenizer, DefaultCalibration(documentation_rows=0, self_generated_rows=2, length=16)
+    )
     assert len(mixed.rows) == 2
     assert all(p.device.type == "meta" for p in layers.parameters())  # the layer loop reads them one at a time
 

@@ -102,8 +102,8 @@ class QuantModel:
         """Quantize every linear of every decoder layer, layer by layer; returns the run summary.
 
         ``calibration``: None (the default mixture, :class:`qhf.calibration.DefaultCalibration`: ``samples``
-        rows of ``length`` tokens, half sampled from the model itself with a fixed seed, half cut from the
-        bundled docs' calibration slice), a ``DefaultCalibration`` to change that mixture, or anything
+        blocks of ``length`` tokens cut from the bundled docs' calibration slice plus ``samples`` rows the
+        model samples itself with a fixed seed), a ``DefaultCalibration`` to change that mixture, or anything
         qlooper's ``prepare_calibration`` accepts (strings, token-id lists, dicts with ``input_ids``, chat
         messages). RTN needs none and ignores it. The summary's ``calibration_seconds`` (building the
         calibration, generation included) is apart from ``quantize_seconds``. ``checkpoint``: a

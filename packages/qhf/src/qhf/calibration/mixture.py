@@ -1,19 +1,19 @@
 """The default calibration set: the model's own samples mixed with CPython's bundled documentation.
 
-:class:`DefaultCalibration` says how many rows of how many tokens, which fraction the model writes itself
-(:mod:`qhf.calibration.self_generated`) and how it samples; the rest are blocks of the documentation's
-calibration slice (:func:`qhf.corpus.bundled_docs`, cut by :func:`qhf.tokenizer.token_blocks`). With
-``self_generated=0.0`` this is exactly the documentation-only default of earlier versions; with ``1.0``
-it is the model's samples alone.
+:class:`DefaultCalibration` says how many documentation rows (blocks of the documentation's calibration
+slice: :func:`qhf.corpus.bundled_docs`, cut by :func:`qhf.tokenizer.token_blocks`), how many rows the model
+writes itself (:mod:`qhf.calibration.self_generated`), how many tokens per row and how it samples. With
+``self_generated_rows=0`` this is exactly the documentation-only default of earlier versions; with
+``documentation_rows=0`` it is the model's samples alone.
 
-Row accounting: ``generated = round(samples * self_generated)`` and ``documentation = samples - generated``.
-The rows are the documentation blocks first, then the generated ones. Every row is ``length`` tokens.
+Row accounting: ``samples = documentation_rows + self_generated_rows``; the rows are the documentation
+blocks first, then the generated ones. Every row is ``length`` tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import nn
@@ -30,15 +30,16 @@ SOURCE_NAME = "self-generated + pydoc_data.topics"
 class DefaultCalibration:
     """Settings of the default calibration mixture (pass one as ``quantize(calibration=...)`` to change them).
 
-    ``samples`` / ``length``: rows and tokens per row (None: ``quantize``'s ``samples`` / ``length``);
-    ``self_generated``: the fraction of rows the model samples itself, in [0, 1]; ``temperature``,
-    ``top_p``, ``seed``, ``prompts``: the sampling (see :class:`GenerationSettings`); ``batch_size``:
-    sequences generated per forward pass.
+    ``documentation_rows``: blocks cut from the bundled docs; ``self_generated_rows``: rows the model
+    samples itself; ``length``: tokens per row. None takes ``quantize``'s ``samples`` (for both row counts)
+    and ``length``: the default keeps every documentation block a documentation-only run would use and adds
+    as many generated rows. ``temperature``, ``top_p``, ``seed``, ``prompts``: the sampling (see
+    :class:`GenerationSettings`); ``batch_size``: sequences generated per forward pass.
     """
 
-    samples: int | None = None
+    documentation_rows: int | None = None
+    self_generated_rows: int | None = None
     length: int | None = None
-    self_generated: float = 0.5
     temperature: float = 1.0
     top_p: float = 0.95
     seed: int = 0
@@ -46,30 +47,27 @@ class DefaultCalibration:
     prompts: tuple[str, ...] = field(default=DEFAULT_PROMPTS)
 
     def resolved(self, samples: int, length: int) -> DefaultCalibration:
-        """A copy whose ``samples`` / ``length`` are filled from the given defaults where None."""
-        return DefaultCalibration(
-            samples=self.samples if self.samples is not None else samples,
+        """A copy whose row counts and ``length`` are filled from the given defaults where None."""
+        return replace(
+            self,
+            documentation_rows=self.documentation_rows if self.documentation_rows is not None else samples,
+            self_generated_rows=self.self_generated_rows if self.self_generated_rows is not None else samples,
             length=self.length if self.length is not None else length,
-            self_generated=self.self_generated,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            seed=self.seed,
-            batch_size=self.batch_size,
             prompts=tuple(self.prompts),
         )
 
     def split(self) -> tuple[int, int]:
         """``(documentation_rows, generated_rows)``; raises :class:`CalibrationError` on bad settings."""
-        samples = self.samples
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise CalibrationError(f"default calibration: samples: expected an integer >= 1, found {samples!r}")
-        fraction = self.self_generated
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+        counts = (("documentation_rows", self.documentation_rows), ("self_generated_rows", self.self_generated_rows))
+        for name, value in counts:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CalibrationError(f"default calibration: {name}: expected an integer >= 0, found {value!r}")
+        docs, generated = int(self.documentation_rows or 0), int(self.self_generated_rows or 0)
+        if docs + generated < 1:
             raise CalibrationError(
-                f"default calibration: self_generated: expected a fraction in [0, 1], found {fraction!r}"
+                "default calibration: documentation_rows + self_generated_rows: expected >= 1, found 0"
             )
-        generated = round(samples * float(fraction))
-        return samples - generated, generated
+        return docs, generated
 
     def generation(self) -> GenerationSettings:
         _, generated = self.split()
@@ -116,8 +114,8 @@ def build_mixture(
 ) -> MixedCalibration:
     """Build the rows of ``config`` (resolved: ``samples`` and ``length`` set).
 
-    ``model`` needs real weights when any row is self-generated (it may be None when ``self_generated``
-    is 0). Fewer documentation rows than asked (text too short for ``length``) is a
+    ``model`` needs real weights when any row is self-generated (it may be None when
+    ``self_generated_rows`` is 0). Fewer documentation rows than asked (text too short for ``length``) is a
     :class:`CalibrationError`, since the recorded mixture would otherwise be wrong.
     """
     docs_rows, gen_rows = config.split()
@@ -129,7 +127,7 @@ def build_mixture(
         if len(blocks) < docs_rows:
             raise CalibrationError(
                 f"default calibration: the documentation gives {len(blocks)} blocks of {settings.length} tokens, "
-                f"fewer than the {docs_rows} asked; lower samples or length, or raise self_generated"
+                f"fewer than the {docs_rows} asked; lower documentation_rows or length"
             )
         rows.extend(tuple(b) for b in blocks)
     generated = None
