@@ -213,7 +213,10 @@ def generate_samples(
     if settings.count == 0:
         return GeneratedSamples((), 0.0, 0, settings)
     openers = _openers(tokenizer, settings)
-    vocab = int(model.get_output_embeddings().weight.shape[0])
+    head: Any = model.get_output_embeddings()  # type: ignore[operator]
+    if head is None:
+        raise CalibrationError(f"self-generated calibration: {type(model).__name__} has no output embeddings")
+    vocab = int(head.weight.shape[0])
     banned = _banned_ids(tokenizer, vocab)
     if banned.numel() >= vocab:
         raise CalibrationError("self-generated calibration: every token of the vocabulary is a special token")

@@ -17,7 +17,7 @@ from .mixture import DefaultCalibration, MixedCalibration, build_mixture
 
 def _meta_layers(source: OpenedSource) -> list[int]:
     layers = source.model.get_submodule(source.definition.layers_path)
-    return [i for i, layer in enumerate(layers) if any(p.device.type == "meta" for p in layer.parameters())]
+    return [i for i, layer in enumerate(layers.children()) if any(p.device.type == "meta" for p in layer.parameters())]
 
 
 def default_calibration(
