@@ -2,24 +2,34 @@
 
 Config priority follows the reference: ``quantize_config.json``, then ``quant_config.json``, then
 ``config.json``'s ``quantization_config`` — the first that exists wins.
+
+Quantized modules are found and decoded by :class:`qformats.checkpoint.Checkpoint` (one implementation of
+the layouts, including GPT-QModel's v1 zero arithmetic: a checkpoint whose ``meta.quantizer`` names
+``gptqmodel`` stores a true zero of 0 as the field ``2**bits - 1`` with a borrow from the next field).
+Dense tensors (embeddings, norms, biases) are read lazily as torch tensors by :class:`TensorReader`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from qformats.layouts.registry import LayoutMeta, get_layout
+from qformats.checkpoint import Checkpoint, ModuleEntry
+from qformats.errors import QFormatsError
+from qformats.layouts.registry import LayoutMeta
 from qformats.logical import QuantizedWeight
 
 from .errors import MissingFileError, SourceFormatError
 from .quant_config import QuantSettings, parse_settings
 from .source.hf_directory import HFDirectory, open_hf_directory
 from .source.tensor_reader import TensorReader
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILES = ("quantize_config.json", "quant_config.json")
 
@@ -52,40 +62,91 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 @dataclass
 class QuantizedCheckpoint:
-    """An opened checkpoint directory: ``settings``, ``directory`` (config + weight map), lazy ``reader``."""
+    """An opened checkpoint: ``settings``, ``directory`` (config + weight map), lazy dense ``reader``, and
+    ``modules``, the qformats view that owns every quantized module's tensors and decoding."""
 
     directory: HFDirectory
     settings: QuantSettings
     settings_file: str
     reader: TensorReader
+    modules: Checkpoint
+    _entries: dict[str, ModuleEntry] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._entries = {entry.prefix: entry for entry in self.modules.modules()}
 
     def is_quantized(self, module: str) -> bool:
-        return f"{module}.qweight" in self.reader or f"{module}.weight_packed" in self.reader
+        return module in self._entries
+
+    def entry(self, module: str) -> ModuleEntry:
+        """The qformats module entry (layout key, metadata, tensor names) of quantized ``module``."""
+        try:
+            return self._entries[module]
+        except KeyError:
+            raise SourceFormatError(f"{self.directory.path}: {module!r} is not a quantized module") from None
 
     def module_tensors(self, module: str) -> dict[str, np.ndarray]:
-        """Every tensor stored under ``module.`` (keys without the prefix), as numpy arrays."""
-        prefix = module + "."
-        return {
-            n[len(prefix) :]: _numpy(self.reader.get(n))
-            for n in self.reader.names()
-            if n.startswith(prefix) and "." not in n[len(prefix) :]
-        }
+        """The module's layout tensors keyed by suffix (``qweight``, ``scales``, ...) plus its ``bias`` if stored."""
+        tensors = self.modules.module_tensors(self.entry(module))
+        if f"{module}.bias" in self.reader:
+            tensors["bias"] = _numpy(self.reader.get(f"{module}.bias"))
+        return tensors
 
     def layout_meta(self, in_features: int, out_features: int) -> LayoutMeta:
         s = self.settings
         return LayoutMeta(s.bits, s.group_size, in_features, out_features, s.sym, s.pack_dtype)
 
     def logical_weight(self, module: str, in_features: int, out_features: int) -> QuantizedWeight:
-        """The module's logical weight, unpacked from its layout tensors."""
-        tensors = {k: v for k, v in self.module_tensors(module).items() if k != "bias"}
-        return get_layout(self.settings.format).unpack(tensors, self.layout_meta(in_features, out_features))
+        """The module's logical weight ``[out_features, in_features]``, decoded by qformats.
+
+        Raises :class:`SourceFormatError` naming the module when the stored dimensions differ from the
+        expected ones or the tensors do not decode.
+        """
+        entry = self.entry(module)
+        found = (entry.meta.in_features, entry.meta.out_features)
+        if found != (in_features, out_features):
+            raise SourceFormatError(
+                f"{self.directory.path}: module {module!r}: expected (in, out) = {(in_features, out_features)}, "
+                f"the stored tensors give {found}"
+            )
+        try:
+            return self.modules.unpack(entry)
+        except QFormatsError as exc:
+            raise SourceFormatError(str(exc)) from None
+
+    def kernel_inputs(self, module: str, in_features: int, out_features: int) -> tuple[str, dict[str, Any], LayoutMeta]:
+        """``(format, tensors, meta)`` to build the module's kernel from.
+
+        Normally the stored tensors in the checkpoint's format. A GPT-QModel v1 module holding true zeros of 0
+        (stored with a borrow, which a field-by-field reader gets wrong) is instead given as the ``gptq_v2``
+        packing of the weight qformats decoded, so the kernel computes with the right zeros.
+        """
+        meta = self.layout_meta(in_features, out_features)
+        tensors: dict[str, Any] = self.module_tensors(module)
+        entry = self.entry(module)
+        if entry.layout != "gptq" or "qzeros" not in tensors or not self.modules.written_by_reference():
+            return self.settings.format, tensors, meta
+        weight = self.logical_weight(module, in_features, out_features)
+        if not weight.meta.get("v1_reference_borrow_fields"):
+            return self.settings.format, tensors, meta
+        from qformats.transcode import transcode_weight
+
+        log.info("%s: %s read with GPT-QModel's v1 zero arithmetic (as gptq_v2)", self.directory.path, module)
+        packed = dict(transcode_weight(weight, "gptq_v2").tensors)
+        if "bias" in tensors:
+            packed["bias"] = tensors["bias"]
+        return "gptq_v2", packed, meta
 
 
 def open_quantized_checkpoint(path: str | Path) -> QuantizedCheckpoint:
     path = Path(path)
     directory = open_hf_directory(path)
     settings, settings_file = read_quant_settings(path)
-    return QuantizedCheckpoint(directory, settings, settings_file, TensorReader(directory.weight_map))
+    try:
+        modules = Checkpoint(path)
+    except QFormatsError as exc:
+        raise SourceFormatError(str(exc)) from None
+    return QuantizedCheckpoint(directory, settings, settings_file, TensorReader(directory.weight_map), modules)
 
 
 def load_config_json(path: Path) -> dict[str, Any]:

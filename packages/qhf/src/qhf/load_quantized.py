@@ -72,16 +72,14 @@ def build_quantized_model(
     config = checkpoint.directory.config
     definition = definition_for(config)
     model = meta_skeleton(config, dtype)
-    settings = checkpoint.settings
     backends: dict[str, str] = {}
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     for name in names:
         if not checkpoint.is_quantized(name):
             continue
         dense = model.get_submodule(name)
-        tensors = checkpoint.module_tensors(name)
-        meta = checkpoint.layout_meta(dense.in_features, dense.out_features)
-        module = quant_linear(settings.format, tensors, meta, backend=backend, dtype=dtype)
+        fmt, tensors, meta = checkpoint.kernel_inputs(name, dense.in_features, dense.out_features)
+        module = quant_linear(fmt, tensors, meta, backend=backend, dtype=dtype)
         _install(model, name, module)
         selection = getattr(module, "selection", None)
         backends[name] = str(getattr(selection, "backend", type(module).__name__))
