@@ -125,7 +125,7 @@ def _load_builtins() -> None:
         if _builtins_loaded:
             return
         for family in BUILTIN_FAMILIES:
-            importlib.import_module(f"qformats.layouts.{family}")
+            importlib.import_module(f".{family}", __package__)  # relative: works when vendored
         _builtins_loaded = True
 
 
