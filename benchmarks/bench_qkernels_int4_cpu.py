@@ -1,9 +1,12 @@
 """CPU int4 linear: microseconds per call of qkernels backends beside dense nn.Linear, in one run.
 
-Layer 4096x4096, int4, group 128, asymmetric zeros; batch 1 and 32; float32 and bfloat16 activations;
-1 and 2 threads. Each cell is the minimum over repeated timed calls (robust to a shared, noisy host)
-with the median beside it; ratios are against dense nn.Linear of the same activation dtype measured in
-the same process. Asserts nothing about time. Run: ``python benchmarks/bench_qkernels_int4_cpu.py``.
+Layers ``[out, in]`` (default: the Llama 2048/5632 projections 2048x2048, 5632x2048, 2048x5632), int4
+GPTQ (v1 ``gptq`` checkpoint tensors, built through ``quant_linear`` as qhf's loader does), group 128,
+asymmetric zeros; batch 1 (decode) and 32 (prefill); float32 and bfloat16 activations; 1 and 2 threads.
+Each cell is the minimum over repeated timed calls (robust to a shared, noisy host) with the median
+beside it; ratios are against dense nn.Linear of the same activation dtype measured in the same process.
+The bytes each module holds in buffers are printed beside the packed size ``out * in / 2``. Asserts
+nothing about time. Run: ``python benchmarks/bench_qkernels_int4_cpu.py [--shapes 4096x4096]``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import time
 from collections.abc import Callable
 
 import torch
-from qkernels import quant_linear_from_weight
+from qkernels import quant_linear
+from qkernels.checkpoint import pack_weight
 from qkernels.testing.cases import LayerCase, make_weight
 
 
@@ -34,43 +38,62 @@ def measure(fn: Callable[[], object], budget_s: float) -> tuple[float, float, fl
     return min(walls) * 1e6, statistics.median(walls) * 1e6, min(cpus) * 1e6
 
 
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--shapes", default="2048x2048,5632x2048,2048x5632", help="comma-separated OUTxIN")
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--backends", default="cpu_int4,aten_int4,torch+cache")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per cell")
     args = parser.parse_args()
-    n = k = args.size
-    case = LayerCase("gptq_v2", 4, 128, False, n, k)
-    weight = make_weight(case)
-    dense32 = torch.nn.Linear(k, n, bias=False)
-    with torch.no_grad():
-        dense32.weight.copy_(torch.from_numpy(weight.dequantize()))
-    dense16 = torch.nn.Linear(k, n, bias=False).to(torch.bfloat16)
-    with torch.no_grad():
-        dense16.weight.copy_(dense32.weight.to(torch.bfloat16))
-    modules = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        for name in ("cpu_int4", "aten_int4"):
-            modules[(name, dtype)] = quant_linear_from_weight(weight, "gptq_v2", backend=name, dtype=dtype)
-        modules[("torch+cache", dtype)] = quant_linear_from_weight(
-            weight, "gptq_v2", backend="torch", dtype=dtype, cache_dense=True
-        )
-    print(f"qkernels int4 CPU linear {n}x{k} g128 asym; ratios = dense nn.Linear (same dtype) / candidate")
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    backends = args.backends.split(",")
+    print("qkernels int4 CPU linear, gptq g128 asym; ratios = dense nn.Linear (same dtype) / candidate")
     print(f"host: {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}")
+    for shape in args.shapes.split(","):
+        n, k = (int(v) for v in shape.lower().split("x"))
+        _bench_shape(n, k, dtypes, backends, args)
+
+
+def _bench_shape(n: int, k: int, dtypes: list[torch.dtype], backends: list[str], args: argparse.Namespace) -> None:
+    weight = make_weight(LayerCase("gptq", 4, 128, False, n, k))
+    tensors, meta = pack_weight(weight, "gptq")
+    dense = {torch.float32: torch.nn.Linear(k, n, bias=False)}
+    with torch.no_grad():
+        dense[torch.float32].weight.copy_(torch.from_numpy(weight.dequantize()))
+    for dtype in dtypes:
+        if dtype != torch.float32:
+            dense[dtype] = torch.nn.Linear(k, n, bias=False).to(dtype)
+            with torch.no_grad():
+                dense[dtype].weight.copy_(dense[torch.float32].weight.to(dtype))
+    modules = {}
+    for dtype in dtypes:
+        for name in backends:
+            backend, options = ("torch", {"cache_dense": True}) if name == "torch+cache" else (name, {})
+            modules[(name, dtype)] = quant_linear("gptq", tensors, meta, backend=backend, dtype=dtype, **options)
+    print(f"\n[{n}x{k}] packed codes {n * k / 2 / 2**20:.2f} MiB; held in buffers:", end="")
+    for name in backends:
+        held = sum(b.numel() * b.element_size() for b in modules[(name, dtypes[0])].buffers())
+        print(f" {name} {held / 2**20:.2f} MiB", end="")
+    print()
     print(
-        f"{'threads':>7} {'batch':>5} {'act':>8} {'candidate':>14} {'wall us min (median)':>22} "
+        f"{'threads':>7} {'batch':>5} {'act':>8} {'candidate':>15} {'wall us min (median)':>22} "
         f"{'vs dense':>9} {'cpu us min':>11} {'vs dense':>9}"
     )
     with torch.inference_mode():
-        for threads in (1, 2):
+        for threads in _ints(args.threads):
             torch.set_num_threads(threads)
-            for batch in (1, 32):
-                for dtype in (torch.float32, torch.bfloat16):
+            for batch in _ints(args.batches):
+                for dtype in dtypes:
                     x = torch.randn(batch, k).to(dtype)
-                    dense = dense32 if dtype == torch.float32 else dense16
-                    base, base_med, base_cpu = measure(lambda d=dense, x=x: d(x), args.budget)
+                    base, base_med, base_cpu = measure(lambda d=dense[dtype], x=x: d(x), args.budget)
                     rows = [("dense nn.Linear", base, base_med, base_cpu)]
-                    for name in ("cpu_int4", "aten_int4", "torch+cache"):
+                    for name in backends:
                         mod = modules[(name, dtype)]
                         rows.append((name, *measure(lambda m=mod, x=x: m(x), args.budget)))
                     for name, best, med, cpu in rows:

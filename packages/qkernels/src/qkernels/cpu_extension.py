@@ -24,7 +24,7 @@ from .errors import QKernelsError
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "int4_avx2.cpp"
-EXTENSION_NAME = "qkernels_int4_avx2_v4"
+EXTENSION_NAME = "qkernels_int4_avx2_v5"
 DISABLE_ENV = "QKERNELS_DISABLE_CPU_EXTENSION"
 
 _loaded: ModuleType | None = None

@@ -2,7 +2,10 @@
 
 A module holds the checkpoint-facing tensors of its layout as persistent buffers under their checkpoint
 names (so ``state_dict()`` and :meth:`QuantLinear.checkpoint_tensors` give back exactly the layout that
-was loaded, even after a repack) plus whatever runtime form its kernel needs (non-persistent buffers).
+was loaded, even after a repack) plus whatever runtime form its kernel needs (non-persistent buffers); a
+backend whose kernel reads a checkpoint tensor as it is uses that buffer and holds no second copy. The
+logical weight of an integer layout (one byte per weight) is not kept: :attr:`QuantLinear.logical` unpacks
+it from the checkpoint tensors when asked.
 ``forward`` computes ``x @ W.T + b`` for ``x`` of shape ``[..., in_features]``. Device moves apply to a
 module; dtype conversions do not change its stored tensors (the activation dtype is chosen per call).
 """
@@ -13,6 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from qformats.layouts.registry import get_layout
 from qformats.logical import QuantizedWeight
 
 from .capabilities import Capabilities, dtype_name
@@ -45,7 +49,8 @@ class QuantLinear(torch.nn.Module):
         self.meta = loaded.meta
         self.contract = loaded.contract
         self.target = target
-        self.logical = loaded.logical
+        # Integer layouts re-derive their logical weight on demand; other families keep their object.
+        self._logical = None if isinstance(loaded.logical, QuantizedWeight) else loaded.logical
         self._checkpoint_names = tuple(loaded.tensors)
         for name, arr in loaded.tensors.items():
             if hasattr(self, name):
@@ -61,6 +66,14 @@ class QuantLinear(torch.nn.Module):
     @property
     def out_features(self) -> int:
         return self.contract.out_features
+
+    @property
+    def logical(self) -> object:
+        """The logical weight: kept for weight-only families, unpacked from the checkpoint tensors otherwise."""
+        if self._logical is not None:
+            return self._logical
+        tensors = {name: getattr(self, name).detach().cpu().numpy() for name in self._checkpoint_names}
+        return get_layout(self.format).unpack(tensors, self.meta)
 
     def extra_repr(self) -> str:
         return f"backend={self.NAME}, {self.contract.describe()}, bias={self.has_bias}, target={self.target.describe()}"

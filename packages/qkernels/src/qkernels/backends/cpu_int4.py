@@ -1,12 +1,17 @@
-"""The AVX2 CPU int4 backend: a compiled kernel that decodes nibbles straight into float32 FMAs.
+"""The AVX2 CPU int4 backend: a compiled kernel over GPTQ-ordered 4-bit words, float32 compute.
 
-Packing (block64, built at load from the logical codes): per output row and 64-input block, eight int32
-words; nibble ``j`` of word ``i`` is the code of input ``64*b + 8*j + i``. The kernel accumulates
-``A_g = sum x * (1 + q/16)`` per group and scales by ``16 s``; the zero term ``s (16 + z) X_g`` is
-subtracted with one small matmul, so asymmetric zeros are exact. Activations of any float dtype are
-computed in float32 (bfloat16/float16 inputs convert exactly) and the result is cast back. Act-order
-permutes the input columns (groups must then each hold ``group_size`` columns). A partial last group is
-served (its width is then a multiple of 32, since ``in_features % 64 == 0``).
+Runtime form ("kn8"): int32 ``[in/8, out]``, nibble ``j`` of word ``[kb, n]`` is the code of input
+``8 kb + j`` for output ``n``. That is the ``qweight`` of a 4-bit ``gptq``/``gptq_v2`` checkpoint packed in
+int32 words, so for those (without act-order) the kernel reads the checkpoint buffer itself and the module
+holds one copy of the codes (``in * out / 2`` bytes) plus float32 scales and zeros ``[G, out]``. Other
+layouts, and act-order (input columns sorted by group), are repacked once at build.
+
+Per call, ``x [M, in]`` with ``M < dequant_from`` rows runs the decode-as-you-go kernel (exact codes,
+``s * (sum x q - z * sum x)`` per group); from ``dequant_from`` rows on (prefill), the kernel dequantizes
+``DEQUANT_TILE`` output columns at a time into one float32 scratch tile and multiplies it with ``at::mm``
+(a dense GEMM wins there; no dense copy of the weight is kept). Activations of any float dtype are
+computed in float32 (bfloat16/float16 inputs convert exactly) and the result is cast back. A partial last
+group is served (its width is then a multiple of 32, since ``in_features % 64 == 0``).
 """
 
 from __future__ import annotations
@@ -19,19 +24,16 @@ from ..checkpoint import LoadedCheckpoint
 from ..contract import KernelContract
 from ..cpu_extension import extension_reasons, load_extension
 from ..device import Target
+from ..errors import KernelInputError
+from ..int4_packing import pack_rows_gptq
 from ..module import QuantLinear, integer_weight
 from ..registry import register_backend
 
-BUFFERED_FROM = 4  # activation rows from which the kernel decodes each group once and reuses it
-
-
-def pack_block64(codes: np.ndarray) -> torch.Tensor:
-    """uint8 codes ``[N, K]`` (K % 64 == 0) -> int32 ``[N, K/64, 8]`` block64 words."""
-    n, k = codes.shape
-    c = torch.from_numpy(codes.astype(np.int64)).reshape(n, k // 64, 8, 8)  # [n, b, j, i]
-    words = (c << (4 * torch.arange(8, dtype=torch.int64)).view(1, 1, 8, 1)).sum(2)  # [n, b, i]
-    words = torch.where(words >= 2**31, words - 2**32, words)
-    return words.to(torch.int32).contiguous()
+# Activation rows from which a call dequantizes tiles and runs a dense GEMM instead of the decode kernel
+# (measured crossover on the AVX2 development host: see docs/backends.md, Performance).
+DEQUANT_FROM = 64
+DEQUANT_TILE = 512  # output columns per dequantized float32 scratch tile ([in, 512] floats)
+_DIRECT_FORMATS = frozenset({"gptq", "gptq_v2"})  # 4-bit int32 qweight is already the kn8 layout
 
 
 @register_backend
@@ -52,7 +54,7 @@ class CpuInt4Linear(QuantLinear):
         pack_dtypes=None,
         priority=120,
         in_multiple=64,
-        out_multiple=4,
+        out_multiple=8,
         group_multiple=32,
     )
 
@@ -73,34 +75,51 @@ class CpuInt4Linear(QuantLinear):
             return [f"act-order g_idx groups are not all of size {w.group_size} (found sizes {sorted(set(counts))})"]
         return []
 
-    def __init__(self, loaded: LoadedCheckpoint, target: Target) -> None:
+    def __init__(self, loaded: LoadedCheckpoint, target: Target, *, dequant_from: int = DEQUANT_FROM) -> None:
         super().__init__(loaded, target)
+        if isinstance(dequant_from, bool) or not isinstance(dequant_from, int) or dequant_from < 1:
+            raise KernelInputError(f"cpu_int4 option dequant_from: expected an int >= 1, found {dequant_from!r}")
+        self.dequant_from = dequant_from
         self._ext = load_extension()
         w = integer_weight(loaded.logical, self.NAME)
-        codes = w.codes
-        if w.has_default_g_idx():
-            self._perm: torch.Tensor | None = None
-        else:
-            order = np.argsort(w.g_idx, kind="stable")
-            self.register_buffer("_perm", torch.from_numpy(order.astype(np.int64)), persistent=False)
-            codes = codes[:, order]
         self._group = w.in_features if w.group_size == -1 else w.group_size
-        self._partial = w.in_features % self._group != 0
-        s = torch.from_numpy(w.scales.astype(np.float32))  # [G, N]
-        z = torch.from_numpy(w.zeros.astype(np.float32))
-        self.register_buffer("_words", pack_block64(codes), persistent=False)
-        self.register_buffer("_s16", (16.0 * s).T.contiguous(), persistent=False)  # [N, G]
-        self.register_buffer("_zero_term", (s * (16.0 + z)).contiguous(), persistent=False)  # [G, N]
+        self.register_buffer("_perm", None, persistent=False)  # act-order input permutation, when needed
+        if _reads_qweight(loaded, w):
+            self._kn8_name = "qweight"  # the checkpoint buffer itself
+        else:
+            codes = w.codes
+            if not w.has_default_g_idx():
+                order = np.argsort(w.g_idx, kind="stable")
+                self.register_buffer("_perm", torch.from_numpy(order.astype(np.int64)), persistent=False)
+                codes = codes[:, order]
+            self._kn8_name = "_kn8"
+            self.register_buffer(
+                "_kn8", pack_rows_gptq(torch.from_numpy(np.ascontiguousarray(codes.T))), persistent=False
+            )
+        self.register_buffer("_scales", torch.from_numpy(w.scales.astype(np.float32)).contiguous(), persistent=False)
+        self.register_buffer("_zeros", torch.from_numpy(w.zeros.astype(np.float32)).contiguous(), persistent=False)
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x = x.float()
         if self._perm is not None:
             x = x.index_select(1, self._perm)
-        x = x.contiguous()
-        y = self._ext.int4_block64_mm(x, self._words, self._s16, self._group, BUFFERED_FROM)
-        groups = self._zero_term.shape[0]
-        padded = torch.nn.functional.pad(x, (0, groups * self._group - x.shape[1])) if self._partial else x
-        group_sums = padded.view(x.shape[0], groups, self._group).sum(-1)  # [M, G]
-        y = torch.addmm(y, group_sums, self._zero_term, alpha=-1.0)
+        words = getattr(self, self._kn8_name)
+        if x.shape[0] >= self.dequant_from:
+            y = self._ext.int4_kn8_dequant_mm(x, words, self._scales, self._zeros, self._group, DEQUANT_TILE)
+        else:
+            y = self._ext.int4_kn8_gemv(x.contiguous(), words, self._scales, self._zeros, self._group)
         return y if dtype == torch.float32 else y.to(dtype)
+
+
+def _reads_qweight(loaded: LoadedCheckpoint, w: object) -> bool:
+    """Whether the checkpoint's ``qweight`` is already the kernel's kn8 words (4-bit GPTQ, int32, no act-order)."""
+    q = loaded.tensors.get("qweight")
+    return (
+        loaded.format in _DIRECT_FORMATS
+        and loaded.meta.pack_dtype == "int32"
+        and w.has_default_g_idx()  # type: ignore[attr-defined]
+        and q is not None
+        and q.dtype == np.int32
+        and q.shape == (loaded.meta.in_features // 8, loaded.meta.out_features)
+    )
