@@ -67,3 +67,44 @@ def test_damp_grid_and_bisection_equal_a_linear_walk() -> None:
     walk = next(d for d in damp_candidates(0.0, 0.05) if torch.linalg.eigvalsh(h + d * torch.eye(2)).min() > 0)
     assert found.damp == pytest.approx(walk) and found.damp == pytest.approx(0.25)
     assert found.attempts < len(damp_candidates(0.0, 0.05))
+
+
+def test_buffered_batches_equal_one_big_batch_and_resume_mid_buffer() -> None:
+    from qalgos.hessian import buffer_tokens
+
+    n = 48
+    capacity = buffer_tokens(n)
+    x = torch.randn(capacity * 2 + 37, n, generator=torch.Generator().manual_seed(5))
+    whole = HessianAccumulator(n)
+    whole.add_batch(x)
+    pieces = HessianAccumulator(n)
+    for start in range(0, x.shape[0], 100):  # batch edges never line up with the buffer's
+        pieces.add_batch(x[start : start + 100])
+    assert torch.equal(pieces.hessian(), whole.hessian())
+    exact = 2 * x.double().T @ x.double() / x.shape[0]
+    torch.testing.assert_close(whole.hessian().double(), exact, rtol=1e-5, atol=1e-5)
+    first = HessianAccumulator(n)
+    first.add_batch(x[: capacity + 5])  # 5 tokens left in the buffer
+    state = first.state_dict()
+    assert tuple(state["pending"].shape) == (5, n)
+    resumed = HessianAccumulator(n)
+    resumed.load_state_dict(state)
+    resumed.add_batch(x[capacity + 5 :])
+    assert torch.equal(resumed.hessian(), whole.hessian())
+
+
+def test_released_statistics_refuse_further_use() -> None:
+    from qalgos.errors import StateError
+
+    acc = HessianAccumulator(8)
+    acc.add_batch(torch.randn(10, 8))
+    h = acc.hessian()
+    acc.release()
+    assert acc.sum.numel() == 0 and h.shape == (8, 8)
+    for call in (acc.hessian, lambda: acc.add_batch(torch.randn(2, 8)), acc.state_dict):
+        with pytest.raises(StateError, match="released"):
+            call()
+    with pytest.raises(StateError, match="pending"):
+        HessianAccumulator(8).load_state_dict(
+            {"hessian_sum": torch.zeros(8, 8), "nsamples": 1, "in_features": 8, "pending": torch.zeros(3, 9)}
+        )

@@ -44,7 +44,8 @@ class GPTQ:
         return self._acc.hessian()
 
     def state_dict(self) -> dict[str, torch.Tensor | int | float]:
-        """Resume state: ``hessian_sum`` float64 ``[in, in]``, ``nsamples``, ``in_features``."""
+        """Resume state: ``hessian_sum`` float64 ``[in, in]``, ``pending`` float32 ``[k, in]`` (tokens not yet
+        in the sum), ``nsamples``, ``in_features``."""
         return dict(self._acc.state_dict())
 
     def load_state_dict(self, state: dict[str, torch.Tensor | int | float]) -> None:
@@ -56,10 +57,14 @@ class GPTQ:
         weight: torch.Tensor,
         total_tokens: int | None = None,
         policy: FallbackPolicy | None = None,
+        *,
+        release_statistics: bool = False,
     ) -> QuantResult:
         """Solve ``weight [out, in]``. With ``total_tokens`` and ``policy`` a module that saw too few tokens
         falls back to RTN; a module with no token, an unfactorisable Hessian or a non-finite loss always
-        does. Every fallback is logged and recorded in ``QuantResult.fallback``."""
+        does. Every fallback is logged and recorded in ``QuantResult.fallback``. ``release_statistics``:
+        free the float64 Hessian sum as soon as the solve has its float32 copy (the last module reading
+        this input; later calls raise :class:`~qalgos.errors.StateError`)."""
         check_weight(weight)
         if weight.shape[1] != self.in_features:
             raise ShapeError(
@@ -71,12 +76,16 @@ class GPTQ:
         else:
             reason = "no calibration token reached this module" if n == 0 else None
         if reason is not None:
+            if release_statistics:
+                self._acc.release()
             return fall_back(weight, self.spec, reason, n)
-        return self._solve(weight)
+        return self._solve(weight, release_statistics)
 
-    def _solve(self, weight: torch.Tensor) -> QuantResult:
+    def _solve(self, weight: torch.Tensor, release_statistics: bool = False) -> QuantResult:
         spec = self.spec
         hessian = self._acc.hessian()
+        if release_statistics:
+            self._acc.release()
         w = weight.detach().to(device="cpu", dtype=torch.float32).clone()  # the solve runs on the CPU
         dead = torch.diagonal(hessian) == 0
         if bool(dead.any()):

@@ -57,7 +57,7 @@ class _NotPositiveDefinite(Exception):
     """Internal signal: a leaf Cholesky failed."""
 
 
-def _leaf(a: torch.Tensor, lower_out: torch.Tensor, inverse_out: torch.Tensor) -> None:
+def _leaf(a: torch.Tensor, lower_out: torch.Tensor | None, inverse_out: torch.Tensor) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -65,42 +65,48 @@ def _leaf(a: torch.Tensor, lower_out: torch.Tensor, inverse_out: torch.Tensor) -
         if int(info) != 0:
             raise _NotPositiveDefinite
         eye = torch.eye(a.shape[0], dtype=a.dtype, device=a.device)
-        lower_out.copy_(lower)
+        if lower_out is not None:
+            lower_out.copy_(lower)
         inverse_out.copy_(torch.linalg.solve_triangular(lower, eye, upper=False))
     finally:
         torch.set_num_threads(threads)
 
 
-def cholesky_with_inverse(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+def cholesky_with_inverse(
+    a: torch.Tensor, *, overwrite: bool = False, lower: bool = True
+) -> tuple[torch.Tensor | None, torch.Tensor] | None:
     """``(L, L⁻¹)`` with ``a = L Lᵀ`` for a symmetric ``[n, n]`` matrix, or None if it is not positive definite.
 
     Recursive halving: ``L11 = chol(A)``, ``L21 = B L11⁻ᵀ``, ``L22 = chol(C - L21 L21ᵀ)``,
     ``(L⁻¹)21 = -L22⁻¹ L21 L11⁻¹``; about 2n³/3 multiply-adds in all, nearly all in matmuls. Leaves of at
     most 128 rows run single-threaded, so the result does not depend on the torch thread count (LAPACK's
-    threaded factorisation does), while the matmuls still use every thread. ``a`` is not modified.
+    threaded factorisation does), while the matmuls still use every thread. ``a`` is not modified unless
+    ``overwrite`` (then it is the work space, saving one ``[n, n]`` copy); ``lower=False`` skips forming
+    ``L`` (returned as None), saving another.
     """
-    work = a.clone()
-    lower = torch.zeros_like(a)
+    work = a if overwrite else a.clone()
+    factor = torch.zeros_like(a) if lower else None
     inverse = torch.zeros_like(a)
     try:
-        _recurse(work, lower, inverse)
+        _recurse(work, factor, inverse)
     except _NotPositiveDefinite:
         return None
-    return lower, inverse
+    return factor, inverse
 
 
-def _recurse(a: torch.Tensor, lower: torch.Tensor, inverse: torch.Tensor) -> None:
+def _recurse(a: torch.Tensor, lower: torch.Tensor | None, inverse: torch.Tensor) -> None:
     """Factor ``a`` (overwritten: its trailing block becomes the Schur complement) into the given views."""
     n = a.shape[0]
     if n <= LEAF:
         _leaf(a, lower, inverse)
         return
     h = n // 2
-    _recurse(a[:h, :h], lower[:h, :h], inverse[:h, :h])
+    _recurse(a[:h, :h], lower[:h, :h] if lower is not None else None, inverse[:h, :h])
     l21 = a[h:, :h] @ inverse[:h, :h].T
-    lower[h:, :h] = l21
+    if lower is not None:
+        lower[h:, :h] = l21
     a[h:, h:].addmm_(l21, l21.T, alpha=-1)
-    _recurse(a[h:, h:], lower[h:, h:], inverse[h:, h:])
+    _recurse(a[h:, h:], lower[h:, h:] if lower is not None else None, inverse[h:, h:])
     inverse[h:, :h] = (inverse[h:, h:] @ (l21 @ inverse[:h, :h])).neg_()
 
 
@@ -112,13 +118,17 @@ def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
     """
     damped = hessian.to(torch.float32).flip(0, 1).contiguous()
     damped.diagonal().add_(add)
-    factors = cholesky_with_inverse(damped)
+    factors = cholesky_with_inverse(damped, overwrite=True, lower=False)
+    del damped  # the work space: three [in, in] float32 matrices live at most (H, work, L⁻¹)
     if factors is None:
         return None
-    upper = factors[1].flip(0, 1)
+    inverse = factors[1]
+    del factors
+    upper = inverse.flip(0, 1)  # a copy; the work space is gone by now
+    del inverse
     if not bool(torch.isfinite(upper).all()):
         return None
-    return upper.contiguous()
+    return upper
 
 
 def damped_inverse(hessian: torch.Tensor, damp_percent: float, increment: float) -> DampedInverse:

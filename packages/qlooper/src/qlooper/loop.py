@@ -34,6 +34,7 @@ from .errors import ProcessorError
 from .finalize import FinalizedModule, finalize_module
 from .forward import capture_forward, replay_forward
 from .input_cache import InputCache
+from .lockstep import lockstep_forward, lockstep_supported
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
 from .processors.base import LayerContext, ModuleResult, first_tensor
 from .report import ModuleReport, Progress, notes_text
@@ -48,6 +49,9 @@ class LoopOptions:
     * ``true_sequential``: one capture forward per calculation group (later groups see earlier groups'
       quantized weights); ``False`` captures every group of a layer in one forward on the float layer.
     * ``early_stop``: end each capture forward after the group's last module (dense groups only).
+    * ``lockstep``: with ``true_sequential``, a processor that can ``observe`` and groups that each read one
+      input, run each layer as one lockstep forward (:mod:`qlooper.lockstep`: same numbers, one forward
+      per layer instead of one per group plus a replay; every batch's activations live at once).
     * ``finalizer_workers``: threads packing/offloading/replacing finished modules.
     * ``pack_dtype``: word dtype passed to the layout's ``pack``.
     * ``offload_dir``: write each finished module to ``<dir>/<module name>/module.safetensors`` and drop it
@@ -64,6 +68,7 @@ class LoopOptions:
 
     true_sequential: bool = True
     early_stop: bool = True
+    lockstep: bool = True
     finalizer_workers: int = 2
     pack_dtype: str = "int32"
     offload_dir: str | Path | None = None
@@ -203,6 +208,10 @@ class LayerLoop:
         finally:
             for handle in handles:
                 handle.remove()
+        self._mark_fallbacks(ctx, unit)
+
+    def _mark_fallbacks(self, ctx: LayerContext, unit: list[ResolvedGroup]) -> None:
+        """Raise on a dense module that saw no token; mark under-covered modules for the fallback policy."""
         for group in unit:
             for mod in group.modules:
                 seen = ctx.tokens.get(mod.full_name, 0)
@@ -215,6 +224,37 @@ class LayerLoop:
                 if reason is not None:
                     ctx.fallback[mod.full_name] = reason
 
+    def _lockstep(self, groups: list[ResolvedGroup]) -> bool:
+        return (
+            self.options.lockstep
+            and self.options.true_sequential
+            and self.processor.needs_calibration
+            and self.state.cache is not None
+            and callable(getattr(self.processor, "observe", None))
+            and lockstep_supported(groups) is None
+        )
+
+    def _run_lockstep(self, ctx: LayerContext, groups: list[ResolvedGroup], solved: list[ModuleResult]) -> InputCache:
+        """One lockstep forward of the layer (see :mod:`qlooper.lockstep`); returns the next layer's cache."""
+        cache = self.state.cache
+        if cache is None:
+            raise ProcessorError(f"layer {ctx.name}: lockstep forward without an input cache")
+
+        def observe(group: ResolvedGroup, batch: int, x: torch.Tensor) -> None:
+            ctx.batch, ctx.mask = batch, cache.token_masks[batch].to(x.device)
+            mask = ctx.mask_for(x)
+            seen = int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
+            for mod in group.modules:
+                ctx.tokens[mod.full_name] = ctx.tokens.get(mod.full_name, 0) + seen
+            self.processor.observe(ctx, group, x)
+
+        def solve(group: ResolvedGroup) -> None:
+            ctx.batch, ctx.mask = -1, None
+            self._mark_fallbacks(ctx, [group])
+            solved.extend(self.processor.process(ctx, group))
+
+        return lockstep_forward(ctx.layer, cache, groups, observe, solve)
+
     def _run_layer(
         self, position: int, step: LoopStep, pool: ThreadPoolExecutor, offload: Path | None
     ) -> list[Future[Any]]:
@@ -224,15 +264,19 @@ class LayerLoop:
         groups = resolve_groups(layer, name, self.definition)
         modules = {m.full_name: m for g in groups for m in g.modules}
         solved: list[ModuleResult] = []
+        lockstep = self._lockstep(groups)
         with torch.no_grad():
             self.processor.start_layer(ctx)
-            for unit in self._units(groups):
-                if self.processor.needs_calibration:
-                    self._capture(ctx, unit)
-                for group in unit:
-                    solved += self.processor.process(ctx, group)
+            if lockstep:
+                state.cache = self._run_lockstep(ctx, groups, solved)
+            else:
+                for unit in self._units(groups):
+                    if self.processor.needs_calibration:
+                        self._capture(ctx, unit)
+                    for group in unit:
+                        solved += self.processor.process(ctx, group)
             solved += self.processor.end_layer(ctx)
-            if self.processor.needs_calibration and state.cache is not None:
+            if self.processor.needs_calibration and state.cache is not None and not lockstep:
                 state.cache = replay_forward(layer, state.cache)
         for ext in self.extensions.extensions:  # the solved dense layer, before finalizers replace modules
             hook = getattr(ext, "on_layer_done", None)

@@ -87,6 +87,10 @@ class Processor(Protocol):
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]: ...
 
+    # Optional: ``observe(ctx, group, x) -> None`` takes the input ``x`` ``[B, T, in]`` that every module of
+    # ``group`` reads, for batch ``ctx.batch``. A processor that has it can run in lockstep
+    # (:mod:`qlooper.lockstep`): one forward per layer instead of one capture forward per group plus a replay.
+
     def end_layer(self, ctx: LayerContext) -> list[ModuleResult]: ...
 
     def describe(self) -> dict[str, Any]:

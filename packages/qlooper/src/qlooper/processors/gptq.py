@@ -1,8 +1,8 @@
 """The GPTQ processor: Hessian statistics from hooks, one solve per module, reconstructed weights replayed.
 
-Modules of a group that share an input (same ``input_key``) accumulate one Hessian; each module then
-solves from its own copy of it (through ``state_dict``/``load_state_dict``), so a solve never sees
-another's mutations. A module the loop marked for fallback is quantized with RTN and recorded.
+Modules of a group that share an input (same ``input_key``) accumulate one Hessian; each module's solve
+works on its own float32 copy of it, so a solve never sees another's changes, and the last module
+reading that input frees the float64 sum. A module the loop marked for fallback is quantized with RTN and recorded.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from qalgos.spec import QuantSpec
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..definition import ResolvedGroup
+from ..definition import ResolvedGroup, ResolvedModule
 from .base import LayerContext, ModuleResult, first_tensor, replace_weight
 
 
@@ -31,19 +31,28 @@ class GPTQProcessor:
     def __init__(self, spec: QuantSpec) -> None:
         self.spec = spec
         self._tasks: dict[str, GPTQ] = {}
-        self._in_features: dict[str, int] = {}
 
     def start_layer(self, ctx: LayerContext) -> None:
         self._tasks = {}
+
+    def _new_task(self, mod: ResolvedModule) -> GPTQ:
+        task = GPTQ(int(mod.weight.shape[1]), self.spec)
+        self._tasks[mod.input_key] = task
+        return task
+
+    def observe(self, ctx: LayerContext, group: ResolvedGroup, x: torch.Tensor) -> None:
+        """Lockstep statistics: ``x`` ``[B, T, in]`` is the input every module of ``group`` reads (batch
+        ``ctx.batch``, mask ``ctx.mask``)."""
+        mod = group.modules[0]
+        task = self._tasks.get(mod.input_key) or self._new_task(mod)
+        task.add_batch(x.detach(), ctx.mask_for(x))
 
     def attach(self, ctx: LayerContext, group: ResolvedGroup) -> list[RemovableHandle]:
         handles = []
         for mod in group.modules:
             if mod.input_key in self._tasks:
                 continue
-            task = GPTQ(int(mod.weight.shape[1]), self.spec)
-            self._tasks[mod.input_key] = task
-            self._in_features[mod.input_key] = int(mod.weight.shape[1])
+            task = self._new_task(mod)
 
             def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, task: GPTQ = task) -> None:
                 x = first_tensor(inputs)
@@ -51,14 +60,6 @@ class GPTQProcessor:
 
             handles.append(mod.module.register_forward_hook(hook))
         return handles
-
-    def _solver_for(self, key: str, last_user: bool) -> GPTQ:
-        task = self._tasks[key]
-        if last_user:
-            return task
-        copy = GPTQ(self._in_features[key], self.spec)
-        copy.load_state_dict({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in task.state_dict().items()})
-        return copy
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
         results = []
@@ -75,8 +76,8 @@ class GPTQProcessor:
             if reason is not None:
                 result = fall_back(weight, self.spec, reason, tokens)
             else:
-                solver = self._solver_for(mod.input_key, remaining[mod.input_key] == 0)
-                result = solver.quantize(weight)
+                # a solve reads a float32 copy of the shared sum; the last reader frees the sum
+                result = task.quantize(weight, release_statistics=remaining[mod.input_key] == 0)
             replace_weight(mod.module, result.dequantized)
             results.append(
                 ModuleResult(

@@ -1,0 +1,99 @@
+"""Lockstep forwards: the same numbers as the sequential path, one layer forward per layer, clean failures."""
+
+import numpy as np
+import pytest
+import torch
+from qalgos.spec import QuantSpec
+from qlooper import LoopOptions, ProcessorError, quantize_model
+from qlooper.definition import GroupSpec, ModelDefinition
+from toy_models import DENSE, MOE, ToyDecoder, toy_calibration
+
+SPEC = QuantSpec(bits=4, group_size=32)
+
+
+def _run(lockstep: bool, definition: ModelDefinition = DENSE, moe: bool = False):
+    model = ToyDecoder(moe=moe)
+    calls = []
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(lambda *a: calls.append(1))
+    run = quantize_model(model, definition, toy_calibration(), SPEC, "gptq", options=LoopOptions(lockstep=lockstep))
+    return model, run, len(calls)
+
+
+@pytest.fixture(scope="module")
+def both():
+    return _run(True), _run(False)
+
+
+def test_lockstep_gives_the_sequential_numbers(both) -> None:
+    (model_l, run_l, _), (model_s, run_s, _) = both
+    assert run_l.modules.keys() == run_s.modules.keys()
+    for name, done in run_l.modules.items():
+        other = run_s.modules[name]
+        for key, value in done.tensors().items():
+            assert np.array_equal(value, other.tensors()[key]), (name, key)
+    rows_s = {r.module: r for r in run_s.report}
+    for row in run_l.report:
+        assert row.tokens == rows_s[row.module].tokens == toy_calibration().total_tokens
+        assert row.loss == rows_s[row.module].loss and row.damp == rows_s[row.module].damp
+    ids = torch.randint(1, 64, (2, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.equal(model_l(ids), model_s(ids))
+
+
+def test_lockstep_runs_each_layer_once_per_batch(both) -> None:
+    (_, _, calls_l), (_, _, calls_s) = both
+    batches, layers, groups = len(toy_calibration().batches), 4, len(DENSE.groups)
+    capture = batches  # layer 0 is entered once per batch to capture its inputs
+    assert calls_l == capture + batches * layers  # one forward per batch per layer
+    assert calls_s == capture + batches * layers * (groups + 1)  # a capture forward per group plus the replay
+
+
+def test_expert_groups_keep_the_sequential_path() -> None:
+    _, run_l, calls_l = _run(True, MOE, moe=True)
+    _, run_s, calls_s = _run(False, MOE, moe=True)
+    assert calls_l == calls_s
+    for name, done in run_l.modules.items():
+        assert np.array_equal(done.tensors()["qweight"], run_s.modules[name].tensors()["qweight"]), name
+
+
+def test_groups_out_of_forward_order_are_named() -> None:
+    swapped = ModelDefinition(
+        layers_path="model.layers",
+        groups=(DENSE.groups[1], DENSE.groups[0], DENSE.groups[2], DENSE.groups[3]),
+        max_length=64,
+    )
+    with pytest.raises(ProcessorError, match="out of forward order"):
+        _run(True, swapped)
+
+
+def test_an_error_inside_a_forward_stops_every_batch() -> None:
+    model = ToyDecoder()
+    state = {"calls": 0}
+
+    def fail_on_third(_module, _inputs) -> None:
+        state["calls"] += 1
+        if state["calls"] == 3:
+            raise RuntimeError("boom in the MLP")
+
+    model.model.layers[0].mlp.register_forward_pre_hook(fail_on_third)
+    with pytest.raises(RuntimeError, match="boom in the MLP"):
+        quantize_model(model, DENSE, toy_calibration(), SPEC, "gptq")
+    layer = model.model.layers[0]
+    hooked = [n for n, m in layer.named_modules() if m._forward_pre_hooks and m is not layer.mlp]
+    assert not hooked  # every pause hook was removed
+    with torch.no_grad():  # the unwound forwards left the model usable
+        assert torch.isfinite(model(torch.ones(1, 8, dtype=torch.long))).all()
+
+
+def test_a_group_never_reached_is_named() -> None:
+    bad = ModelDefinition(
+        layers_path="model.layers",
+        groups=(*DENSE.groups, GroupSpec(("self_attn.q_proj2",), optional=True)),
+        max_length=64,
+    )
+    model = ToyDecoder()
+    for layer in model.model.layers:  # a linear that exists but the forward never calls
+        layer.self_attn.q_proj2 = torch.nn.Linear(32, 32)
+    with pytest.raises(ProcessorError, match="finished its forward without reaching group 4"):
+        quantize_model(model, bad, toy_calibration(), SPEC, "gptq")
