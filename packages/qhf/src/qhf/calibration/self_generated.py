@@ -5,11 +5,13 @@ distribution the model was trained on rather than one narrow domain. Every seque
 tokenizer's BOS token followed by one of a fixed list of short, varied openers (the empty opener means
 "BOS only"); sequence ``i`` uses opener ``i mod len(prompts)``. After its opener, each token is drawn from
 ``softmax(logits / temperature)`` restricted to the smallest set of tokens whose probability reaches
-``top_p`` (nucleus sampling). Special tokens (EOS, pad, chat markers) are never drawn, so every sequence
-runs to exactly ``length`` tokens of plain text.
+``top_p`` (nucleus sampling), by the inverse CDF at one uniform number per position. Special tokens
+(EOS, pad, chat markers) are never drawn, so every sequence runs to exactly ``length`` tokens of plain text.
 
-Reproducibility: sequence ``i`` draws from its own ``torch.Generator`` seeded with ``seed * 1_000_003 + i``,
-so the same seed, settings, model and batch size give the same tokens on every run. (Different batch
+Reproducibility: sequence ``i`` takes its uniforms from its own ``torch.Generator`` seeded with
+``seed * 1_000_003 + i`` (``length`` float64 values drawn up front, value ``j`` for position ``j``), so the
+same seed, settings, model and batch size give the same tokens on every run, and a sequence does not
+depend on the other sequences of its batch. (Different batch
 sizes can change the logits in their last bits through the matrix kernels, and so, rarely, a draw.)
 
 Sequences are generated ``batch_size`` at a time with a KV cache; all rows of a batch advance together
@@ -147,14 +149,46 @@ def _banned_ids(tokenizer: Any, vocab: int) -> torch.Tensor:
     return torch.tensor(sorted(i for i in ids if 0 <= i < vocab), dtype=torch.long)
 
 
-def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """``probs`` (rows × vocab) with everything outside each row's top-``top_p`` nucleus set to zero."""
+#: Candidates examined first per row by :func:`nucleus_draw`; rows whose nucleus is larger retry with 8x more.
+FIRST_CANDIDATES = 256
+
+
+def nucleus_draw(probs: torch.Tensor, top_p: float, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` (rows x vocab, each row summing to 1), drawn from the row's nucleus.
+
+    The nucleus is the smallest set of most probable tokens whose mass reaches ``top_p`` (a token is kept
+    when the mass strictly above it is below ``top_p``); the draw is the inverse CDF of the kept
+    probabilities, renormalized, at ``uniforms`` (rows, values in [0, 1)). No full-vocabulary sort: each row
+    looks at its :data:`FIRST_CANDIDATES` most probable tokens and only rows whose nucleus is larger look
+    further (8x more each time, up to the whole vocabulary). Tokens of probability 0 are never drawn.
+    Returns the token ids (rows,) as int64 on ``probs``' device.
+    """
+    rows, vocab = probs.shape
+    targets = uniforms.to(device=probs.device, dtype=probs.dtype)
     if top_p >= 1.0:
-        return probs
-    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-    before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass strictly above each token
-    sorted_probs = torch.where(before < top_p, sorted_probs, torch.zeros_like(sorted_probs))
-    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        return _inverse_cdf(probs, targets, None)
+    tokens = torch.empty(rows, dtype=torch.long, device=probs.device)
+    pending = torch.arange(rows, device=probs.device)
+    k = min(FIRST_CANDIDATES, vocab)
+    while pending.numel():
+        values, order = torch.topk(probs.index_select(0, pending), k, dim=-1)  # descending
+        covered = torch.cumsum(values, dim=-1)
+        done = covered[:, -1] >= top_p if k < vocab else torch.ones_like(pending, dtype=torch.bool)
+        if bool(done.any()):
+            kept = torch.where((covered - values)[done] < top_p, values[done], torch.zeros_like(values[done]))
+            tokens[pending[done]] = _inverse_cdf(kept, targets[pending[done]], order[done])
+        pending = pending[~done]
+        k = min(vocab, k * 8)
+    return tokens
+
+
+def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """Per row, the first index whose running sum of ``weights`` exceeds ``uniform x total`` (mapped through
+    ``order`` when given): a draw proportional to ``weights`` (rows x n, >= 0) without sampling kernels."""
+    cdf = torch.cumsum(weights, dim=-1)
+    target = (uniforms * cdf[:, -1]).unsqueeze(-1)
+    index = torch.searchsorted(cdf, target, right=True).clamp_(max=weights.shape[-1] - 1)
+    return (index if order is None else order.gather(-1, index)).squeeze(-1)
 
 
 def _cache_keyword(model: nn.Module) -> str:
@@ -172,27 +206,33 @@ def _generate_batch(
     banned: torch.Tensor,
     device: torch.device,
 ) -> list[list[int]]:
-    rows = [list(o[:1]) for o in openers]
-    feed = torch.tensor([[o[0]] for o in openers], dtype=torch.long, device=device)
+    """Rows (len(openers) lists of ``settings.length`` ids); row ``r`` draws position ``j`` from the uniform
+    ``torch.rand(length, generator=generators[r], dtype=float64)[j]``, so a row depends on its generator
+    and its own logits only, not on its neighbours in the batch."""
+    length = settings.length
+    tokens = torch.full((len(openers), length), -1, dtype=torch.long)
+    for r, opener in enumerate(openers):
+        tokens[r, : len(opener)] = torch.tensor(opener, dtype=torch.long)
+    forced = tokens >= 0  # opener positions: fed as they are, nothing drawn
+    uniforms = torch.stack([torch.rand(length, generator=g, dtype=torch.float64) for g in generators])
+    banned = banned.to(device)
     keyword = _cache_keyword(model)
+    feed = tokens[:, :1].to(device)
     past = None
-    for position in range(1, settings.length):
+    for position in range(1, length):
         out = model(input_ids=feed, use_cache=True, **({keyword: past} if past is not None else {}))
         past = getattr(out, keyword, None)
         if past is None:
             raise CalibrationError(f"self-generated calibration: {type(model).__name__} returned no KV cache")
-        logits = out.logits[:, -1, :].float()
-        if banned.numel():
-            logits[:, banned.to(logits.device)] = float("-inf")
-        probs = _nucleus(torch.softmax(logits / settings.temperature, dim=-1), settings.top_p).cpu()
-        nxt = []
-        for r, opener in enumerate(openers):
-            drawn = int(torch.multinomial(probs[r], 1, generator=generators[r]).item())
-            token = opener[position] if position < len(opener) else drawn
-            rows[r].append(token)
-            nxt.append([token])
-        feed = torch.tensor(nxt, dtype=torch.long, device=device)
-    return rows
+        draw = ~forced[:, position]
+        if bool(draw.any()):
+            logits = out.logits[:, -1, :][draw.to(device)].float()
+            if banned.numel():
+                logits.index_fill_(-1, banned, float("-inf"))
+            probs = torch.softmax(logits / settings.temperature, dim=-1)
+            tokens[draw, position] = nucleus_draw(probs, settings.top_p, uniforms[draw, position]).cpu()
+        feed = tokens[:, position : position + 1].to(device)
+    return tokens.tolist()
 
 
 def generate_samples(
