@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"model        {model_path}", flush=True)
     print(
         f"plan         gptq {args.bits}-bit group {args.group_size}; "
-        f"calibration {args.samples} x {args.length} tokens; "
+        f"calibration {args.samples} documentation + {args.samples} self-generated rows x {args.length} tokens "
+        "(qhf's default mixture); "
         f"perplexity over {args.eval_windows} windows of {args.window} tokens",
         flush=True,
     )
