@@ -1,4 +1,5 @@
-"""Layers are read from the files only when the loop reaches them, and no dense linear survives quantization."""
+"""Layers are read from the files only when the loop reaches them, the modules outside the layers are released
+meanwhile, and no dense linear survives quantization."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ def test_layers_materialize_in_order_and_dense_weights_are_dropped(tmp_path, tok
     seen: list[tuple[int, list[int]]] = []
     original = qm.source.materialize_layer
 
+    base_on_meta: list[bool] = []
+
     def spy(index: int) -> int:
-        pending = sorted({int(n.split(".")[2]) for n in meta_parameters(qm.model) if n.startswith("model.layers.")})
+        on_meta = meta_parameters(qm.model)
+        pending = sorted({int(n.split(".")[2]) for n in on_meta if n.startswith("model.layers.")})
         seen.append((index, pending))
+        base_on_meta.append({"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"} <= set(on_meta))
         return original(index)
 
     qm.source.materialize_layer = spy  # type: ignore[method-assign]
@@ -38,6 +43,8 @@ def test_layers_materialize_in_order_and_dense_weights_are_dropped(tmp_path, tok
     for index, pending in seen:
         assert pending == list(range(index, 4))
     assert summary["largest_layer_bytes"] > 0
+    # embeddings, final norm and lm_head are released while the layers are quantized, read back after
+    assert base_on_meta == [True] * 4
     layers = qm.model.get_submodule("model.layers")
     dense = [n for n, m in layers.named_modules() if isinstance(m, nn.Linear)]
     assert dense == []  # every linear became a qkernels module

@@ -1,4 +1,5 @@
-"""Lockstep forwards: the same numbers as the sequential path, one layer forward per layer, clean failures."""
+"""Lockstep forwards: the same numbers as the sequential path, one layer forward per layer, clean failures;
+freed heap memory handed back between phases."""
 
 import numpy as np
 import pytest
@@ -97,3 +98,11 @@ def test_a_group_never_reached_is_named() -> None:
         layer.self_attn.q_proj2 = torch.nn.Linear(32, 32)
     with pytest.raises(ProcessorError, match="finished its forward without reaching group 4"):
         quantize_model(model, bad, toy_calibration(), SPEC, "gptq")
+
+
+def test_freed_heap_is_returned_on_glibc() -> None:
+    import platform
+
+    from qlooper.allocator import release_free_memory
+
+    assert release_free_memory() is (platform.libc_ver()[0] == "glibc")

@@ -104,6 +104,7 @@ class GPTQ:
         if not plan.is_identity():
             hessian = hessian[plan.perm][:, plan.perm]
         inverse = damped_inverse(hessian, spec.damp_percent, spec.damp_auto_increment)
+        del hessian  # the solve needs only the factor: one [in, in] matrix less while it runs
         if inverse.upper is None:
             reason = f"Hessian unusable: Cholesky failed for every damping tried ({inverse.attempts} attempts)"
             return fall_back(weight, spec, reason, self.nsamples)

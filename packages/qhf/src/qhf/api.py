@@ -110,6 +110,7 @@ class QuantModel:
         ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of the
         in-memory quantized modules.
         """
+        from qlooper.allocator import release_free_memory
         from qlooper.api import make_processor, quantize_model
         from qlooper.loop import LoopOptions
 
@@ -153,6 +154,8 @@ class QuantModel:
             )
         finally:
             self.model.config.use_cache = use_cache
+            self.source.materialize_base()  # released while the layers were quantized
+            release_free_memory()
         rows = {r.module: r for r in run.report}
         self.results = {}
         for name, done in run.modules.items():

@@ -57,14 +57,23 @@ def quant_spec(settings: QuantSettings) -> Any:
 
 
 class LazyLayerProcessor:
-    """Wraps a qlooper processor: materializes each decoder layer before the processor sees it."""
+    """Wraps a qlooper processor: materializes each decoder layer before the processor sees it.
+
+    The first layer start comes after the loop captured the first layer's inputs, so the modules outside
+    the decoder layers (embeddings, final norm, lm_head) are released then; the caller materializes them
+    again after the loop (:meth:`OpenedSource.materialize_base`).
+    """
 
     def __init__(self, inner: Any, source: OpenedSource) -> None:
         self._inner = inner
         self._source = source
         self.peak_layer_bytes = 0
+        self._base_released = False
 
     def start_layer(self, ctx: Any) -> Any:
+        if not self._base_released:
+            self._source.release_base()
+            self._base_released = True
         loaded = self._source.materialize_layer(int(ctx.index))
         self.peak_layer_bytes = max(self.peak_layer_bytes, loaded)
         return self._inner.start_layer(ctx)

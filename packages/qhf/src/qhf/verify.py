@@ -71,6 +71,8 @@ def verify_checkpoint(
     atol: float = 1e-3,
 ) -> VerificationReport:
     """Run the three checks; ``stored(name)`` gives a non-quantized tensor as the source stores it."""
+    from qlooper.allocator import release_free_memory
+
     from .load_quantized import build_quantized_model
 
     report = VerificationReport()
@@ -105,6 +107,7 @@ def verify_checkpoint(
     ids = torch.tensor([list(probe_ids)], dtype=torch.long)
     with torch.no_grad():
         mine = model(input_ids=ids, use_cache=False).logits.float()
+    release_free_memory()  # what the comparisons above freed, before a second model is built
     reloaded, _, backends = build_quantized_model(checkpoint, shared=identical.get)
     for backend in backends.values():
         report.backends[backend] = report.backends.get(backend, 0) + 1

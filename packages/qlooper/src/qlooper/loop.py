@@ -27,6 +27,7 @@ from qalgos.fallback import FallbackPolicy
 from qformats.layouts.registry import get_layout
 from torch import nn
 
+from .allocator import release_free_memory
 from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
@@ -250,6 +251,7 @@ class LayerLoop:
 
         def solve(group: ResolvedGroup) -> None:
             ctx.batch, ctx.mask = -1, None
+            release_free_memory()  # the forwards' freed temporaries, before the solve's large matrices
             self._mark_fallbacks(ctx, [group])
             solved.extend(self.processor.process(ctx, group))
 
@@ -282,6 +284,7 @@ class LayerLoop:
             hook = getattr(ext, "on_layer_done", None)
             if hook is not None:
                 hook(step, layer)
+        release_free_memory()
         futures = []
         for result in solved:
             mod = modules[result.name]

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..architectures import ArchitectureDefinition, definition_for
 from ..errors import SourceFormatError
-from .skeleton import materialize, materialize_names, meta_parameters, release, tied_output
+from .skeleton import materialize, materialize_names, meta_parameters, release, release_outside, tied_output
 
 TensorGetter = Callable[[str, "torch.dtype | None"], torch.Tensor]
 
@@ -98,6 +98,11 @@ class OpenedSource:
         loaded = materialize_names(self.model, names, self.tensor, self.dtype)
         self._retie()
         return loaded
+
+    def release_base(self) -> None:
+        """Send everything outside the decoder layers back to meta (the layer loop needs it only to capture
+        the first layer's inputs); :meth:`materialize_base` reads it again."""
+        release_outside(self.model, self.definition.layers_path)
 
     def materialize_layer(self, index: int) -> int:
         """Materialize decoder layer ``index``; returns bytes loaded."""

@@ -104,6 +104,17 @@ def release(model: nn.Module, prefix: str) -> None:
                 module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=False)
 
 
+def release_outside(model: nn.Module, prefix: str) -> None:
+    """Send every parameter of modules outside the subtree at dotted ``prefix`` back to meta."""
+    inside = prefix + "."
+    for name, module in model.named_modules(remove_duplicate=False):
+        if name == prefix or name.startswith(inside):
+            continue
+        for pname, param in list(module._parameters.items()):
+            if param is not None and param.device.type != "meta":
+                module._parameters[pname] = nn.Parameter(param.to("meta"), requires_grad=False)
+
+
 def meta_parameters(model: nn.Module) -> list[str]:
     """Names of parameters still on the meta device (empty once fully materialized)."""
     return [n for n, p in model.named_parameters(remove_duplicate=False) if p.device.type == "meta"]

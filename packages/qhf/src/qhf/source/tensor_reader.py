@@ -1,4 +1,11 @@
-"""Lazy reads of named tensors from safetensors files (one open handle per file, memory-mapped)."""
+"""Lazy reads of named tensors from safetensors files, by plain file reads (no memory map).
+
+Headers are parsed by qformats' :class:`~qformats.checkpoint.safetensors_io.SafetensorsFile` (which
+checks byte ranges and names the file in its errors); each tensor is then read with one ``readinto``
+straight into a fresh torch tensor of the stored dtype. A memory map would leave every page it touched
+resident (and counted in the process's RSS) for as long as the file stays open; a read leaves only the
+tensor, which the caller frees.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +13,41 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from qformats.checkpoint.safetensors_io import SafetensorsFile, TensorInfo
+from qformats.errors import CheckpointFormatError
 
 from ..errors import SourceFormatError
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
-_DTYPE_BYTES.update({"F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8})
-
-_TORCH_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+_TORCH_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "U16": torch.uint16,
+    "U32": torch.uint32,
+    "U64": torch.uint64,
+}
 
 
 class TensorReader:
     """Reads tensors by name on demand. ``weight_map``: tensor name -> safetensors file.
 
-    ``get(name, dtype)`` returns a fresh CPU tensor (copied out of the mapping, cast to ``dtype``).
-    Use as a context manager, or call :meth:`close`, to release the file handles.
+    ``get(name, dtype)`` returns a fresh CPU tensor (read from the file, cast to ``dtype`` when it is a
+    floating tensor of another dtype). Use as a context manager, or call :meth:`close`, to drop the
+    parsed headers.
     """
 
     def __init__(self, weight_map: Mapping[str, Path]) -> None:
         self._map = dict(weight_map)
-        self._handles: dict[Path, object] = {}
+        self._files: dict[Path, SafetensorsFile] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self._map
@@ -32,45 +55,49 @@ class TensorReader:
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._map))
 
-    def _handle(self, file: Path) -> object:
-        from safetensors import safe_open
-
-        handle = self._handles.get(file)
-        if handle is None:
-            handle = safe_open(str(file), framework="pt")
-            self._handles[file] = handle
-        return handle
-
-    def get(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def _info(self, name: str) -> tuple[Path, TensorInfo]:
         file = self._map.get(name)
         if file is None:
             raise SourceFormatError(f"tensor {name!r} is not in any weight file of the source")
-        tensor = self._handle(file).get_tensor(name)  # type: ignore[attr-defined]
+        parsed = self._files.get(file)
+        if parsed is None:
+            try:
+                parsed = SafetensorsFile(file)
+            except CheckpointFormatError as exc:
+                raise SourceFormatError(str(exc)) from exc
+            self._files[file] = parsed
+        info = parsed.tensors.get(name)
+        if info is None:
+            raise SourceFormatError(f"{file}: the index names tensor {name!r} but the file does not hold it")
+        return file, info
+
+    def get(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        file, info = self._info(name)
+        stored = _TORCH_DTYPES.get(info.dtype)
+        if stored is None:
+            raise SourceFormatError(f"{file}: tensor {name!r} has dtype {info.dtype}, which torch cannot hold")
+        tensor = torch.empty(info.shape, dtype=stored)
+        if info.nbytes:
+            view = tensor.view(-1).view(torch.uint8).numpy()
+            with open(file, "rb") as handle:
+                handle.seek(info.start)
+                got = handle.readinto(view)
+            if got != info.nbytes:
+                raise SourceFormatError(f"{file}: tensor {name!r} is truncated ({got} of {info.nbytes} bytes read)")
         if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
             tensor = tensor.to(dtype)
         return tensor
 
     def nbytes(self, name: str) -> int:
         """Size of tensor ``name`` in its file dtype, read from the header (no data loaded)."""
-        file = self._map.get(name)
-        if file is None:
-            raise SourceFormatError(f"tensor {name!r} is not in any weight file of the source")
-        piece = self._handle(file).get_slice(name)  # type: ignore[attr-defined]
-        count = 1
-        for dim in piece.get_shape():
-            count *= int(dim)
-        return count * _DTYPE_BYTES.get(str(piece.get_dtype()).upper(), 4)
+        return int(self._info(name)[1].nbytes)
 
     def dtype(self, name: str) -> torch.dtype:
         """The torch dtype tensor ``name`` is stored in (from the header)."""
-        file = self._map.get(name)
-        if file is None:
-            raise SourceFormatError(f"tensor {name!r} is not in any weight file of the source")
-        code = str(self._handle(file).get_slice(name).get_dtype()).upper()  # type: ignore[attr-defined]
-        return _TORCH_DTYPES.get(code, torch.float32)
+        return _TORCH_DTYPES.get(self._info(name)[1].dtype, torch.float32)
 
     def close(self) -> None:
-        self._handles.clear()
+        self._files.clear()
 
     def __enter__(self) -> TensorReader:
         return self
