@@ -24,8 +24,11 @@ def test_hessian_is_two_over_n_sum() -> None:
     assert torch.equal(acc.hessian(), expected)  # 2/2 * sum x xᵀ
 
 
-@pytest.mark.parametrize("n", [50, 300, 700])
-def test_recursive_cholesky_and_inverse(n: int) -> None:
+@pytest.mark.parametrize(("n", "leaf"), [(50, 1024), (300, 128), (700, 128), (700, 256), (1030, 1024)])
+def test_blocked_cholesky_and_inverse(n: int, leaf: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qalgos import hessian_inverse
+
+    monkeypatch.setattr(hessian_inverse, "LEAF", leaf)  # several blocks, a partial last one
     x = torch.randn(n + 20, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     a = (x.T @ x / n).float()
     factors = cholesky_with_inverse(a)

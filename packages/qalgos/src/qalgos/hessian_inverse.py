@@ -8,8 +8,8 @@ at a logarithmic number of factorisations). If none succeeds, up to six diagonal
 ``1e-6 * max|diag| * 10**j`` are added on top of the largest candidate. If that fails too the result
 carries no factor and the caller falls back to RTN.
 
-The factorisation is a recursive float32 Cholesky that also yields the triangular inverse; its small
-leaves run single-threaded, so the factor is bit-identical for every torch thread count (LAPACK's
+The factorisation is a blocked float32 Cholesky that also yields the triangular inverse; its diagonal
+blocks run single-threaded, so the factor is bit-identical for every torch thread count (LAPACK's
 threaded factorisation is not).
 """
 
@@ -50,14 +50,15 @@ def damp_candidates(damp_percent: float, increment: float) -> list[float]:
         k += 1
 
 
-LEAF = 128
+LEAF = 1024
 
 
 class _NotPositiveDefinite(Exception):
     """Internal signal: a leaf Cholesky failed."""
 
 
-def _leaf(a: torch.Tensor, lower_out: torch.Tensor | None, inverse_out: torch.Tensor) -> None:
+def _leaf(a: torch.Tensor, lower_out: torch.Tensor, inverse_out: torch.Tensor) -> None:
+    """Single-threaded Cholesky of one diagonal block and its triangular inverse (``lower_out`` may be ``a``)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -65,8 +66,7 @@ def _leaf(a: torch.Tensor, lower_out: torch.Tensor | None, inverse_out: torch.Te
         if int(info) != 0:
             raise _NotPositiveDefinite
         eye = torch.eye(a.shape[0], dtype=a.dtype, device=a.device)
-        if lower_out is not None:
-            lower_out.copy_(lower)
+        lower_out.copy_(lower)
         inverse_out.copy_(torch.linalg.solve_triangular(lower, eye, upper=False))
     finally:
         torch.set_num_threads(threads)
@@ -77,37 +77,37 @@ def cholesky_with_inverse(
 ) -> tuple[torch.Tensor | None, torch.Tensor] | None:
     """``(L, L⁻¹)`` with ``a = L Lᵀ`` for a symmetric ``[n, n]`` matrix, or None if it is not positive definite.
 
-    Recursive halving: ``L11 = chol(A)``, ``L21 = B L11⁻ᵀ``, ``L22 = chol(C - L21 L21ᵀ)``,
-    ``(L⁻¹)21 = -L22⁻¹ L21 L11⁻¹``; about 2n³/3 multiply-adds in all, nearly all in matmuls. Leaves of at
-    most 128 rows run single-threaded, so the result does not depend on the torch thread count (LAPACK's
-    threaded factorisation does), while the matmuls still use every thread. ``a`` is not modified unless
-    ``overwrite`` (then it is the work space, saving one ``[n, n]`` copy); ``lower=False`` skips forming
-    ``L`` (returned as None), saving another.
+    Blocked, left-looking, over blocks of :data:`LEAF` rows: for block column ``j``, ``A[j:, j] -=
+    L[j:, :j] L[j, :j]ᵀ`` (one matmul), ``L_jj = chol(A_jj)`` and ``L_jj⁻¹`` on a single thread, ``L[j+1:, j] =
+    A[j+1:, j] L_jj⁻ᵀ``; then the inverse block by block, ``(L⁻¹)_ij = -(L⁻¹)_ii Σ_k L_ik (L⁻¹)_kj``, over
+    non-zero blocks only. About 2n³/3 multiply-adds in all (a recursive halving with dense products of the
+    triangular halves needs twice that), nearly all in matmuls whose shapes do not depend on the thread
+    count, and leaves run single-threaded, so the result is the same for every torch thread count
+    (LAPACK's threaded factorisation is not). ``a`` is not modified unless ``overwrite`` (then it is the
+    work space, saving one ``[n, n]`` copy); ``lower=False`` returns None for ``L`` (the work space holds
+    it, so this saves the final copy).
     """
+    n = a.shape[0]
     work = a if overwrite else a.clone()
-    factor = torch.zeros_like(a) if lower else None
     inverse = torch.zeros_like(a)
+    edges = [*range(0, n, LEAF), n]
     try:
-        _recurse(work, factor, inverse)
+        for j in range(len(edges) - 1):
+            s, e = edges[j], edges[j + 1]
+            if s:
+                work[s:, s:e].addmm_(work[s:, :s], work[s:e, :s].T, alpha=-1)
+            _leaf(work[s:e, s:e], work[s:e, s:e], inverse[s:e, s:e])
+            if e < n:
+                work[e:, s:e] = work[e:, s:e] @ inverse[s:e, s:e].T
     except _NotPositiveDefinite:
         return None
-    return factor, inverse
-
-
-def _recurse(a: torch.Tensor, lower: torch.Tensor | None, inverse: torch.Tensor) -> None:
-    """Factor ``a`` (overwritten: its trailing block becomes the Schur complement) into the given views."""
-    n = a.shape[0]
-    if n <= LEAF:
-        _leaf(a, lower, inverse)
-        return
-    h = n // 2
-    _recurse(a[:h, :h], lower[:h, :h] if lower is not None else None, inverse[:h, :h])
-    l21 = a[h:, :h] @ inverse[:h, :h].T
-    if lower is not None:
-        lower[h:, :h] = l21
-    a[h:, h:].addmm_(l21, l21.T, alpha=-1)
-    _recurse(a[h:, h:], lower[h:, h:] if lower is not None else None, inverse[h:, h:])
-    inverse[h:, :h] = (inverse[h:, h:] @ (l21 @ inverse[:h, :h])).neg_()
+    for j in range(len(edges) - 2):
+        sj, ej = edges[j], edges[j + 1]
+        for i in range(j + 1, len(edges) - 1):
+            si, ei = edges[i], edges[i + 1]
+            partial = work[si:ei, sj:si] @ inverse[sj:si, sj:ej]
+            inverse[si:ei, sj:ej] = (inverse[si:ei, si:ei] @ partial).neg_()
+    return (work.tril_() if lower else None), inverse
 
 
 def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
