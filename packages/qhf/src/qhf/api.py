@@ -98,6 +98,7 @@ class QuantModel:
         checkpoint: Any = None,
         progress: bool = False,
         backend: str = AUTO,
+        lockstep: bool = True,
     ) -> dict[str, Any]:
         """Quantize every linear of every decoder layer, layer by layer; returns the run summary.
 
@@ -108,7 +109,9 @@ class QuantModel:
         messages). RTN needs none and ignores it. The summary's ``calibration_seconds`` (building the
         calibration, generation included) is apart from ``quantize_seconds``. ``checkpoint``: a
         ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of the
-        in-memory quantized modules.
+        in-memory quantized modules. ``lockstep``: GPTQ runs each layer once per batch, paused before every
+        group (qlooper ``LoopOptions.lockstep``: same numbers, about 3x fewer layer forwards, every batch's
+        activations live at once); ``False`` for per-group forwards when memory is tighter than time.
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import make_processor, quantize_model
@@ -133,6 +136,7 @@ class QuantModel:
         processor = LazyLayerProcessor(make_processor(settings.method, spec), self.source)
         options = LoopOptions(
             true_sequential=settings.true_sequential,
+            lockstep=lockstep,
             pack_dtype=settings.pack_dtype,
             replace_module=kernel_replacer(settings, self.source.dtype, backend),
             progress=progress,
