@@ -215,3 +215,31 @@ def test_bad_inputs_are_named(weight: torch.Tensor) -> None:
 
     with pytest.raises(StateError, match="in_features"):
         gptq.load_state_dict({"hessian_sum": torch.zeros(4, 4), "nsamples": 1, "in_features": 4})
+
+
+def test_modules_sharing_a_hessian_share_one_factorisation(weight: torch.Tensor, monkeypatch) -> None:
+    import qalgos.gptq as gptq_module
+
+    calls = []
+    real = gptq_module.damped_inverse
+    monkeypatch.setattr(gptq_module, "damped_inverse", lambda *a: calls.append(1) or real(*a))
+    spec = QuantSpec(bits=4, group_size=32)
+    x = correlated_activations(300, 96)
+    shared = GPTQ(96, spec)
+    shared.add_batch(x)
+    first = shared.quantize(weight)
+    second = shared.quantize(weight * 0.5, release_statistics=True)
+    assert len(calls) == 1
+    alone = GPTQ(96, spec)
+    alone.add_batch(x)
+    assert alone.quantize(weight * 0.5).weight.equals(second.weight)
+    assert first.weight.scales.tolist() != second.weight.scales.tolist()
+    shared_again = GPTQ(96, spec)
+    shared_again.add_batch(x[:100])
+    shared_again.quantize(weight)
+    shared_again.add_batch(x[100:])  # new statistics: the factor is recomputed
+    fresh = GPTQ(96, spec)
+    fresh.add_batch(x[:100])
+    fresh.hessian()  # the same flush points as shared_again
+    fresh.add_batch(x[100:])
+    assert shared_again.quantize(weight).weight.equals(fresh.quantize(weight).weight) and len(calls) == 5

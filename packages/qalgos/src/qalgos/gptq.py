@@ -6,13 +6,13 @@ import math
 
 import torch
 
-from .column_order import plan_columns
+from .column_order import ColumnPlan, plan_columns
 from .errors import ShapeError
 from .fallback import FallbackPolicy, fall_back
 from .gptq_solve import solve, static_params
 from .group_params import gptq_params
 from .hessian import HessianAccumulator
-from .hessian_inverse import damped_inverse
+from .hessian_inverse import DampedInverse, damped_inverse
 from .result import QuantResult, build_logical, check_weight
 from .spec import QuantSpec
 
@@ -29,6 +29,7 @@ class GPTQ:
         self.spec = spec
         self.in_features = in_features
         self._acc = HessianAccumulator(in_features)
+        self._prepared: tuple[torch.Tensor, ColumnPlan, DampedInverse] | None = None
 
     @property
     def nsamples(self) -> int:
@@ -37,6 +38,7 @@ class GPTQ:
 
     def add_batch(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> int:
         """Add activations ``x [..., in]``; ``mask [...]`` bool keeps True tokens. Returns tokens added."""
+        self._prepared = None
         return self._acc.add_batch(x, mask)
 
     def hessian(self) -> torch.Tensor:
@@ -50,6 +52,7 @@ class GPTQ:
 
     def load_state_dict(self, state: dict[str, torch.Tensor | int | float]) -> None:
         """Continue from a :meth:`state_dict` (raises :class:`~qalgos.errors.StateError` naming a bad key)."""
+        self._prepared = None
         self._acc.load_state_dict(state)
 
     def quantize(
@@ -81,15 +84,30 @@ class GPTQ:
             return fall_back(weight, self.spec, reason, n)
         return self._solve(weight, release_statistics)
 
+    def _factor(self) -> tuple[torch.Tensor, ColumnPlan, DampedInverse]:
+        """Dead columns, column plan and damped inverse factor of the current Hessian. They depend on the
+        Hessian alone, so modules sharing this accumulator (q/k/v, gate/up) reuse one factorisation; any
+        new statistics drop it."""
+        if self._prepared is None:
+            hessian = self._acc.hessian()
+            dead = torch.diagonal(hessian) == 0
+            if bool(dead.any()):
+                hessian[dead, dead] = 1.0
+            plan = plan_columns(torch.diagonal(hessian), self.spec)
+            if not plan.is_identity():
+                hessian = hessian[plan.perm][:, plan.perm]
+            inverse = damped_inverse(hessian, self.spec.damp_percent, self.spec.damp_auto_increment)
+            self._prepared = (dead, plan, inverse)
+        return self._prepared
+
     def _solve(self, weight: torch.Tensor, release_statistics: bool = False) -> QuantResult:
         spec = self.spec
-        hessian = self._acc.hessian()
-        if release_statistics:
+        dead, plan, inverse = self._factor()
+        if release_statistics:  # the last module reading this input: nothing more to share
             self._acc.release()
+            self._prepared = None
         w = weight.detach().to(device="cpu", dtype=torch.float32).clone()  # the solve runs on the CPU
-        dead = torch.diagonal(hessian) == 0
         if bool(dead.any()):
-            hessian[dead, dead] = 1.0
             w[:, dead] = 0.0
         if spec.group_size == -1:
             scale, zero = gptq_params(w, spec)
@@ -100,11 +118,6 @@ class GPTQ:
             groups = spec.groups(self.in_features)
             scales = torch.empty(groups, w.shape[0], dtype=torch.float32)
             zeros = torch.empty_like(scales)
-        plan = plan_columns(torch.diagonal(hessian), spec)
-        if not plan.is_identity():
-            hessian = hessian[plan.perm][:, plan.perm]
-        inverse = damped_inverse(hessian, spec.damp_percent, spec.damp_auto_increment)
-        del hessian  # the solve needs only the factor: one [in, in] matrix less while it runs
         if inverse.upper is None:
             reason = f"Hessian unusable: Cholesky failed for every damping tried ({inverse.attempts} attempts)"
             return fall_back(weight, spec, reason, self.nsamples)
