@@ -80,7 +80,7 @@ class GPTQ:
             reason = "no calibration token reached this module" if n == 0 else None
         if reason is not None:
             if release_statistics:
-                self._acc.release()
+                self._release()
             return fall_back(weight, self.spec, reason, n)
         return self._solve(weight, release_statistics)
 
@@ -100,12 +100,16 @@ class GPTQ:
             self._prepared = (dead, plan, inverse)
         return self._prepared
 
+    def _release(self) -> None:
+        """Free the float64 sum and any shared factorisation (``release_statistics``)."""
+        self._acc.release()
+        self._prepared = None
+
     def _solve(self, weight: torch.Tensor, release_statistics: bool = False) -> QuantResult:
         spec = self.spec
         dead, plan, inverse = self._factor()
         if release_statistics:  # the last module reading this input: nothing more to share
-            self._acc.release()
-            self._prepared = None
+            self._release()
         w = weight.detach().to(device="cpu", dtype=torch.float32).clone()  # the solve runs on the CPU
         if bool(dead.any()):
             w[:, dead] = 0.0

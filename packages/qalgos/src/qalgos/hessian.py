@@ -88,7 +88,7 @@ class HessianAccumulator:
         if not bool(torch.isfinite(flat).all()):
             raise ShapeError("x: activations contain NaN or infinity")
         if self._buffer is None:
-            self._buffer = torch.empty(buffer_tokens(self.in_features), self.in_features, device=self.sum.device)
+            self._buffer = self._new_buffer()
         capacity = self._buffer.shape[0]
         start = 0
         while start < tokens:
@@ -100,6 +100,10 @@ class HessianAccumulator:
                 self._flush()
         self.nsamples += tokens
         return tokens
+
+    def _new_buffer(self) -> torch.Tensor:
+        """The float32 token buffer ``[buffer_tokens(in), in]`` (contents undefined)."""
+        return torch.empty(buffer_tokens(self.in_features), self.in_features, device=self.sum.device)
 
     def _flush(self) -> None:
         if self._buffered and self._buffer is not None:
@@ -174,6 +178,6 @@ class HessianAccumulator:
         self._released = False
         self._buffer, self._buffered = None, 0
         if pending is not None and pending.shape[0]:
-            self._buffer = torch.empty(capacity, self.in_features, device=self.sum.device)
+            self._buffer = self._new_buffer()
             self._buffer[: pending.shape[0]].copy_(pending)
             self._buffered = int(pending.shape[0])

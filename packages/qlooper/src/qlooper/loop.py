@@ -94,12 +94,15 @@ class LoopState:
     start_cursor: int = 0
 
 
+def _tokens_in(ctx: LayerContext, x: torch.Tensor) -> int:
+    """Calibration tokens in activations ``x`` ``[..., in]`` of the current batch (padding excluded)."""
+    mask = ctx.mask_for(x)
+    return int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
+
+
 def _count_hook(ctx: LayerContext, name: str) -> Callable[..., None]:
     def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any) -> None:
-        x = first_tensor(inputs)
-        mask = ctx.mask_for(x)
-        seen = int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
-        ctx.tokens[name] = ctx.tokens.get(name, 0) + seen
+        ctx.tokens[name] = ctx.tokens.get(name, 0) + _tokens_in(ctx, first_tensor(inputs))
 
     return hook
 
@@ -243,8 +246,7 @@ class LayerLoop:
 
         def observe(group: ResolvedGroup, batch: int, x: torch.Tensor) -> None:
             ctx.batch, ctx.mask = batch, cache.token_masks[batch].to(x.device)
-            mask = ctx.mask_for(x)
-            seen = int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
+            seen = _tokens_in(ctx, x)
             for mod in group.modules:
                 ctx.tokens[mod.full_name] = ctx.tokens.get(mod.full_name, 0) + seen
             self.processor.observe(ctx, group, x)

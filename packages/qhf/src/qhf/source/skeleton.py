@@ -95,24 +95,26 @@ def materialize_names(
     return loaded
 
 
+def _to_meta(module: nn.Module) -> None:
+    """Replace ``module``'s own real parameters with meta ones (frees their memory)."""
+    for name, param in list(module._parameters.items()):
+        if param is not None and param.device.type != "meta":
+            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=False)
+
+
 def release(model: nn.Module, prefix: str) -> None:
     """Send every parameter under ``prefix`` back to the meta device (frees its memory)."""
     root = model.get_submodule(prefix) if prefix else model
     for module in root.modules():
-        for name, param in list(module._parameters.items()):
-            if param is not None and param.device.type != "meta":
-                module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=False)
+        _to_meta(module)
 
 
 def release_outside(model: nn.Module, prefix: str) -> None:
     """Send every parameter of modules outside the subtree at dotted ``prefix`` back to meta."""
     inside = prefix + "."
     for name, module in model.named_modules(remove_duplicate=False):
-        if name == prefix or name.startswith(inside):
-            continue
-        for pname, param in list(module._parameters.items()):
-            if param is not None and param.device.type != "meta":
-                module._parameters[pname] = nn.Parameter(param.to("meta"), requires_grad=False)
+        if name != prefix and not name.startswith(inside):
+            _to_meta(module)
 
 
 def meta_parameters(model: nn.Module) -> list[str]:
