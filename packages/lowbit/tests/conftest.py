@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_model import save_tiny_llama
 
-TIMEOUT_S = 600
+TIMEOUT_S = 600  # a hang guard for CLI subprocesses; a loaded machine must never reach it
 
 
 def lowbit_env() -> dict[str, str]:

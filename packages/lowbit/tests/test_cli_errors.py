@@ -69,12 +69,12 @@ def test_plot_without_matplotlib_says_how_to_install_it(quantized: Path, tmp_pat
     import subprocess
     import sys
 
-    from conftest import lowbit_env
+    from conftest import TIMEOUT_S, lowbit_env
 
     env = {**lowbit_env(), "PYTHONPATH": str(fake.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     result = subprocess.run(
         [sys.executable, "-m", "lowbit", "inspect", str(quantized), "--plot", str(tmp_path / "c.png")],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env, timeout=TIMEOUT_S,
     )  # fmt: skip
     assert result.returncode == 2
     assert "--plot needs matplotlib" in result.stderr and "pip install 'lowbit[plot]'" in result.stderr

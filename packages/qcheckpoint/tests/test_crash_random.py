@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import CHILD, assert_generation, run_child
+from conftest import CHILD, HANG_GUARD_S, assert_generation, run_child
 from qcheckpoint import CheckpointStore
 
 TRIALS = 8
@@ -40,7 +40,7 @@ def test_random_kill_timing(tmp_path: Path) -> None:
         assert proc.stdout.readline().strip() == "READY", f"seed {seed} trial {trial}: writer did not start"
         time.sleep(rng.uniform(0.0, 0.25))
         proc.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=HANG_GUARD_S)
         reported = [int(line.split()[1]) for line in out.splitlines() if line.startswith("COMMITTED")]
         floor = reported[-1] if reported else last
         with CheckpointStore(root) as store:

@@ -11,19 +11,23 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import HANG_GUARD_S
 from qcheckpoint import CheckpointLeaseError, CheckpointStore
 
+# Holds the lease until killed (or its stdin closes), however long the parent takes to get there.
 HOLDER = """
-import sys, time
+import sys
 from qcheckpoint import CheckpointStore
 with CheckpointStore(sys.argv[1]) as store:
     print("HELD", flush=True)
-    time.sleep(60)
+    sys.stdin.read()
 """
 
 
 def start_holder(root: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "HELD"
     return proc
 
@@ -36,7 +40,7 @@ def test_second_writer_is_refused_with_owner_identity_then_dead_owner_releases(r
                 pass
     finally:
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.communicate(timeout=HANG_GUARD_S)
     assert (root / "writer.lock").exists()  # the stale lock file is still there ...
     with CheckpointStore(root) as store:  # ... and does not block a new run
         assert store.load({"a": 1}) is None

@@ -60,5 +60,6 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=True,
+        timeout=600,  # hang guard
     )
     assert json.loads(out.stdout)["layout"] == "gemm"

@@ -25,6 +25,6 @@ print(len(errors), len(registered_layouts()))
 
 def test_concurrent_first_lookups_see_every_layout() -> None:
     for _ in range(3):  # a fresh interpreter each time: the first lookup is the racy one
-        out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True, timeout=600)
         failures, count = map(int, out.stdout.split())
         assert failures == 0 and count >= 11

@@ -24,7 +24,13 @@ def test_a_vendored_copy_registers_its_layouts_without_the_installed_package(tmp
     (target / "__init__.py").write_text("")
     shutil.copytree(Path(qformats.__file__).parent, target / "qformats", ignore=shutil.ignore_patterns("__pycache__"))
     out = subprocess.run(
-        [sys.executable, "-c", CODE], cwd=tmp_path, capture_output=True, text=True, check=False, env={"PATH": ""}
+        [sys.executable, "-c", CODE],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": ""},
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     count, key = out.stdout.split()

@@ -56,7 +56,7 @@ def test_interrupted_runs_resume_bit_identical(tmp_path: Path) -> None:
     for step, (fault, env, expected) in enumerate(CHAIN):
         procs = {m: start(m, roots[m], fault, env) for m in methods}  # both chains side by side
         for method, proc in procs.items():
-            out, err = proc.communicate(timeout=300)
+            out, err = proc.communicate(timeout=600)  # hang guard only
             assert proc.returncode == expected, f"{method} step {step} ({fault}): rc {proc.returncode}\n{err[-3000:]}"
             if expected == 3:
                 assert "stopped at 1" in out

@@ -3,7 +3,7 @@
 __version__ = "0.1.0"
 
 from .api import QuantModel, evaluate, load
-from .architectures import supported_model_types
+from .architectures import discover, overridden_model_types
 from .errors import (
     CalibrationError,
     MissingFileError,
@@ -33,5 +33,6 @@ __all__ = [
     "export_dense",
     "load",
     "load_quantized",
-    "supported_model_types",
+    "discover",
+    "overridden_model_types",
 ]

@@ -117,7 +117,7 @@ class QuantModel:
         from qlooper.api import make_processor, quantize_model
         from qlooper.loop import LoopOptions
 
-        from .looper_bridge import LazyLayerProcessor, kernel_replacer, looper_definition, preflight, quant_spec
+        from .looper_bridge import LazyLayerProcessor, kernel_replacer, preflight, quant_spec
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
@@ -148,7 +148,7 @@ class QuantModel:
         try:
             run = quantize_model(
                 self.model,
-                looper_definition(self.source.definition, self.source.config),
+                self.source.definition,
                 cal,
                 spec,
                 processor,

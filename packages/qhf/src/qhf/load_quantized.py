@@ -15,11 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .architectures import ArchitectureDefinition, definition_for
 from .checkpoint_reader import QuantizedCheckpoint, open_quantized_checkpoint
 from .errors import SourceFormatError
 from .quant_config import QuantSettings
-from .source.skeleton import materialize_names, meta_parameters, meta_skeleton, tied_output
+from .source.skeleton import embedding_names, materialize_names, meta_parameters, meta_skeleton, tied_output
 
 AUTO = "auto"
 
@@ -32,7 +31,6 @@ class QuantizedCausalLM:
     model: nn.Module
     tokenizer: Any
     settings: QuantSettings
-    definition: ArchitectureDefinition
     path: Path
     backends: dict[str, str] = field(default_factory=dict)
 
@@ -61,8 +59,10 @@ def build_quantized_model(
     backend: str = AUTO,
     dtype: torch.dtype = torch.float32,
     shared: Callable[[str], torch.Tensor | None] | None = None,
-) -> tuple[nn.Module, ArchitectureDefinition, dict[str, str]]:
-    """The model with qkernels modules for every stored quantized module; returns (model, definition, backends).
+) -> tuple[nn.Module, dict[str, str]]:
+    """The model with qkernels modules for every stored quantized module; returns (model, backends).
+
+    The skeleton's fused experts are unfused first (as when quantizing), so per-expert modules match.
 
     ``shared(name)`` may return a tensor already proven bit-identical to the stored one (verify-after-save
     uses it to avoid a second copy of the embeddings); ``None`` reads the file.
@@ -70,8 +70,8 @@ def build_quantized_model(
     from qkernels import quant_linear
 
     config = checkpoint.directory.config
-    definition = definition_for(config)
     model = meta_skeleton(config, dtype)
+    embed, head = embedding_names(model)
     backends: dict[str, str] = {}
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     for name in names:
@@ -84,8 +84,6 @@ def build_quantized_model(
         selection = getattr(module, "selection", None)
         backends[name] = str(getattr(selection, "backend", type(module).__name__))
     tied = tied_output(config)
-    head = f"{definition.lm_head}.weight"
-    embed = f"{definition.base_modules[0]}.weight"
     wanted = [n for n in meta_parameters(model) if not (tied and n == head)]
     absent = [n for n in wanted if n not in checkpoint.reader]
     if absent:
@@ -99,11 +97,11 @@ def build_quantized_model(
 
     materialize_names(model, wanted, read, dtype)
     if tied:
-        model.get_submodule(definition.lm_head).weight = model.get_submodule(embed.rsplit(".", 1)[0]).weight
+        model.get_submodule(head.rsplit(".", 1)[0]).weight = model.get_submodule(embed.rsplit(".", 1)[0]).weight
     for buffer_name, buffer in model.named_buffers():
         if buffer.device.type == "meta":
             raise SourceFormatError(f"buffer {buffer_name!r} was left on the meta device")
-    return model.eval(), definition, backends
+    return model.eval(), backends
 
 
 def load_quantized(
@@ -113,7 +111,7 @@ def load_quantized(
     from .tokenizer import load_tokenizer
 
     checkpoint = open_quantized_checkpoint(path)
-    model, definition, backends = build_quantized_model(checkpoint, backend=backend, dtype=dtype)
+    model, backends = build_quantized_model(checkpoint, backend=backend, dtype=dtype)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)
-    return QuantizedCausalLM(model, tokenizer, checkpoint.settings, definition, Path(path), backends)
+    return QuantizedCausalLM(model, tokenizer, checkpoint.settings, Path(path), backends)

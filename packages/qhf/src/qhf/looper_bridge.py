@@ -1,4 +1,4 @@
-"""Running qlooper on an opened source: definition adapter, lazy layers, quantized-module replacement.
+"""Running qlooper on an opened source: quantization spec, lazy layers, quantized-module replacement.
 
 Decoder layers stay on the meta device until the loop starts them: a processor wrapper materializes
 layer ``i`` from the source files in ``start_layer`` (before any capture forward or weight-only solve),
@@ -14,28 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .architectures import ArchitectureDefinition
 from .quant_config import QuantSettings
 from .source.opened_source import OpenedSource
-
-
-def looper_definition(definition: ArchitectureDefinition, config: Any) -> Any:
-    """The qlooper ``ModelDefinition`` for one of our architecture definitions."""
-    from qlooper.definition import GroupSpec, ModelDefinition
-
-    max_length = getattr(config, "max_position_embeddings", None)
-    return ModelDefinition(
-        layers_path=definition.layers_path,
-        groups=tuple(
-            GroupSpec(g.modules, shared_input=g.shared_input, prev_op=g.prev_op, inspect=g.inspect)
-            for g in definition.groups
-        ),
-        unquantized=definition.run_only,
-        max_length=int(max_length) if max_length else None,
-        awq_no_clip=definition.awq_no_clip,
-        norm_weight_offset=definition.norm_weight_offset,
-        name=definition.name,
-    )
 
 
 def quant_spec(settings: QuantSettings) -> Any:
@@ -118,12 +98,17 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
 
     from .errors import QHFError
 
+    from qlooper.definition import resolve_groups
+
     layout = get_layout(settings.format)
-    layer = source.model.get_submodule(source.definition.layer_prefix(0))
     seen: set[tuple[int, int]] = set()
-    for name in source.definition.quantized_modules:
-        module = layer.get_submodule(name)
-        out_features, in_features = int(module.weight.shape[0]), int(module.weight.shape[1])
+    modules = []
+    for index in source.discovery.layer_structures:  # one layer of each structure
+        prefix = source.layer_prefix(index)
+        layer = source.model.get_submodule(prefix)
+        modules += [m for g in resolve_groups(layer, prefix, source.definition) for m in g.modules]
+    for resolved in modules:
+        out_features, in_features = int(resolved.weight.shape[0]), int(resolved.weight.shape[1])
         if (out_features, in_features) in seen:
             continue
         seen.add((out_features, in_features))
@@ -141,6 +126,6 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
         reason = layout.cannot_represent(probe)
         if reason is not None:
             raise QHFError(
-                f"format {settings.format!r} cannot hold {source.definition.layer_prefix(0)}.{name} "
+                f"format {settings.format!r} cannot hold {resolved.full_name} "
                 f"[{out_features} x {in_features}] at {settings.bits}-bit group {settings.group_size}: {reason}"
             )

@@ -108,7 +108,7 @@ def verify_checkpoint(
     with torch.no_grad():
         mine = model(input_ids=ids, use_cache=False).logits.float()
     release_free_memory()  # what the comparisons above freed, before a second model is built
-    reloaded, _, backends = build_quantized_model(checkpoint, shared=identical.get)
+    reloaded, backends = build_quantized_model(checkpoint, shared=identical.get)
     for backend in backends.values():
         report.backends[backend] = report.backends.get(backend, 0) + 1
     report.probe_tokens = ids.shape[1]

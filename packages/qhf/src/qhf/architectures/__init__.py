@@ -1,6 +1,17 @@
-"""Model definitions for real architectures (data only), chosen from ``config.model_type``."""
+"""Model definitions discovered from the model (qlooper ``ModelDefinition``), with hand-written overrides."""
 
-from .catalog import DEFINITIONS, definition_for, supported_model_types
-from .definition import ArchitectureDefinition, CalcGroup
+from .catalog import OVERRIDES, Override, definition_for, overridden_model_types
+from .discovery import Discovery, discover, find_layers
+from .fused_experts import UnfusedExperts, unfuse_experts
 
-__all__ = ["DEFINITIONS", "ArchitectureDefinition", "CalcGroup", "definition_for", "supported_model_types"]
+__all__ = [
+    "OVERRIDES",
+    "Discovery",
+    "Override",
+    "UnfusedExperts",
+    "definition_for",
+    "discover",
+    "find_layers",
+    "overridden_model_types",
+    "unfuse_experts",
+]

@@ -66,7 +66,7 @@ def tensor_entries(
 ) -> list[TensorEntry]:
     """Every tensor of the checkpoint, in the source's (sorted) name order, with lazy loaders."""
     entries: list[TensorEntry] = []
-    for name in sorted(source.names):
+    for name in source.tensor_names():
         module_name, _, pname = name.rpartition(".")
         if module_name in results and pname == "weight":
             for key, array in packed[module_name].items():

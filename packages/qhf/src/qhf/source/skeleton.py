@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ..errors import SourceFormatError
+
+if TYPE_CHECKING:
+    from ..architectures.fused_experts import FusedSlice
 
 TensorSource = Callable[[str], torch.Tensor]
 
@@ -38,12 +41,32 @@ def _parameters_on_meta() -> Iterator[None]:
 
 
 def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """``AutoModelForCausalLM.from_config(config)`` with parameters on meta, in eval mode."""
+    """``AutoModelForCausalLM.from_config(config)`` with parameters on meta, in eval mode, fused 3-D experts
+    unfused into per-expert linears (:func:`qhf.architectures.fused_experts.unfuse_experts`)."""
     from transformers import AutoModelForCausalLM
+
+    from ..architectures.fused_experts import unfuse_experts
 
     with _parameters_on_meta():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    unfuse_experts(model)
     return model.eval()
+
+
+def fused_expert_slices(model: nn.Module) -> dict[str, dict[str, FusedSlice]]:
+    """Per unfused experts module of ``model``: where each of its parameters lives in the fused tensors."""
+    from ..architectures.fused_experts import UnfusedExperts
+
+    return {name: module.slices for name, module in model.named_modules() if isinstance(module, UnfusedExperts)}
+
+
+def embedding_names(model: nn.Module) -> tuple[str, str]:
+    """Dotted weight names of the input embedding and the output projection (``lm_head.weight``)."""
+    names = {id(module): name for name, module in model.named_modules(remove_duplicate=False)}
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if head is None or id(head) not in names or id(embed) not in names:
+        raise SourceFormatError(f"{type(model).__name__}: expected input and output embeddings, found none")
+    return f"{names[id(embed)]}.weight", f"{names[id(head)]}.weight"
 
 
 def tied_output(config: Any) -> bool:

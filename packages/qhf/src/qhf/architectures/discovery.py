@@ -1,0 +1,248 @@
+"""Model definitions discovered from the model itself: one traced forward per distinct layer structure.
+
+Where discovery runs (decided for the lazy skeleton): decoder layers of an opened source stay on the meta
+device until the loop starts them, and discovery must not read weights nor wait for calibration. So it
+works on a *replica*: a deep copy of the meta skeleton in which one layer per distinct structure (same
+module names, classes and parameter shapes; e.g. DeepSeek's dense first layers vs its MoE layers) gets
+random weights (seeded, so discovery is deterministic); the other layers up to the last representative
+point at the replica of their structure. The replica model runs once on random ``inputs_embeds``
+``[1, 16, hidden]`` (so the model's own code builds the masks and rotary embeddings each layer gets) and
+stops after the last representative layer. Cost: one layer's parameters per structure, a 16-token forward.
+
+Each representative layer is traced (:mod:`qhf.architectures.layer_trace`) and turned into groups
+(:mod:`qhf.architectures.layer_groups`); structures are merged into one qlooper ``ModelDefinition``: a group
+missing from some structure is ``optional``. Fused 3-D experts are unfused first
+(:mod:`qhf.architectures.fused_experts`) and each unfused block is checked against the fused forward on the
+random weights. Anything not understood raises :class:`~qhf.errors.UnsupportedArchitectureError` naming
+the part of the layer, before any work.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from qalgos.awq_clip import clip_allowed
+from qlooper.definition import GroupSpec, ModelDefinition
+from qlooper.errors import DefinitionError
+from torch import nn
+
+from ..errors import UnsupportedArchitectureError
+from .fused_experts import UnfusedExperts
+from .layer_groups import FoundGroup, LayerStructure, layer_structure
+from .layer_trace import trace_layer
+
+DISCOVERY_TOKENS = 16
+"""Tokens of the discovery forward (one row)."""
+
+
+@dataclass
+class Discovery:
+    """A discovered definition and its account: the layers' structures (representative index -> layers),
+    per structure what was found, linears kept dense and why, groups without a previous op and why."""
+
+    definition: ModelDefinition
+    layer_structures: dict[int, list[int]]
+    structures: dict[int, LayerStructure]
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+class _Stop(Exception):
+    """Ends the discovery forward after the last representative layer."""
+
+
+def text_config(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def find_layers(model: nn.Module, config: Any) -> str:
+    """Dotted path of the ``nn.ModuleList`` holding ``num_hidden_layers`` decoder layers (the shallowest)."""
+    count = getattr(text_config(config), "num_hidden_layers", None)
+    candidates = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.ModuleList) and len(module) == count and count
+    ]
+    if not candidates:
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__}: no nn.ModuleList of num_hidden_layers={count} decoder layers found"
+        )
+    return min(candidates, key=lambda n: (n.count("."), n))
+
+
+def _signature(layer: nn.Module) -> tuple[Any, ...]:
+    return tuple(
+        (name, type(module).__name__, tuple((p, tuple(t.shape)) for p, t in module._parameters.items() if t is not None))
+        for name, module in layer.named_modules()
+    )
+
+
+def _randomize(module: nn.Module, generator: torch.Generator) -> None:
+    """Give every meta parameter of ``module`` a real random value (norm-like 1-D weights near 1)."""
+    for sub in module.modules():
+        for pname, param in list(sub._parameters.items()):
+            if param is None or param.device.type != "meta":
+                continue
+            value = torch.randn(param.shape, generator=generator, dtype=torch.float32) * 0.05
+            if param.dim() <= 1 and pname == "weight":
+                value = value + 1.0
+            sub._parameters[pname] = nn.Parameter(value.to(param.dtype), requires_grad=False)
+
+
+def _check_unfused(layer: nn.Module, where: str, generator: torch.Generator) -> None:
+    """Each unfused experts block gives the fused module's output on random routing (same weights)."""
+    for name, module in layer.named_modules():
+        if not isinstance(module, UnfusedExperts):
+            continue
+        fused = copy.copy(module._gate_owner)
+        fused._parameters = dict(fused._parameters)
+        for rel, where_in in module.slices.items():
+            fused_tensor = fused._parameters.get(where_in.fused_name)
+            if fused_tensor is None:
+                fused_tensor = nn.Parameter(torch.zeros(module.fused_shapes[where_in.fused_name], dtype=module.dtype), requires_grad=False)
+                fused._parameters[where_in.fused_name] = fused_tensor
+            where_in.put(fused_tensor, module.get_parameter(rel).detach())
+        hidden = int(module.get_submodule("0.down_proj").out_features)
+        x = torch.randn(DISCOVERY_TOKENS, hidden, generator=generator).to(module.dtype)
+        k = min(2, module.num_experts)
+        scores = torch.rand(DISCOVERY_TOKENS, module.num_experts, generator=generator)
+        weights, index = scores.topk(k, dim=-1)
+        with torch.no_grad():
+            expected = fused(x, index, weights.to(module.dtype))
+            got = module(x, index, weights.to(module.dtype))
+        if not torch.allclose(expected.float(), got.float(), atol=1e-4, rtol=1e-3):
+            raise UnsupportedArchitectureError(
+                f"{where}.{name}: fused experts ({type(module._gate_owner).__name__}) do not compute a per-expert "
+                f"MLP this toolkit can unfuse (max difference {(expected - got).abs().max().item():.3g})"
+            )
+
+
+def _run_replica(
+    skeleton: nn.Module, layers_path: str, representatives: dict[int, list[int]]
+) -> tuple[nn.Module, dict[int, nn.Module], dict[int, Any]]:
+    """The replica model with real random representative layers, and each one's trace after one forward."""
+    generator = torch.Generator().manual_seed(0)
+    replica = copy.deepcopy(skeleton)
+    container = replica.get_submodule(layers_path)
+    real: dict[int, nn.Module] = {}
+    for rep, members in representatives.items():
+        layer = container[rep]
+        _randomize(layer, generator)
+        _check_unfused(layer, f"{layers_path}.{rep}", generator)
+        for index in members:
+            container[index] = layer
+        real[rep] = layer
+    last = max(representatives)
+    hidden = int(replica.get_input_embeddings().weight.shape[1])
+    dtype = next(iter(real[last].parameters())).dtype
+    embeds = torch.randn(1, DISCOVERY_TOKENS, hidden, generator=generator).to(dtype)
+    traces: dict[int, Any] = {}
+    contexts = {rep: trace_layer(layer) for rep, layer in real.items()}
+
+    def stop(_m: nn.Module, _a: Any, _o: Any) -> None:
+        raise _Stop
+
+    handle = None
+    try:
+        for rep, ctx in contexts.items():
+            traces[rep] = ctx.__enter__()
+        handle = real[last].register_forward_hook(stop)
+        with torch.no_grad():
+            replica(inputs_embeds=embeds, attention_mask=torch.ones(1, DISCOVERY_TOKENS, dtype=torch.long), use_cache=False)
+    except _Stop:
+        pass
+    except Exception as error:  # any failure of the model's own forward is reported as not understood
+        raise UnsupportedArchitectureError(
+            f"{type(skeleton).__name__}: the discovery forward (random weights, inputs_embeds [1, "
+            f"{DISCOVERY_TOKENS}, {hidden}]) failed: {type(error).__name__}: {error}"
+        ) from error
+    finally:
+        if handle is not None:
+            handle.remove()
+        for ctx in contexts.values():
+            ctx.__exit__(None, None, None)
+    missing = [rep for rep, trace in traces.items() if not trace.calls]
+    if missing:
+        raise UnsupportedArchitectureError(f"{layers_path}.{missing[0]}: the layer never ran in the discovery forward")
+    return replica, real, traces
+
+
+def _merge(structures: dict[int, LayerStructure], where: str) -> list[GroupSpec]:
+    """One group list for every structure: shared groups in order, the others optional, placed after their
+    predecessor in their own structure."""
+    merged: list[FoundGroup] = []
+    present: dict[tuple[str, ...], int] = {}
+    for structure in structures.values():
+        after = -1
+        for group in structure.groups:
+            known = next((g for g in merged if g.modules == group.modules), None)
+            if known is None:
+                merged.insert(after + 1, group)
+                after += 1
+            else:
+                if known != group:
+                    raise UnsupportedArchitectureError(
+                        f"{where}: group {list(group.modules)} differs between layer structures ({known} vs {group})"
+                    )
+                after = merged.index(known)
+            present[group.modules] = present.get(group.modules, 0) + 1
+    specs = []
+    for group in merged:
+        specs.append(
+            GroupSpec(
+                group.modules,
+                shared_input=len(group.modules) > 1,
+                prev_op=group.prev_op,
+                inspect=group.inspect,
+                optional=present[group.modules] < len(structures),
+            )
+        )
+    return specs
+
+
+def _offset(structures: dict[int, LayerStructure]) -> tuple[float, set[tuple[str, ...]]]:
+    """The one norm offset of the definition and the groups whose norm disagrees (their prev op is dropped)."""
+    offsets = [g.offset for s in structures.values() for g in s.groups if g.prev_op is not None]
+    chosen = max(set(offsets), key=offsets.count) if offsets else 0.0
+    dropped = {g.modules for s in structures.values() for g in s.groups if g.prev_op and g.offset != chosen}
+    return chosen, dropped
+
+
+def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Discovery:
+    """The qlooper ``ModelDefinition`` of ``skeleton`` (see the module docstring)."""
+    layers_path = find_layers(skeleton, config)
+    container = skeleton.get_submodule(layers_path)
+    by_signature: dict[tuple[Any, ...], list[int]] = {}
+    for index, layer in enumerate(container):
+        by_signature.setdefault(_signature(layer), []).append(index)
+    representatives = {members[0]: members for members in by_signature.values()}
+    _replica, real, traces = _run_replica(skeleton, layers_path, representatives)
+    structures = {
+        rep: layer_structure(real[rep], traces[rep], f"{layers_path}.{rep}") for rep in sorted(representatives)
+    }
+    specs = _merge(structures, layers_path)
+    offset, dropped = _offset(structures)
+    notes: dict[str, str] = {}
+    for i, spec in enumerate(specs):
+        if spec.modules in dropped:
+            notes[spec.modules[0]] = f"prev_op {spec.prev_op} dropped: its norm offset differs from {offset}"
+            specs[i] = GroupSpec(spec.modules, spec.shared_input, None, spec.inspect, spec.optional)
+    common_run_only = set.intersection(*(set(s.run_only) for s in structures.values()))
+    run_only = [n for n in next(iter(structures.values())).run_only if n in common_run_only]
+    quantized = [m for spec in specs for m in spec.modules]
+    max_length = getattr(text_config(config), "max_position_embeddings", None)
+    try:
+        definition = ModelDefinition(
+            layers_path=layers_path,
+            groups=tuple(specs),
+            unquantized=tuple(run_only),
+            max_length=int(max_length) if max_length else None,
+            awq_no_clip=tuple(m for m in quantized if not clip_allowed(m.rsplit(".", 1)[-1])),
+            norm_weight_offset=offset,
+            name=name or str(getattr(config, "model_type", "discovered")),
+        )
+    except DefinitionError as error:
+        raise UnsupportedArchitectureError(f"{layers_path}: the discovered groups do not form a definition: {error}") from error
+    return Discovery(definition, representatives, structures, notes)

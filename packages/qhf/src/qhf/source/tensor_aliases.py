@@ -1,0 +1,78 @@
+"""Skeleton parameter names the source files store under another name or inside a fused tensor.
+
+The skeleton's experts are unfused (:mod:`qhf.architectures.fused_experts`): ``mlp.experts.3.gate_proj.weight``.
+Files store them either fused (``mlp.experts.gate_up_proj`` ``[E, ...]``, as GPT-OSS does) or per expert
+under the names transformers converts from when it loads (``block_sparse_moe.experts.3.w1.weight``); other
+tensors may also be renamed by that conversion (``block_sparse_moe.gate`` -> ``mlp.gate``). :func:`aliases`
+maps each skeleton name the files lack to a reader, using transformers' own conversion mapping for the
+model (``transformers.conversion_mapping``), so no family is spelled out here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..architectures.fused_experts import FusedSlice
+from ..errors import SourceFormatError
+
+Reader = Callable[[Callable[[str], torch.Tensor]], torch.Tensor]
+"""Given the source's ``get(name) -> tensor`` (file names), the skeleton tensor."""
+
+
+def _conversions(model: nn.Module) -> tuple[list[Any], list[Any], Callable[..., Any]] | None:
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, rename_source_key
+    except ImportError:  # transformers older than its conversion mapping: names are used as stored
+        return None
+    transforms = get_model_conversion_mapping(model)
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    renamings = [t for t in transforms if not isinstance(t, WeightConverter)]
+    return renamings, converters, rename_source_key
+
+
+def _expert_of(file_name: str, pattern: str) -> int | None:
+    regex = re.escape(pattern.lstrip("^")).replace(r"\*", r"(\d+)")
+    found = re.search(regex, file_name)
+    return int(found.group(1)) if found and found.groups() else None
+
+
+def aliases(
+    model: nn.Module, wanted: set[str], stored: frozenset[str], fused: dict[str, dict[str, FusedSlice]]
+) -> dict[str, Reader]:
+    """Skeleton name -> reader for every name in ``wanted`` that ``stored`` lacks but can provide."""
+    missing = {name for name in wanted if name not in stored}
+    found: dict[str, Reader] = {}
+    for module, slices in fused.items():  # fused in the files as in transformers' module
+        for rel, where in slices.items():
+            name, fused_name = f"{module}.{rel}", f"{module}.{where.fused_name}"
+            if name in missing and fused_name in stored:
+                found[name] = lambda get, w=where, f=fused_name: w.take(get(f))
+    conversions = _conversions(model)
+    if conversions is None or not (missing - set(found)):
+        return found
+    renamings, converters, rename = conversions
+    for file_name in sorted(stored):
+        target, pattern = rename(file_name, renamings, converters)
+        if pattern is None:
+            if target in missing and target != file_name:
+                found[target] = lambda get, f=file_name: get(f)
+            continue
+        module, _, fused_name = target.rpartition(".")
+        converter = next(c for c in converters if pattern in c.source_patterns)
+        expert = _expert_of(file_name, pattern)
+        if module not in fused or expert is None:
+            raise SourceFormatError(
+                f"tensor {file_name!r}: transformers converts it into {target!r} ({type(converter).__name__}), "
+                "which only fused experts support here"
+            )
+        half = converter.source_patterns.index(pattern) if len(converter.source_patterns) > 1 else None
+        for rel, where in fused[module].items():
+            if (where.fused_name, where.expert, where.half, rel.endswith(".weight")) == (fused_name, expert, half, True):
+                found[f"{module}.{rel}"] = lambda get, f=file_name: get(f)
+    return found
