@@ -65,8 +65,17 @@ def _constraints() -> list[str]:
     return ["-c", path] if path else []
 
 
+# qkernels' AVX2 kernel is compiled once and shared by every session (see docs/development.md).
+KERNEL_CACHE = ROOT / ".nox" / ".kernel-cache"
+
+
 def _install_packages(session: nox.Session, names: list[str], extras: dict[str, str] | None = None) -> None:
-    """Editable-install the named packages (with optional extras) in one pip call."""
+    """Editable-install the named packages (with optional extras) in one pip call.
+
+    Every session that installs packages also shares one qkernels build cache (``QKERNELS_EXTENSION_CACHE``,
+    default ``.nox/.kernel-cache``): the first session that needs the AVX2 kernel compiles it, the others import it.
+    """
+    session.env["QKERNELS_EXTENSION_CACHE"] = os.environ.get("QKERNELS_EXTENSION_CACHE") or str(KERNEL_CACHE)
     args: list[str] = []
     for name in names:
         extra = (extras or {}).get(name)
