@@ -91,8 +91,8 @@ def _install_smollm2(session: nox.Session) -> None:
 
 
 def _pytest(session: nox.Session, *paths: str) -> None:
-    """Run pytest; 'no tests collected' (exit 5) is a failure with a clear message, not a pass."""
-    code = session.run("pytest", "-q", "-rs", *paths, *session.posargs, success_codes=[0, 5])
+    """Run pytest (listing its ten slowest tests); "no tests collected" (exit 5) fails with a clear message."""
+    code = session.run("pytest", "-q", "-rs", "--durations=10", *paths, *session.posargs, success_codes=[0, 5])
     if code == 5:
         session.error(f"pytest collected no tests in {', '.join(p for p in paths if not p.startswith('-'))}")
 
@@ -143,6 +143,8 @@ def bitsandbytes(session: nox.Session) -> None:
 
 
 REFERENCE = "gptqmodel==7.7.0"
+RUFF = "ruff==0.17.6"  # linters pinned: a new release must not fail CI by itself
+MYPY = "mypy==2.4.1"
 
 
 @nox.session(python=PYTHON)
@@ -179,7 +181,7 @@ def interop(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff lint and format check over the whole tree."""
-    session.install("ruff")
+    session.install(RUFF)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -188,7 +190,7 @@ def lint(session: nox.Session) -> None:
 def types(session: nox.Session) -> None:
     """mypy: strict for qformats and qcheckpoint, default strictness elsewhere."""
     _install_packages(session, list(PACKAGES))
-    session.install("mypy")
+    session.install(MYPY)
     session.run("mypy", "--strict", "packages/qformats/src/qformats", "packages/qcheckpoint/src/qcheckpoint")
 
 
