@@ -1,82 +1,81 @@
-"""Model definitions: chosen from model_type, every named module exists in the real transformers model."""
+"""Definitions discovered from tiny models: groups, previous ops, norm offsets, experts, named errors."""
 
 from __future__ import annotations
 
 import pytest
-from qhf.architectures import definition_for, supported_model_types
+from qhf.architectures import definition_for, overridden_model_types
 from qhf.errors import UnsupportedArchitectureError
 from qhf.source.skeleton import meta_skeleton
 from tiny_models import tiny_config
-from torch import nn
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3"]
+LLAMA_GROUPS = [
+    (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "input_layernorm", "self_attn"),
+    (("self_attn.o_proj",), None, None),
+    (("mlp.gate_proj", "mlp.up_proj"), "post_attention_layernorm", "mlp"),
+    (("mlp.down_proj",), "mlp.up_proj", None),
+]
 
 
-def test_supported_types_cover_the_issue() -> None:
-    assert set(FAMILIES) <= set(supported_model_types())
+def _definition(model_type: str, **overrides):
+    config = tiny_config(model_type, **overrides)
+    return definition_for(meta_skeleton(config), config).definition
 
 
-@pytest.mark.parametrize("model_type", FAMILIES)
-def test_every_named_module_exists(model_type: str) -> None:
-    config = tiny_config(model_type)
-    definition = definition_for(config)
-    model = meta_skeleton(config)
-    layers = model.get_submodule(definition.layers_path)
-    assert isinstance(layers, nn.ModuleList) and len(layers) == config.num_hidden_layers
-    layer = layers[0]
-    for name in definition.quantized_modules:
-        assert isinstance(layer.get_submodule(name), nn.Linear), name
-    for group in definition.groups:
-        if group.prev_op is not None:
-            layer.get_submodule(group.prev_op)
-    for name in definition.run_only:
-        layer.get_submodule(name)
-    for name in definition.base_modules:
-        model.get_submodule(name)
-    assert isinstance(model.get_submodule(definition.lm_head), nn.Linear)
-    # every linear of the layer is quantized exactly once
-    linears = sorted(n for n, m in layer.named_modules() if isinstance(m, nn.Linear))
-    assert sorted(definition.quantized_modules) == linears
+def test_overrides_cover_the_hand_written_families() -> None:
+    assert set(FAMILIES) == set(overridden_model_types())
 
 
-@pytest.mark.parametrize("model_type", FAMILIES)
-def test_awq_previous_op_widths_match(model_type: str) -> None:
-    """A group's previous op produces exactly the group's input width (else scaling would be wrong)."""
-    config = tiny_config(model_type)
-    definition = definition_for(config)
-    layer = meta_skeleton(config).get_submodule(definition.layers_path)[0]
-    for group in definition.groups:
-        if group.prev_op is None:
-            continue
-        prev = layer.get_submodule(group.prev_op)
-        width = prev.out_features if isinstance(prev, nn.Linear) else prev.weight.shape[0]
-        for name in group.modules:
-            assert layer.get_submodule(name).in_features == width, (group.prev_op, name)
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3"])
+def test_llama_like_definitions_equal_the_former_catalog(model_type: str) -> None:
+    definition = _definition(model_type)
+    assert [(g.modules, g.prev_op, g.inspect) for g in definition.groups] == LLAMA_GROUPS
+    assert [g.shared_input for g in definition.groups] == [True, False, True, False]
+    assert {"input_layernorm", "post_attention_layernorm"} <= set(definition.unquantized)
+    assert definition.awq_no_clip == ("self_attn.q_proj", "self_attn.k_proj")
+    assert definition.norm_weight_offset == 0.0 and definition.name == model_type
 
 
 def test_grouped_query_attention_drops_o_proj_scaling() -> None:
-    gqa = definition_for(tiny_config("llama", num_key_value_heads=2))
-    mha = definition_for(tiny_config("llama", num_key_value_heads=4))
+    gqa = _definition("llama", num_key_value_heads=2)
+    mha = _definition("llama", num_key_value_heads=4)
     assert [g.prev_op for g in gqa.groups if g.modules == ("self_attn.o_proj",)] == [None]
     assert [g.prev_op for g in mha.groups if g.modules == ("self_attn.o_proj",)] == ["self_attn.v_proj"]
 
 
-def test_gemma_norms_have_unit_offset() -> None:
-    assert definition_for(tiny_config("gemma3_text")).norm_weight_offset == 1.0
-    assert definition_for(tiny_config("llama")).norm_weight_offset == 0.0
+def test_gemma_norm_offset_is_probed_and_mlp_reads_the_pre_feedforward_norm() -> None:
+    definition = _definition("gemma3_text")
+    assert definition.norm_weight_offset == 1.0
+    assert definition.groups[2].prev_op == "pre_feedforward_layernorm"
 
 
-def test_unsupported_architecture_lists_supported_types() -> None:
-    config = type("C", (), {"model_type": "gpt_neox"})()
-    with pytest.raises(UnsupportedArchitectureError) as info:
-        definition_for(config)
-    message = str(info.value)
-    assert "'gpt_neox'" in message
-    for name in FAMILIES:
-        assert name in message
-    assert isinstance(info.value, ValueError)
+def test_phi3_fused_projections() -> None:
+    definition = _definition("phi3")
+    assert [g.modules for g in definition.groups] == [
+        ("self_attn.qkv_proj",),
+        ("self_attn.o_proj",),
+        ("mlp.gate_up_proj",),
+        ("mlp.down_proj",),
+    ]
+    assert [g.prev_op for g in definition.groups] == ["input_layernorm", None, "post_attention_layernorm", None]
+    assert "self_attn.qkv_proj" in definition.awq_no_clip
+
+
+def test_moe_experts_are_found_by_structure_and_routers_stay_dense() -> None:
+    config = tiny_config("qwen2_moe", num_experts=8, num_experts_per_tok=1, shared_expert_intermediate_size=64)
+    found = definition_for(meta_skeleton(config), config)
+    modules = [g.modules for g in found.definition.groups]
+    assert ("mlp.experts.#.gate_proj", "mlp.experts.#.up_proj") in modules
+    assert ("mlp.experts.#.down_proj",) in modules
+    left = next(iter(found.structures.values())).left_dense
+    assert "mlp.shared_expert_gate" in left
+
+
+def test_parallel_attention_shares_one_group() -> None:
+    groups = [g.modules for g in _definition("falcon").groups]
+    assert ("self_attention.query_key_value", "mlp.dense_h_to_4h") in groups
 
 
 def test_multimodal_gemma3_gets_a_hint() -> None:
     with pytest.raises(UnsupportedArchitectureError, match="gemma3_text"):
-        definition_for(type("C", (), {"model_type": "gemma3"})())
+        definition_for(None, type("C", (), {"model_type": "gemma3"})())  # type: ignore[arg-type]

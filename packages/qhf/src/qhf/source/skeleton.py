@@ -9,6 +9,7 @@ device (no memory) while buffers computed from the config (rotary ``inv_freq``) 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+import logging
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ from ..errors import SourceFormatError
 
 if TYPE_CHECKING:
     from ..architectures.fused_experts import FusedSlice
+
+logger = logging.getLogger(__name__)
 
 TensorSource = Callable[[str], torch.Tensor]
 
@@ -48,7 +51,13 @@ def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
     from ..architectures.fused_experts import unfuse_experts
 
     with _parameters_on_meta():
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+        try:
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+        except ValueError as error:  # a family without an SDPA path (Gemma 2, GPT-OSS, BLOOM) runs eager
+            if "attention implementation" not in str(error):
+                raise
+            logger.info("%s: no SDPA attention in transformers, using eager attention", config.model_type)
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
     unfuse_experts(model)
     return model.eval()
 
