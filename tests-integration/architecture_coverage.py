@@ -19,21 +19,63 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "qhf" / "tests"))
 
-MOE = {"num_local_experts": 4, "num_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
-MLA = {"kv_lora_rank": 32, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "head_dim": 8}
+MOE = {
+    "num_local_experts": 4,
+    "num_experts": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+}
+MLA = {
+    "kv_lora_rank": 32,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
+    "head_dim": 8,
+}
 
 # model_type -> extra config fields of its tiny model (MoE and MLA sizes kept small).
 FAMILIES: dict[str, dict[str, Any]] = {
-    "llama": {}, "mistral": {}, "qwen2": {}, "qwen3": {"head_dim": 16}, "phi3": {},
-    "gemma3_text": {"head_dim": 16, "sliding_window": 32}, "gemma": {"head_dim": 16}, "gemma2": {"head_dim": 16},
-    "gpt_neox": {}, "falcon": {}, "olmo": {}, "olmo2": {}, "granite": {}, "cohere": {}, "cohere2": {},
-    "starcoder2": {}, "stablelm": {}, "phi": {}, "glm": {}, "glm4": {}, "smollm3": {},
-    "arcee": {}, "nemotron": {}, "seed_oss": {}, "exaone4": {}, "olmo3": {},
-    "mixtral": MOE, "qwen2_moe": {**MOE, "shared_expert_intermediate_size": 64}, "qwen3_moe": MOE,
-    "olmoe": MOE, "granitemoe": MOE, "phimoe": MOE, "deepseek_v2": {**MOE, **MLA, "first_k_dense_replace": 1},
+    "llama": {},
+    "mistral": {},
+    "qwen2": {},
+    "qwen3": {"head_dim": 16},
+    "phi3": {},
+    "gemma3_text": {"head_dim": 16, "sliding_window": 32},
+    "gemma": {"head_dim": 16},
+    "gemma2": {"head_dim": 16},
+    "gpt_neox": {},
+    "falcon": {},
+    "olmo": {},
+    "olmo2": {},
+    "granite": {},
+    "cohere": {},
+    "cohere2": {},
+    "starcoder2": {},
+    "stablelm": {},
+    "phi": {},
+    "glm": {},
+    "glm4": {},
+    "smollm3": {},
+    "arcee": {},
+    "nemotron": {},
+    "seed_oss": {},
+    "exaone4": {},
+    "olmo3": {},
+    "mixtral": MOE,
+    "qwen2_moe": {**MOE, "shared_expert_intermediate_size": 64},
+    "qwen3_moe": MOE,
+    "olmoe": MOE,
+    "granitemoe": MOE,
+    "phimoe": MOE,
+    "deepseek_v2": {**MOE, **MLA, "first_k_dense_replace": 1},
     "deepseek_v3": {**MOE, **MLA, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1},
-    "flex_olmo": MOE, "ernie4_5_moe": MOE, "glm4_moe": {**MOE, "first_k_dense_replace": 1},
-    "gpt2": {}, "bloom": {},
+    "flex_olmo": MOE,
+    "ernie4_5_moe": MOE,
+    "glm4_moe": {**MOE, "first_k_dense_replace": 1},
+    "gpt2": {},
+    "bloom": {},
 }
 
 # Families that cannot be quantized, asserted to fail before any work with this part of the message.
@@ -97,9 +139,8 @@ def run_family(family: str, tokenizer: Any, methods: tuple[str, ...] = ("gptq", 
 def table(outcomes: list[Outcome], failures: dict[str, str]) -> str:
     rows = ["| family | MoE | groups | GPTQ | AWQ |", "| --- | --- | --- | --- | --- |"]
     for o in outcomes:
-        rows.append(
-            f"| `{o.family}` | {'yes' if o.experts else ''} | {o.groups} | {o.status.get('gptq', '')} | {o.status.get('awq', '')} |"
-        )
+        moe = "yes" if o.experts else ""
+        rows.append(f"| `{o.family}` | {moe} | {o.groups} | {o.status.get('gptq', '')} | {o.status.get('awq', '')} |")
     for family, reason in sorted(failures.items()):
         rows.append(f"| `{family}` | | | not supported: {reason} | |")
     return "\n".join(rows)

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from architecture_coverage import EXPECTED_UNSUPPORTED, FAMILIES, build, run_family  # noqa: E402
+from architecture_coverage import EXPECTED_UNSUPPORTED, FAMILIES, build, run_family
 
 SUPPORTED = [f for f in FAMILIES if f not in EXPECTED_UNSUPPORTED]
 MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "phimoe", "deepseek_v2", "deepseek_v3"}

@@ -29,10 +29,10 @@ __all__ = [
     "UnsupportedArchitectureError",
     "VerificationError",
     "__version__",
+    "discover",
     "evaluate",
     "export_dense",
     "load",
     "load_quantized",
-    "discover",
     "overridden_model_types",
 ]

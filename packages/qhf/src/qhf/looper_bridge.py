@@ -95,10 +95,9 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     import numpy as np
     from qformats.layouts.registry import get_layout
     from qformats.logical import QuantizedWeight, default_g_idx, group_count
+    from qlooper.definition import resolve_groups
 
     from .errors import QHFError
-
-    from qlooper.definition import resolve_groups
 
     layout = get_layout(settings.format)
     seen: set[tuple[int, int]] = set()

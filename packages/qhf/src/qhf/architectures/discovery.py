@@ -74,7 +74,11 @@ def find_layers(model: nn.Module, config: Any) -> str:
 
 def _signature(layer: nn.Module) -> tuple[Any, ...]:
     return tuple(
-        (name, type(module).__name__, tuple((p, tuple(t.shape)) for p, t in module._parameters.items() if t is not None))
+        (
+            name,
+            type(module).__name__,
+            tuple((p, tuple(t.shape)) for p, t in module._parameters.items() if t is not None),
+        )
         for name, module in layer.named_modules()
     )
 
@@ -101,7 +105,9 @@ def _check_unfused(layer: nn.Module, where: str, generator: torch.Generator) -> 
         for rel, where_in in module.slices.items():
             fused_tensor = fused._parameters.get(where_in.fused_name)
             if fused_tensor is None:
-                fused_tensor = nn.Parameter(torch.zeros(module.fused_shapes[where_in.fused_name], dtype=module.dtype), requires_grad=False)
+                fused_tensor = nn.Parameter(
+                    torch.zeros(module.fused_shapes[where_in.fused_name], dtype=module.dtype), requires_grad=False
+                )
                 fused._parameters[where_in.fused_name] = fused_tensor
             where_in.put(fused_tensor, module.get_parameter(rel).detach())
         hidden = int(module.get_submodule("0.down_proj").out_features)
@@ -150,7 +156,9 @@ def _run_replica(
             traces[rep] = ctx.__enter__()
         handle = real[last].register_forward_hook(stop)
         with torch.no_grad():
-            replica(inputs_embeds=embeds, attention_mask=torch.ones(1, DISCOVERY_TOKENS, dtype=torch.long), use_cache=False)
+            replica(
+                inputs_embeds=embeds, attention_mask=torch.ones(1, DISCOVERY_TOKENS, dtype=torch.long), use_cache=False
+            )
     except _Stop:
         pass
     except Exception as error:  # any failure of the model's own forward is reported as not understood
@@ -244,5 +252,7 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
             name=name or str(getattr(config, "model_type", "discovered")),
         )
     except DefinitionError as error:
-        raise UnsupportedArchitectureError(f"{layers_path}: the discovered groups do not form a definition: {error}") from error
+        raise UnsupportedArchitectureError(
+            f"{layers_path}: the discovered groups do not form a definition: {error}"
+        ) from error
     return Discovery(definition, representatives, structures, notes)

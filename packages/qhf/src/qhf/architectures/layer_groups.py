@@ -200,7 +200,9 @@ def layer_structure(layer: nn.Module, trace: LayerTrace, where: str) -> LayerStr
         two_d = [
             f"{n} ({type(m).__name__})"
             for n, m in finder.modules.items()
-            if not isinstance(m, nn.Linear) and isinstance(getattr(m, "weight", None), torch.Tensor) and m.weight.dim() == 2
+            if not isinstance(m, nn.Linear)
+            and isinstance(getattr(m, "weight", None), torch.Tensor)
+            and m.weight.dim() == 2
         ]
         raise UnsupportedArchitectureError(
             f"{where}: no nn.Linear ran in the layer, nothing to quantize"
@@ -210,7 +212,9 @@ def layer_structure(layer: nn.Module, trace: LayerTrace, where: str) -> LayerStr
     run_only = [
         n
         for n in sorted(trace.called(), key=lambda n: order[n])
-        if n not in quantized and n in finder.modules and finder.modules[n]._parameters
+        if n not in quantized
+        and n in finder.modules
+        and finder.modules[n]._parameters
         and _wildcard(n, finder.containers)[1] is None
     ]
     return LayerStructure([g for _, g in sorted(found, key=lambda item: item[0])], run_only, left, no_prev)
@@ -239,5 +243,7 @@ def _expert_groups(
             continue
         shapes[container] = groups
         concrete = _partition(names, inputs, order)
-        result += [(order[c[0]], FoundGroup(g, None, None, experts=True)) for c, g in zip(concrete, groups, strict=True)]
+        result += [
+            (order[c[0]], FoundGroup(g, None, None, experts=True)) for c, g in zip(concrete, groups, strict=True)
+        ]
     return result

@@ -8,8 +8,8 @@ device (no memory) while buffers computed from the config (rotary ``inv_freq``) 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 

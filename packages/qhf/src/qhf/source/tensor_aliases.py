@@ -73,6 +73,11 @@ def aliases(
             )
         half = converter.source_patterns.index(pattern) if len(converter.source_patterns) > 1 else None
         for rel, where in fused[module].items():
-            if (where.fused_name, where.expert, where.half, rel.endswith(".weight")) == (fused_name, expert, half, True):
+            if (where.fused_name, where.expert, where.half, rel.endswith(".weight")) == (
+                fused_name,
+                expert,
+                half,
+                True,
+            ):
                 found[f"{module}.{rel}"] = lambda get, f=file_name: get(f)
     return found
