@@ -1,11 +1,22 @@
-"""Shared fixtures: a tiny llama saved once per session, and running the real ``lowbit`` entry point."""
+"""Shared fixtures: a tiny llama saved once per session, and running the ``lowbit`` command.
+
+``run_lowbit`` runs the command in this process (``lowbit.cli.main.main``, stdout and stderr captured, a
+fresh logging setup per call, as the console script gets): importing torch and transformers again in a fresh
+interpreter for every call cost several seconds each on a busy machine and proved nothing more.
+``run_lowbit_process`` starts ``python -m lowbit`` for the tests where a separate process is the point (the
+entry point itself, a signal sent to a running quantize).
+"""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,21 +28,56 @@ from tiny_model import save_tiny_llama
 TIMEOUT_S = 600  # a hang guard for CLI subprocesses; a loaded machine must never reach it
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What one ``lowbit`` invocation returned and printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 def lowbit_env() -> dict[str, str]:
     """The environment of a CLI subprocess: one torch thread (the tests run beside each other's work)."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def run_lowbit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m lowbit ARGS`` in a subprocess; returns the completed process (text stdout/stderr)."""
-    return subprocess.run(
-        [sys.executable, "-m", "lowbit", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env=lowbit_env(),
-        cwd=cwd,
+def run_lowbit(*args: str) -> Ran:
+    """``lowbit ARGS`` in this process: exit status (argparse's exits included) and captured stdout/stderr.
+
+    Runs with one torch thread, like the subprocesses (``lowbit_env``): on a busy machine two spinning
+    threads per test process made a calibration run several times slower.
+    """
+    import torch
+    from lowbit.cli.main import main
+
+    root = logging.getLogger()
+    handlers, level, threads = root.handlers[:], root.level, torch.get_num_threads()
+    root.handlers = []  # main() configures logging like a fresh process does
+    torch.set_num_threads(1)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse: usage errors (2) and --help (0)
+                if exc.code is None or isinstance(exc.code, int):
+                    code = exc.code or 0
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+    finally:
+        root.handlers, root.level = handlers, level
+        torch.set_num_threads(threads)
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def run_lowbit_process(*args: str) -> Ran:
+    """``python -m lowbit ARGS`` in a fresh interpreter (hang guard ``TIMEOUT_S``)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lowbit", *args], capture_output=True, text=True, timeout=TIMEOUT_S, env=lowbit_env()
     )
+    return Ran(done.returncode, done.stdout, done.stderr)
 
 
 @pytest.fixture(scope="session")
@@ -64,4 +110,4 @@ def quantized(tiny_llama: Path, calibration_text: Path, tmp_path_factory: pytest
     return out
 
 
-RunLowbit = Callable[..., subprocess.CompletedProcess[str]]
+RunLowbit = Callable[..., Ran]

@@ -1,4 +1,4 @@
-"""``lowbit eval`` (quantized and dense) and ``lowbit bench`` through the real entry point."""
+"""``lowbit eval`` (quantized and dense) and ``lowbit bench`` through the command's main()."""
 
 from __future__ import annotations
 

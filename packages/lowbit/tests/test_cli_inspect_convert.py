@@ -1,4 +1,4 @@
-"""``lowbit inspect`` and ``lowbit convert`` through the real entry point."""
+"""``lowbit inspect`` and ``lowbit convert``: the command run in-process, and once through ``python -m lowbit``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from conftest import run_lowbit
+from conftest import run_lowbit, run_lowbit_process
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -21,6 +21,15 @@ def test_inspect_text_json_and_plot(quantized: Path, tmp_path: Path) -> None:
     summary = json.loads(as_json.stdout)
     assert len(summary["modules"]) == 14 and summary["violation_count"] == 0 and summary["bits"] == 4
     assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_python_dash_m_lowbit_runs_a_command_and_returns_its_status(quantized: Path) -> None:
+    # The other tests call the command in-process; this one goes through the interpreter's entry point.
+    result = run_lowbit_process("inspect", str(quantized), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["violation_count"] == 0
+    unknown = run_lowbit_process("frobnicate")
+    assert unknown.returncode == 2 and "invalid choice: 'frobnicate'" in unknown.stderr
 
 
 def test_inspect_gguf_counts_tensors_per_type(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``lowbit quantize`` through the real entry point on a tiny llama: report, checkpoint, methods, plot."""
+"""``lowbit quantize`` through the command's main() on a tiny llama: report, checkpoint, methods, plot."""
 
 from __future__ import annotations
 

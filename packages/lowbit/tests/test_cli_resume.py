@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TIMEOUT_S, lowbit_env, run_lowbit
+from conftest import TIMEOUT_S, lowbit_env, run_lowbit, run_lowbit_process
 from tiny_model import save_tiny_llama
 
 LAYERS = 24
@@ -38,7 +38,8 @@ def _tensors(directory: Path) -> dict[str, bytes]:
 
 
 def test_sigterm_stops_at_a_boundary_and_the_printed_command_resumes(deep_llama: Path, tmp_path: Path) -> None:
-    reference = run_lowbit(*_args(deep_llama, tmp_path / "ref", tmp_path / "ref-ckpt"))
+    # Separate processes throughout: a signal to a running quantize, and three runs with one thread each.
+    reference = run_lowbit_process(*_args(deep_llama, tmp_path / "ref", tmp_path / "ref-ckpt"))
     assert reference.returncode == 0, reference.stderr
 
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
@@ -63,7 +64,7 @@ def test_sigterm_stops_at_a_boundary_and_the_printed_command_resumes(deep_llama:
 
     import shlex
 
-    resumed = run_lowbit(*shlex.split(command)[1:])
+    resumed = run_lowbit_process(*shlex.split(command)[1:])
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed      from plan step" in resumed.stdout
     assert _tensors(out) == _tensors(tmp_path / "ref")
