@@ -60,3 +60,26 @@ def test_objects_with_to_dict_and_settings_pass_through() -> None:
     assert parse_settings(s).bits == 2
     with pytest.raises(QuantConfigError):
         parse_settings(42)
+
+
+def test_act_group_aware_defaults_as_the_reference() -> None:
+    """GPT-QModel 7.7.0 turns group-aware reordering on for GPTQ unless desc_act; lowbit does too."""
+    assert parse_settings({"method": "gptq", "group_size": 128}).act_group_aware is True
+    assert parse_settings({"method": "gptq", "desc_act": True}).act_group_aware is False
+    assert parse_settings({"method": "gptq", "group_size": -1}).act_group_aware is False  # no groups to order
+    assert parse_settings({"method": "awq"}).act_group_aware is False
+    assert parse_settings({"method": "rtn"}).act_group_aware is False
+    assert parse_settings({"method": "gptq", "act_group_aware": False}).act_group_aware is False
+
+
+def test_act_group_aware_conflicts_name_the_field() -> None:
+    with pytest.raises(QuantConfigError, match="act_group_aware"):
+        parse_settings({"method": "gptq", "desc_act": True, "act_group_aware": True})
+    with pytest.raises(QuantConfigError, match="act_group_aware"):
+        parse_settings({"method": "awq", "act_group_aware": True})
+
+
+def test_act_group_aware_round_trips_through_the_checkpoint_dict() -> None:
+    d = parse_settings({"method": "gptq"}).to_checkpoint_dict()
+    assert d["meta"]["act_group_aware"] is True
+    assert parse_settings(d).act_group_aware is True

@@ -5,8 +5,10 @@ Three orderings exist:
 * natural: columns in order; group of column ``i`` is ``i // group_size``.
 * ``desc_act``: columns by descending Hessian diagonal; groups are formed in *that* order (the permuted
   position ``j`` belongs to group ``j // group_size``), unless ``static_groups`` keeps natural groups.
-* ``act_group_aware``: natural groups are kept, but visited one whole group at a time, groups by
-  descending maximum diagonal and columns inside a group by descending diagonal.
+* ``act_group_aware``: natural groups are kept, but visited one whole group at a time, full groups by
+  descending maximum diagonal and columns inside a full group by descending diagonal; a partial last
+  group (``in`` not a multiple of the group size) is visited last, in natural order, as the reference
+  (GPT-QModel 7.7.0) does.
 
 In every case the group map saved with the weight is ``g_idx[perm[j]] = group_of[j]``. Sorting is stable,
 so ties keep the natural order and the plan is deterministic.
@@ -46,15 +48,12 @@ class ColumnPlan:
 
 def _gar_perm(diag: torch.Tensor, width: int) -> torch.Tensor:
     in_ = diag.numel()
-    starts = list(range(0, in_, width))
-    group_max = torch.stack([diag[s : s + width].max() for s in starts])
-    order = torch.argsort(group_max, descending=True, stable=True)
-    pieces = []
-    for g in order.tolist():
-        s = starts[g]
-        local = torch.argsort(diag[s : s + width], descending=True, stable=True)
-        pieces.append(local + s)
-    return torch.cat(pieces)
+    full = in_ // width
+    blocks = diag[: full * width].reshape(full, width)
+    local = torch.argsort(blocks, dim=1, descending=True, stable=True)
+    order = torch.argsort(blocks.amax(dim=1), descending=True, stable=True)
+    perm = (local + torch.arange(full, dtype=torch.int64)[:, None] * width)[order].reshape(-1)
+    return torch.cat([perm, torch.arange(full * width, in_, dtype=torch.int64)])
 
 
 def _segments(group_of: torch.Tensor) -> tuple[tuple[int, int, int], ...]:

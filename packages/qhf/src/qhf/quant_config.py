@@ -31,7 +31,13 @@ class QuantConfigError(QHFError, ValueError):
 
 @dataclass(frozen=True)
 class QuantSettings:
-    """Normalized settings. ``method``: gptq | awq | rtn; ``format``: the checkpoint layout key."""
+    """Normalized settings. ``method``: gptq | awq | rtn; ``format``: the checkpoint layout key.
+
+    ``act_group_aware`` left as ``None`` resolves as the reference's default does: on for GPTQ with groups
+    (``group_size > 0``) and without ``desc_act``, off otherwise (the reference refuses it per channel; the
+    ordering changes nothing there, so lowbit turns it off instead). Set explicitly, it must not be combined
+    with ``desc_act`` and only GPTQ accepts it.
+    """
 
     method: str = "gptq"
     bits: int = 4
@@ -42,7 +48,7 @@ class QuantSettings:
     damp_percent: float = 0.05
     damp_auto_increment: float = 0.01
     static_groups: bool = False
-    act_group_aware: bool = False
+    act_group_aware: bool | None = None
     mse: float = 0.0
     true_sequential: bool = True
     pack_dtype: str = "int32"
@@ -51,6 +57,16 @@ class QuantSettings:
     #: The run's calibration record (set by ``QuantModel.quantize`` for the default mixture), written to
     #: ``meta.calibration``; not a setting: never parsed from a user's config.
     calibration: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        gar = self.act_group_aware
+        if gar is None:
+            gar = self.method == "gptq" and self.group_size != -1 and not self.desc_act
+        elif gar and self.desc_act:
+            raise QuantConfigError("act_group_aware: requires desc_act=False (the two orderings are alternatives)")
+        elif gar and self.method == "awq":
+            raise QuantConfigError("act_group_aware: AWQ keeps the natural column order; only GPTQ reorders")
+        object.__setattr__(self, "act_group_aware", bool(gar))
 
     @property
     def checkpoint_method(self) -> str:
