@@ -53,6 +53,20 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--asym", action="store_true", help="asymmetric zero points (default: symmetric)")
     p.add_argument("--desc-act", action="store_true", help="GPTQ act-order (columns by descending Hessian)")
     p.add_argument("--damp-percent", type=float, default=None, help="GPTQ damping (default: qhf's, 0.05)")
+    p.add_argument("--static-groups", action="store_true", help="GPTQ group parameters from the unsolved weight")
+    p.add_argument("--mse", type=float, default=None, help="GPTQ range search norm per group (default: 0, off)")
+    p.add_argument(
+        "--no-act-group-aware",
+        action="store_true",
+        help="GPTQ in natural column order (default: group-aware order, as GPT-QModel)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=("reference", "best"),
+        default=None,
+        help="GPTQ recipe: reference (GPT-QModel's defaults) or best (act-order, MSE range search, damping 0.01); "
+        "flags given explicitly override it",
+    )
     p.add_argument("--format", default=None, help="checkpoint layout (default: gptq for gptq/rtn, gemm for awq)")
     p.add_argument("--calibration", default="builtin", metavar="FILE|builtin", help="calibration text")
     p.add_argument("--samples", type=_positive_int, default=128, help="calibration blocks (default: 128)")
