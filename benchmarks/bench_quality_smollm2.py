@@ -216,7 +216,7 @@ def print_table(work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("bench_quality_smollm2"), help="cache folder")
+    parser.add_argument("--work", type=Path, default=Path("bench-results/quality_smollm2"), help="cache folder")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows (see ROWS)")
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--calibration-rows", type=int, default=128)
