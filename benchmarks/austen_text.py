@@ -103,5 +103,3 @@ def austen_book(package_dir: Path, book: str) -> str:
     if current:
         paragraphs.append(" ".join(current))
     return "\n\n".join(paragraphs)
-
-

@@ -29,11 +29,10 @@ from typing import Any
 
 import qhf
 import torch
+from austen_text import DEBIAN_AUSTEN, austen_book
 from qhf.calibration import DefaultCalibration, build_mixture
 from qhf.corpus import bundled_docs
 from qhf.tokenizer import encode
-
-from austen_text import DEBIAN_AUSTEN, austen_book
 
 # --- the measurement ---
 

@@ -189,13 +189,21 @@ def worker(args: argparse.Namespace) -> None:
     result_path.write_text(json.dumps(result))
 
 
+def _cell(ppl: dict[str, float], dense: dict[str, float] | None, text: str) -> str:
+    """``12.34 (1.056)``: perplexity and its ratio to the dense model's on the same text."""
+    return f"{ppl[text]:.2f}" + (f" ({ppl[text] / dense[text]:.3f})" if dense else "")
+
+
 def print_table(work: Path) -> None:
     def load(tool: str, row: str) -> dict[str, Any] | None:
         path = work / f"{tool}__{row.replace(' ', '_')}.json"
         return json.loads(path.read_text()) if path.exists() else None
 
     dense = load("dense", "dense")
-    print(f"\nSmolLM2-135M, 4-bit, Python {platform.python_version()}; perplexity (x dense), quantize wall s, peak RSS GiB")
+    print(
+        f"\nSmolLM2-135M, 4-bit, Python {platform.python_version()}; "
+        "perplexity (x dense), quantize wall s, peak RSS GiB"
+    )
     header = f"{'row':<20}" + "".join(f" | {t + ' docs':>16} {t + ' austen':>18} {'s':>6} {'GiB':>5}" for t in TOOLS)
     print(header)
     if dense:
@@ -207,9 +215,7 @@ def print_table(work: Path) -> None:
             if r is None:
                 cells.append(f" | {'-':>16} {'-':>18} {'-':>6} {'-':>5}")
                 continue
-            ratio = (lambda k: f" ({r['ppl'][k] / dense['ppl'][k]:.3f})") if dense else (lambda k: "")
-            docs = f"{r['ppl']['docs']:.2f}{ratio('docs')}"
-            aus = f"{r['ppl']['austen']:.2f}{ratio('austen')}"
+            docs, aus = (_cell(r["ppl"], dense["ppl"] if dense else None, k) for k in ("docs", "austen"))
             cells.append(f" | {docs:>16} {aus:>18} {r['quantize_seconds'] or 0:>6.0f} {r['peak_rss_gib']:>5.2f}")
         print(f"{row:<20}" + "".join(cells))
 

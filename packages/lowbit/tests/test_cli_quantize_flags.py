@@ -21,8 +21,15 @@ def test_defaults_leave_the_reference_defaults_to_qhf() -> None:
 
 
 def test_gptq_flags_reach_the_settings() -> None:
-    settings = parse_settings(_config("--static-groups", "--mse", "2.4", "--no-act-group-aware", "--damp-percent", "0.02"))
-    assert (settings.static_groups, settings.mse, settings.act_group_aware, settings.damp_percent) == (True, 2.4, False, 0.02)
+    settings = parse_settings(
+        _config("--static-groups", "--mse", "2.4", "--no-act-group-aware", "--damp-percent", "0.02")
+    )
+    assert (settings.static_groups, settings.mse, settings.act_group_aware, settings.damp_percent) == (
+        True,
+        2.4,
+        False,
+        0.02,
+    )
 
 
 def test_best_preset_and_explicit_flags_override_it() -> None:
@@ -34,5 +41,5 @@ def test_best_preset_and_explicit_flags_override_it() -> None:
 
 
 def test_preset_with_another_method_is_refused_naming_both_flags() -> None:
-    with pytest.raises(UsageError, match="--preset best.*--method awq"):
+    with pytest.raises(UsageError, match=r"--preset best.*--method awq"):
         _config("--preset", "best", "--method", "awq")
