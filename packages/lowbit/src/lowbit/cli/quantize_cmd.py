@@ -48,7 +48,12 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     """The qhf quantization config dict the flags describe."""
-    config: dict[str, Any] = {"method": args.method, "bits": args.bits, "group_size": args.group_size, "sym": not args.asym}
+    config: dict[str, Any] = {
+        "method": args.method,
+        "bits": args.bits,
+        "group_size": args.group_size,
+        "sym": not args.asym,
+    }
     flags = {
         "desc_act": True if args.desc_act else None,
         "static_groups": True if args.static_groups else None,
@@ -60,7 +65,9 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     config.update({key: value for key, value in flags.items() if value is not None})
     if args.preset is not None:
         if args.method != "gptq":
-            raise UsageError(f"--preset {args.preset}: a GPTQ recipe; it cannot be combined with --method {args.method}")
+            raise UsageError(
+                f"--preset {args.preset}: a GPTQ recipe; it cannot be combined with --method {args.method}"
+            )
         from qhf.presets import apply_preset
 
         config = apply_preset(args.preset, config)
