@@ -60,3 +60,18 @@ def test_rtn_skips_calibration_and_writes_the_requested_layout(tiny_llama: Path,
     config = json.loads((out / "quantize_config.json").read_text())
     assert (config["format"], config["sym"]) == ("gptq_v2", False)
     assert "fallbacks    0" in result.stdout
+
+
+def test_best_preset_runs_end_to_end_and_records_its_settings(
+    tiny_llama: Path, calibration_text: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "best"
+    result = run_lowbit(
+        "quantize", str(tiny_llama), "--preset", "best", "--group-size", "32", "--calibration", str(calibration_text),
+        "--samples", "4", "--length", "32", "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    config = json.loads((out / "quantize_config.json").read_text())
+    assert config["desc_act"] is True
+    meta = config["meta"]
+    assert (meta["mse"], meta["damp_percent"], meta["act_group_aware"]) == (2.0, 0.01, False)
