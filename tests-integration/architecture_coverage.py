@@ -74,6 +74,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "flex_olmo": MOE,
     "ernie4_5_moe": MOE,
     "glm4_moe": {**MOE, "first_k_dense_replace": 1},
+    "gpt_oss": MOE,  # experts fused in the files ([E, H, 2I]), interleaved gate/up, clamped SwiGLU
     "gpt2": {},
     "bloom": {},
 }

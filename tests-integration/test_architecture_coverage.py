@@ -33,7 +33,7 @@ def test_family_quantizes_saves_and_reloads(family: str, tokenizer) -> None:
     outcome = run_family(family, tokenizer)
     assert outcome.status["gptq"] == "pass"
     assert outcome.status["awq"] in ("pass", "no previous op")
-    assert outcome.experts == (family in MOE_FAMILIES or family in {"flex_olmo", "ernie4_5_moe", "glm4_moe"})
+    assert outcome.experts == (family in MOE_FAMILIES or family in {"flex_olmo", "ernie4_5_moe", "glm4_moe", "gpt_oss"})
 
 
 @pytest.mark.parametrize("family", sorted(EXPECTED_UNSUPPORTED))

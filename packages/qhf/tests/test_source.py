@@ -53,6 +53,23 @@ def test_sharded_directory_and_tied_embeddings(tmp_path, tokenizer) -> None:
         assert torch.equal(model(ids).logits, _dense(directory)(ids).logits)
 
 
+def test_experts_fused_in_the_files_read_and_listed_per_expert(tmp_path, tokenizer) -> None:
+    """GPT-OSS stores its experts fused (``mlp.experts.gate_up_proj`` ``[E, H, 2I]``): the unfused skeleton
+    reads each expert's slice, and ``tensor_names`` lists the unfused names instead of the fused ones."""
+    moe = {"num_local_experts": 4, "num_experts_per_tok": 2}
+    directory = save_tiny_model(tmp_path / "m", "gpt_oss", tokenizer=tokenizer, **moe)
+    source = open_source(directory)
+    fused = "model.layers.1.mlp.experts.gate_up_proj"
+    assert fused in source.names
+    names = source.tensor_names()
+    assert fused not in names and "model.layers.1.mlp.experts.down_proj" not in names
+    assert {f"model.layers.1.mlp.experts.{e}.up_proj.weight" for e in range(4)} <= set(names)
+    model = source.materialize_all()
+    ids = torch.arange(3, 30).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, _dense(directory)(ids).logits, atol=1e-5)
+
+
 def test_missing_config_names_the_file(tmp_path, tiny_dirs) -> None:
     copy = Path(shutil.copytree(tiny_dirs("llama"), tmp_path / "c"))
     (copy / "config.json").unlink()

@@ -5,13 +5,16 @@ Files store them either fused (``mlp.experts.gate_up_proj`` ``[E, ...]``, as GPT
 under the names transformers converts from when it loads (``block_sparse_moe.experts.3.w1.weight``); other
 tensors may also be renamed by that conversion (``block_sparse_moe.gate`` -> ``mlp.gate``). :func:`aliases`
 maps each skeleton name the files lack to a reader, using transformers' own conversion mapping for the
-model (``transformers.conversion_mapping``), so no family is spelled out here.
+model (``transformers.conversion_mapping``), so no family is spelled out here. Each :class:`Reader` names
+the file tensors it reads, so a checkpoint writer can tell which file names the aliases replace without
+reading (or guessing the shape of) any tensor.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,8 +23,21 @@ from torch import nn
 from ..architectures.fused_experts import FusedSlice
 from ..errors import SourceFormatError
 
-Reader = Callable[[Callable[[str], torch.Tensor]], torch.Tensor]
-"""Given the source's ``get(name) -> tensor`` (file names), the skeleton tensor."""
+Getter = Callable[[str], torch.Tensor]
+"""The source's ``get(name) -> tensor`` over file names."""
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One skeleton tensor read from file tensor ``source``: ``reader(get)`` returns it (``where`` slices
+    an expert's part out of a fused tensor; ``None``: the file tensor is the skeleton tensor, renamed)."""
+
+    source: str
+    where: FusedSlice | None = None
+
+    def __call__(self, get: Getter) -> torch.Tensor:
+        tensor = get(self.source)
+        return tensor if self.where is None else self.where.take(tensor)
 
 
 def _conversions(model: nn.Module) -> tuple[list[Any], list[Any], Callable[..., Any]] | None:
@@ -52,7 +68,7 @@ def aliases(
         for rel, where in slices.items():
             name, fused_name = f"{module}.{rel}", f"{module}.{where.fused_name}"
             if name in missing and fused_name in stored:
-                found[name] = lambda get, w=where, f=fused_name: w.take(get(f))
+                found[name] = Reader(fused_name, where)
     conversions = _conversions(model)
     if conversions is None or not (missing - set(found)):
         return found
@@ -61,7 +77,7 @@ def aliases(
         target, pattern = rename(file_name, renamings, converters)
         if pattern is None:
             if target in missing and target != file_name:
-                found[target] = lambda get, f=file_name: get(f)
+                found[target] = Reader(file_name)
             continue
         module, _, fused_name = target.rpartition(".")
         converter = next(c for c in converters if pattern in c.source_patterns)
@@ -79,5 +95,5 @@ def aliases(
                 half,
                 True,
             ):
-                found[f"{module}.{rel}"] = lambda get, f=file_name: get(f)
+                found[f"{module}.{rel}"] = Reader(file_name)
     return found
