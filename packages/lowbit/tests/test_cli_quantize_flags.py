@@ -34,9 +34,9 @@ def test_gptq_flags_reach_the_settings() -> None:
 
 def test_best_preset_and_explicit_flags_override_it() -> None:
     best = parse_settings(_config("--preset", "best"))
-    assert (best.desc_act, best.act_group_aware, best.mse, best.damp_percent) == (True, False, 2.0, 0.01)
-    tuned = parse_settings(_config("--preset", "best", "--damp-percent", "0.05", "--group-size", "64", "--asym"))
-    assert (tuned.desc_act, tuned.damp_percent, tuned.group_size, tuned.sym) == (True, 0.05, 64, False)
+    assert (best.desc_act, best.act_group_aware, best.mse, best.damp_percent) == (True, False, 2.0, 0.05)
+    tuned = parse_settings(_config("--preset", "best", "--damp-percent", "0.02", "--group-size", "64", "--asym"))
+    assert (tuned.desc_act, tuned.damp_percent, tuned.group_size, tuned.sym) == (True, 0.02, 64, False)
     assert parse_settings(_config("--preset", "reference")) == parse_settings(_config())
 
 

@@ -64,7 +64,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         "--preset",
         choices=("reference", "best"),
         default=None,
-        help="GPTQ recipe: reference (GPT-QModel's defaults) or best (act-order, MSE range search, damping 0.01); "
+        help="GPTQ recipe: reference (GPT-QModel's defaults) or best (act-order, MSE range search); "
         "flags given explicitly override it",
     )
     p.add_argument("--format", default=None, help="checkpoint layout (default: gptq for gptq/rtn, gemm for awq)")
