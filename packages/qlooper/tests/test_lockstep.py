@@ -45,7 +45,7 @@ def test_lockstep_gives_the_sequential_numbers(both) -> None:
 def test_lockstep_runs_each_layer_once_per_batch(both) -> None:
     (_, _, calls_l), (_, _, calls_s) = both
     batches, layers, groups = len(toy_calibration().batches), 4, len(DENSE.groups)
-    capture = batches  # layer 0 is entered once per batch to capture its inputs
+    capture = batches * layers  # every layer is entered (its stand-in forward) once per batch to record its call
     assert calls_l == capture + batches * layers  # one forward per batch per layer
     assert calls_s == capture + batches * layers * (groups + 1)  # a capture forward per group plus the replay
 

@@ -155,7 +155,11 @@ class LayerLoop:
         cursor = self.extensions.start(LoopContext(state.plan, self.model, [self.processor], state))
         if self.processor.needs_calibration and state.cache is None and calibration is not None:
             state.cache = capture_first_layer_inputs(
-                self.model, state.layers[0][1], calibration, device=self.options.cache_device
+                self.model,
+                state.layers[0][1],
+                calibration,
+                device=self.options.cache_device,
+                layers=[layer for _, layer in state.layers],
             )
         state.cursor = state.start_cursor = cursor
         progress = Progress(len(state.plan), enabled=self.options.progress)
@@ -264,6 +268,8 @@ class LayerLoop:
     ) -> list[Future[Any]]:
         state = self.state
         name, layer = state.layers[position]
+        if state.cache is not None:
+            state.cache = state.cache.for_layer(position)  # this layer's kwargs (its type's mask)
         ctx = LayerContext(position, name, layer, self.definition, state.cache, self.total_tokens)
         groups = resolve_groups(layer, name, self.definition)
         modules = {m.full_name: m for g in groups for m in g.modules}
