@@ -122,7 +122,12 @@ def quantize_reference(inputs: dict[str, Any], kwargs: dict[str, Any], out: Path
     from gptqmodel import GPTQModel, QuantizeConfig
     from transformers import AutoTokenizer
 
-    config = QuantizeConfig(bits=4, **kwargs)
+    if kwargs.get("method") == "rtn":  # the reference's RTN is its own config class (weight-only, no Hessian)
+        from gptqmodel.quantization.config import RTNConfig
+
+        config = RTNConfig(bits=4, **{k: v for k, v in kwargs.items() if k != "method"})
+    else:
+        config = QuantizeConfig(bits=4, **kwargs)
     model = GPTQModel.load(inputs["dense"], config, device="cpu", dtype=torch.float32)
     rows = [{"input_ids": r, "attention_mask": [1] * len(r)} for r in inputs["calibration"]]
     start = time.perf_counter()
