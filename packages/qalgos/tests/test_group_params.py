@@ -66,7 +66,16 @@ def test_mse_search_never_worse_than_plain_range() -> None:
         assert float(errs[1].sum()) < 0.97 * float(errs[0].sum())
 
 
-def test_float16_scales_are_exact_float16_values() -> None:
+def test_float16_storage_does_not_round_the_solving_scales() -> None:
     x = torch.randn(8, 32, generator=torch.Generator().manual_seed(1))
+    scale16, _ = gptq_params(x, QuantSpec(bits=4, scale_dtype="float16"))
+    scale32, _ = gptq_params(x, QuantSpec(bits=4))
+    assert torch.equal(scale16, scale32)
+    assert not torch.equal(scale16, scale16.to(torch.float16).to(torch.float32))
+
+
+def test_float16_storage_clamps_tiny_scales_into_float16_range() -> None:
+    x = torch.zeros(2, 8)
+    x[0, 0] = 1e-9
     scale, _ = gptq_params(x, QuantSpec(bits=4, scale_dtype="float16"))
-    assert torch.equal(scale, scale.to(torch.float16).to(torch.float32))
+    assert bool((scale >= torch.finfo(torch.float16).tiny).all())

@@ -41,10 +41,17 @@ def test_rtn_error_shrinks_with_bits(weight: torch.Tensor) -> None:
     assert losses == sorted(losses, reverse=True)
 
 
-def test_float16_scale_dtype_dequantizes_as_solved(weight: torch.Tensor) -> None:
+def test_float16_scale_dtype_dequantizes_as_stored(weight: torch.Tensor) -> None:
     result = quantize_rtn(weight, QuantSpec(bits=4, group_size=32, scale_dtype="float16"))
     assert result.weight.scales.dtype == np.float16
     assert torch.equal(torch.from_numpy(result.weight.dequantize()), result.dequantized)
+
+
+def test_float16_storage_keeps_the_float32_code_choice(weight: torch.Tensor) -> None:
+    wide = quantize_rtn(weight, QuantSpec(bits=4, group_size=32))
+    narrow = quantize_rtn(weight, QuantSpec(bits=4, group_size=32, scale_dtype="float16"))
+    np.testing.assert_array_equal(narrow.weight.codes, wide.weight.codes)
+    np.testing.assert_array_equal(narrow.weight.scales, wide.weight.scales.astype(np.float16))
 
 
 @pytest.mark.parametrize(

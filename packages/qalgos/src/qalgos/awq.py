@@ -23,7 +23,7 @@ import torch
 from .awq_clip import apply_clip, clip_allowed, search_clip
 from .errors import NumericalError, ShapeError, SpecError
 from .group_params import awq_params
-from .result import QuantResult, build_logical, check_weight
+from .result import QuantResult, build_logical, check_weight, stored_dequantized
 from .rtn import natural_g_idx, quantize_groups
 from .spec import QuantSpec
 
@@ -158,8 +158,9 @@ def quantize_awq(weight: torch.Tensor, spec: QuantSpec, clip: torch.Tensor | Non
     check_weight(weight)
     w = weight.detach().to(torch.float32)
     source = apply_clip(w, clip, spec) if clip is not None else w
-    codes, scales, zeros, deq = quantize_groups(source, spec, awq_params)
+    codes, scales, zeros, _ = quantize_groups(source, spec, awq_params)
     logical = build_logical(codes, scales, zeros, natural_g_idx(w.shape[1], spec), spec, {"algorithm": "awq"})
+    deq = stored_dequantized(logical, w)
     loss = float(((deq - w) ** 2).mean())
     return QuantResult(logical, deq.to(weight.dtype), loss, None, 0, None)
 

@@ -13,7 +13,7 @@ from .gptq_solve import solve, static_params
 from .group_params import gptq_params
 from .hessian import HessianAccumulator
 from .hessian_inverse import DampedInverse, damped_inverse
-from .result import QuantResult, build_logical, check_weight
+from .result import QuantResult, build_logical, check_weight, stored_dequantized
 from .spec import QuantSpec
 
 
@@ -132,10 +132,8 @@ class GPTQ:
             return fall_back(weight, spec, f"GPTQ loss is not finite ({loss})", self.nsamples)
         inv = torch.argsort(plan.perm)
         codes = out.codes_t[inv].T
-        dequant = out.dequant_t[inv].T.contiguous()
         meta: dict[str, object] = {"algorithm": "gptq", "damp": inverse.damp}
         if inverse.floor:
             meta["damp_floor"] = inverse.floor
         logical = build_logical(codes, out.scales, out.zeros, plan.g_idx(), spec, meta)
-        dequant = dequant.to(device=weight.device, dtype=weight.dtype)
-        return QuantResult(logical, dequant, loss, inverse.damp, self.nsamples, None)
+        return QuantResult(logical, stored_dequantized(logical, weight), loss, inverse.damp, self.nsamples, None)

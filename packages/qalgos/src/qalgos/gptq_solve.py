@@ -29,11 +29,10 @@ INNER_WIDTH = 16
 
 @dataclass(frozen=True)
 class SolveOutput:
-    """Solve results in visiting order: ``codes_t``/``dequant_t`` ``[in, out]`` float32, per-group
+    """Solve results in visiting order: ``codes_t`` ``[in, out]`` float32, per-group
     ``scales``/``zeros`` ``[G, out]`` float32, and ``loss_sum`` = ``sum((w - q)**2 / d**2) / 2``."""
 
     codes_t: torch.Tensor
-    dequant_t: torch.Tensor
     scales: torch.Tensor
     zeros: torch.Tensor
     loss_sum: float
@@ -112,6 +111,4 @@ def _solve(
         loss_sum += float(block_err.to(torch.float64).square().sum()) / 2
         if b1 < in_:
             wt[b1:].addmm_(upper[b0:b1, b1:].T, block_err, alpha=-1)
-    group_index = plan.group_of
-    dequant_t = (codes_t - zeros[group_index]).mul_(scales[group_index])
-    return SolveOutput(codes_t, dequant_t, scales, zeros, loss_sum)
+    return SolveOutput(codes_t, scales, zeros, loss_sum)

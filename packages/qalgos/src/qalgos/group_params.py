@@ -29,9 +29,13 @@ MSE_MAX_SHRINK = 0.8
 
 
 def finish_scale(scale: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """Replace zero scales by the smallest normal and round to ``spec.scale_dtype`` (kept in float32)."""
+    """Replace zero scales by the smallest normal of ``spec.scale_dtype`` and clamp them to its range.
+
+    The values stay float32 and unrounded: codes are chosen under them, and the rounding to float16
+    storage happens once, in :func:`qalgos.result.build_logical`.
+    """
     if spec.scale_dtype == "float16":
-        return scale.clamp(FLOAT16_TINY, FLOAT16_MAX).to(torch.float16).to(torch.float32)
+        return scale.clamp(FLOAT16_TINY, FLOAT16_MAX)
     return torch.where(scale == 0, torch.full_like(scale, FLOAT32_TINY), scale)
 
 

@@ -18,7 +18,8 @@ class QuantResult:
 
     * ``weight``: the logical quantized weight (codes uint8 ``[out, in]``, scales ``[G, out]`` in
       ``spec.scale_dtype``, true zero points int32 ``[G, out]``, g_idx int32 ``[in]``).
-    * ``dequantized``: ``[out, in]`` in the input weight's dtype, equal to ``weight.dequantize()`` cast.
+    * ``dequantized``: ``[out, in]`` in the input weight's dtype, equal to ``weight.dequantize()`` cast (it
+      is computed from the stored scales, see :func:`stored_dequantized`).
     * ``loss``: GPTQ: ``sum((w - q)**2 / d**2) / 2 / nsamples``; RTN and AWQ: mean squared weight error.
     * ``damp``: the damping fraction actually used by GPTQ (``None`` for RTN/AWQ or when GPTQ fell back).
     * ``nsamples``: calibration tokens behind the result (0 for data-free quantizers).
@@ -67,3 +68,9 @@ def build_logical(
         sym=spec.sym,
         meta=meta,
     )
+
+
+def stored_dequantized(logical: QuantizedWeight, like: torch.Tensor) -> torch.Tensor:
+    """``logical.dequantize()`` (float32 arithmetic on the stored scales) as a tensor ``[out, in]`` with
+    ``like``'s dtype and device: what a checkpoint of ``logical`` computes, and what the next layer sees."""
+    return torch.from_numpy(logical.dequantize()).to(device=like.device, dtype=like.dtype)

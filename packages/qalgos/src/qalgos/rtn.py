@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from .group_params import codes_of, dequant_of, gptq_params
-from .result import QuantResult, build_logical, check_weight
+from .result import QuantResult, build_logical, check_weight, stored_dequantized
 from .spec import QuantSpec
 
 ParamFn = Callable[[torch.Tensor, QuantSpec], tuple[torch.Tensor, torch.Tensor]]
@@ -54,10 +54,11 @@ def quantize_rtn(weight: torch.Tensor, spec: QuantSpec, fallback: str | None = N
     """
     check_weight(weight)
     w = weight.detach().to(torch.float32)
-    codes, scales, zeros, deq = quantize_groups(w, spec, gptq_params)
+    codes, scales, zeros, _ = quantize_groups(w, spec, gptq_params)
     meta: dict[str, object] = {"algorithm": "rtn"}
     if fallback is not None:
         meta["fallback"] = fallback
     logical = build_logical(codes, scales, zeros, natural_g_idx(w.shape[1], spec), spec, meta)
+    deq = stored_dequantized(logical, w)
     loss = float(((deq - w) ** 2).mean())
     return QuantResult(logical, deq.to(weight.dtype), loss, None, 0, fallback)

@@ -24,8 +24,10 @@ class QuantSpec:
     * ``damp_auto_increment``: step by which the damping grows while Cholesky fails.
     * ``mse``: when > 0, the norm exponent of a shrink-grid search for each group's range (0 = off).
     * ``block_size``: GPTQ lazy-update block width in columns.
-    * ``scale_dtype``: ``"float32"`` (default) keeps scales as computed; ``"float16"`` rounds them to
-      float16 *before* codes are chosen, so that a float16 checkpoint dequantizes exactly as solved.
+    * ``scale_dtype``: the dtype the scales are stored in, ``"float32"`` (default) or ``"float16"``. Codes
+      are always chosen under the float32 scales (as the reference does); float16 scales are clamped to
+      the float16 range while solving and rounded only when the logical weight is built, and the result's
+      ``dequantized`` is computed from the stored scales, so a checkpoint dequantizes exactly as reported.
     """
 
     bits: int
