@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         hint = "" if args.checkpoint_dir else "; add --checkpoint-dir DIR to make the run resumable"
         print(f"lowbit quantize: interrupted; nothing was saved{hint}", file=sys.stderr)
         return EXIT_STOPPED
-    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify)
+    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype)
     rows = [qm.results[name].row() for name in qm.results] if qm.results else []
     print()
     print(render_table(PER_LAYER_HEADERS, per_layer_rows(rows)))
@@ -184,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     )
     after = int(saved.get("bytes", 0))
     print(f"size after   {human_bytes(after)} on disk ({after / (params * 2):.2f}x the float16 size)")
+    print(f"dense dtype  {summary.get('dense_dtype')} (non-quantized tensors and config.json; --dtype to choose)")
     verification = summary.get("verification")
     if isinstance(verification, dict):
         print(f"verified     {'passed' if verification.get('passed') else 'FAILED'} (reloaded and compared)")
