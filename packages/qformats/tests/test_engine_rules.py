@@ -86,6 +86,12 @@ def test_in_divisible_by_group(group: int, fails: bool) -> None:
         assert reason == "model.layers.0.self_attn.q_proj: K=576 not divisible by group_size 128 (and 2 more of 4 modules)"
 
 
+def test_in_divisible_by_group_larger_than_k() -> None:
+    small = BASE.changed(group_size=128, modules=(LinearShape("m", 64, 128),))
+    assert InDivisibleByGroup().check(small) == "m: K=64 not divisible by group_size 128"  # vLLM gptq: K % g
+    assert InDivisibleByGroup(below_k_only=True).check(small) is None  # Marlin: only when group_size < K
+
+
 def test_dtype_in_is_not_blocking() -> None:
     rule = DtypeIn(("float16",))
     assert rule.check(BASE) is None and rule.blocking is False

@@ -65,3 +65,4 @@ def test_unknown_dtype_is_refused(tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), RTN)
     with pytest.raises(QHFError, match=r"dtype 'float8'.*auto, float16, bfloat16, float32"):
         resolve_dense_dtype(qm.source, "float8")
+

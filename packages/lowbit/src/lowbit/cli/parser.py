@@ -85,6 +85,13 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="dtype of the non-quantized tensors and config.json (default: auto, the source's; float16 for a .gguf)",
     )
+    p.add_argument(
+        "--target",
+        default=None,
+        metavar="ENGINE[:KERNEL]",
+        help="make the result loadable by this engine (vllm, transformers+gptqmodel, llama.cpp; e.g. vllm:gptq): "
+        "adjust settings and say which, or refuse before any work",
+    )
     p.add_argument("--no-verify", action="store_true", help="skip reloading and comparing the saved checkpoint")
     p.add_argument("--plot", default=None, metavar="PNG", help="write a PNG of per-module loss (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -34,6 +34,13 @@ def _check_args(args: argparse.Namespace) -> None:
     """Flag checks that need no model (run before torch is imported, so bad arguments fail fast)."""
     if not Path(args.source).exists():
         raise UsageError(f"quantize: source {args.source!r} does not exist (expected a HF model directory or a .gguf)")
+    if args.target is not None:
+        from qformats.engines import EngineTargetError, kernels_for
+
+        try:
+            kernels_for(args.target)
+        except EngineTargetError as exc:
+            raise UsageError(f"--target: {exc}") from None
     if args.resume and args.checkpoint_dir is None:
         raise UsageError("--resume needs --checkpoint-dir (the directory the stopped run committed its checkpoint to)")
     out = Path(args.out)
@@ -102,6 +109,30 @@ def _describe_calibration(summary: dict[str, Any], fallback: str) -> str:
     return f"{fallback} ({counts})" if counts else fallback
 
 
+def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> tuple[Any, str]:
+    """Plan ``--target`` on the lazily opened source (no weight read): the same model when the settings
+    fit, else one reopened with the adjusted settings (``args.dtype`` too); a target no setting change can
+    satisfy raises ``qformats.engines.EngineTargetError`` (exit status 2)."""
+    import qhf
+    from qformats.engines import plan_target
+    from qhf.engine_facts import planned_facts
+    from qhf.quant_config import METHOD_FORMATS
+
+    from .engine_lines import target_changes_text
+
+    plan = plan_target(planned_facts(qm, args.dtype), args.target, formats=METHOD_FORMATS[args.method])
+    line = target_changes_text(args.target, plan)
+    changes = dict(plan.changes)
+    if "dtype" in changes:
+        args.dtype = str(changes.pop("dtype")[1])
+    if changes:
+        config = {**config, **{name: new for name, (_old, new) in changes.items()}}
+        if config.get("desc_act") is False:
+            config.pop("act_group_aware", None)
+        qm = qhf.load(args.source, config)
+    return qm, line
+
+
 def _parameter_count(model: Any) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 
@@ -119,7 +150,11 @@ def run(args: argparse.Namespace) -> int:
             f"qhf (it quantizes models with: {', '.join(METHOD_FORMATS)})"
         )
     wall = time.perf_counter()
-    qm = qhf.load(args.source, quant_config(args))
+    config = quant_config(args)
+    qm = qhf.load(args.source, config)
+    target_line = None
+    if args.target is not None:
+        qm, target_line = _apply_target(args, qm, config)
     params = _parameter_count(qm.model)
     source_bytes = path_bytes(args.source)
     print(
@@ -128,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     settings = qm.settings
+    if target_line is not None:
+        print(target_line, flush=True)
     print(
         f"quantize     {settings.method} {settings.bits}-bit group {settings.group_size} "
         f"{'sym' if settings.sym else 'asym'} -> format {settings.format}",
@@ -194,6 +231,9 @@ def run(args: argparse.Namespace) -> int:
         f"time         {time.perf_counter() - wall:.1f} s (calibration {summary.get('calibration_seconds', 0):.1f} s, "
         f"quantize {summary.get('quantize_seconds', 0):.1f} s, save {saved.get('seconds', 0):.1f} s)"
     )
+    from .engine_lines import directory_verdicts, engines_text
+
+    print(engines_text(directory_verdicts(args.out)))
     print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
     if args.plot is not None:
         from .plots import plot_module_losses

@@ -162,8 +162,13 @@ class OutDivisibleByPackFactor:
 
 @dataclass(frozen=True)
 class InDivisibleByGroup:
-    """K of every module divisible by the group size (no partial last group); per channel passes."""
+    """K of every module divisible by the group size (no partial last group); per channel passes.
 
+    ``below_k_only``: a group size of K or more passes (Marlin's condition: ``group_size < input_size``);
+    otherwise a group larger than K fails too (``K % group_size`` is K then).
+    """
+
+    below_k_only: bool = False
     setting = "group_size"
     blocking = True
     rule = "K % group_size == 0"
@@ -174,7 +179,7 @@ class InDivisibleByGroup:
             return None
         return _shape_failure(
             facts,
-            lambda m: g < m.in_features and m.in_features % g != 0,
+            lambda m: m.in_features % g != 0 and not (self.below_k_only and g >= m.in_features),
             lambda m: f"K={m.in_features} not divisible by group_size {g}",
         )
 
