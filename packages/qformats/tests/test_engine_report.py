@@ -40,9 +40,7 @@ def _verdicts(facts: CheckpointFacts) -> dict[str, object]:
 def test_catalog_keys_are_unique_and_every_rule_has_text() -> None:
     keys = [k.key for k in KERNELS]
     assert len(keys) == len(set(keys))
-    assert {"vllm:gptq", "vllm:gptq_marlin", "vllm:machete", "vllm:exllama", "vllm:awq", "vllm:awq_marlin"} <= set(
-        keys
-    )
+    assert {"vllm:gptq", "vllm:gptq_marlin", "vllm:machete", "vllm:exllama", "vllm:awq", "vllm:awq_marlin"} <= set(keys)
     assert all(k.source and rule.rule for k in KERNELS for rule in k.rules)
 
 
@@ -82,7 +80,7 @@ def test_plan_for_an_engine_picks_the_kernel_needing_fewest_changes() -> None:
     assert plan.kernel.key == "vllm:gptq" and plan.changes == {"dtype": ("float32", "float16")}
 
 
-def test_plan_turns_sym_and_act_order_as_the_kernel_needs() -> None:
+def test_plan_turns_sym_as_the_kernel_needs_and_keeps_act_order() -> None:
     shapes = (LinearShape("m", 1024, 1024),)
     facts = CheckpointFacts("gptq", 4, 128, False, True, "bfloat16", shapes)
     plan = plan_target(facts, "vllm:gptq_marlin", formats=GPTQ_FORMATS)

@@ -13,7 +13,6 @@ from qformats.engines.rules import (
     GroupSizeIn,
     InDivisible,
     InDivisibleByGroup,
-    NoActOrder,
     OutDivisible,
     OutDivisibleByPackFactor,
     SymOnly,
@@ -53,11 +52,6 @@ def test_sym_only() -> None:
     assert "asymmetric" in SymOnly().check(BASE.changed(sym=False))
 
 
-def test_no_act_order() -> None:
-    assert NoActOrder().check(BASE) is None
-    assert "act-order" in NoActOrder().check(BASE.changed(desc_act=True))
-
-
 def test_in_divisible_names_the_first_module_and_counts_the_rest() -> None:
     assert InDivisible(64).check(BASE) is None
     assert InDivisible(128).check(BASE) == (
@@ -83,7 +77,9 @@ def test_in_divisible_by_group(group: int, fails: bool) -> None:
     reason = InDivisibleByGroup().check(BASE.changed(group_size=group))
     assert (reason is not None) is fails
     if fails:
-        assert reason == "model.layers.0.self_attn.q_proj: K=576 not divisible by group_size 128 (and 2 more of 4 modules)"
+        assert (
+            reason == "model.layers.0.self_attn.q_proj: K=576 not divisible by group_size 128 (and 2 more of 4 modules)"
+        )
 
 
 def test_in_divisible_by_group_larger_than_k() -> None:

@@ -19,7 +19,7 @@ def _saved_dtypes(directory) -> dict[str, torch.dtype]:
     dtypes = {}
     for shard in directory.glob("*.safetensors"):
         with safe_open(str(shard), "pt") as handle:
-            for name in handle.keys():  # noqa: SIM118 (safe_open has no __iter__)
+            for name in handle.keys():
                 dtypes[name] = handle.get_tensor(name).dtype
     return dtypes
 
@@ -65,4 +65,3 @@ def test_unknown_dtype_is_refused(tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), RTN)
     with pytest.raises(QHFError, match=r"dtype 'float8'.*auto, float16, bfloat16, float32"):
         resolve_dense_dtype(qm.source, "float8")
-

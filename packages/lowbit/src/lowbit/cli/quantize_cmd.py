@@ -127,8 +127,6 @@ def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> 
         args.dtype = str(changes.pop("dtype")[1])
     if changes:
         config = {**config, **{name: new for name, (_old, new) in changes.items()}}
-        if config.get("desc_act") is False:
-            config.pop("act_group_aware", None)
         qm = qhf.load(args.source, config)
     return qm, line
 

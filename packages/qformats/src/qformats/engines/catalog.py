@@ -19,7 +19,6 @@ from .rules import (
     GroupSizeIn,
     InDivisible,
     InDivisibleByGroup,
-    NoActOrder,
     OutDivisible,
     OutDivisibleByPackFactor,
     Rule,

@@ -1,7 +1,7 @@
 """One engine load rule per class: ``check(facts)`` returns None when the rule holds, else why it fails.
 
 Every rule names the setting an adjustment could change (``setting``: ``format``, ``bits``, ``group_size``,
-``sym``, ``desc_act``, ``dtype``, ``container``) and whether breaking it stops the load (``blocking``;
+``sym``, ``dtype``, ``container``) and whether breaking it stops the load (``blocking``;
 a dtype rule is not blocking: engines cast the dense weights when told which dtype to run in).
 Shape failures name the first failing module and how many fail.
 """
@@ -95,18 +95,6 @@ class SymOnly:
 
     def check(self, facts: CheckpointFacts) -> str | None:
         return None if facts.sym else "asymmetric (sym = false) codes; the kernel takes symmetric ones only"
-
-
-@dataclass(frozen=True)
-class NoActOrder:
-    """No act-order (``desc_act``): the kernel has no input permutation."""
-
-    setting = "desc_act"
-    blocking = True
-    rule = "desc_act = false"
-
-    def check(self, facts: CheckpointFacts) -> str | None:
-        return "act-order (desc_act = true) is not supported by this kernel" if facts.desc_act else None
 
 
 @dataclass(frozen=True)
@@ -224,7 +212,6 @@ Rule = (
     | BitsIn
     | GroupSizeIn
     | SymOnly
-    | NoActOrder
     | InDivisible
     | OutDivisible
     | OutDivisibleByPackFactor

@@ -2,7 +2,7 @@
 
 Settings the quantizer still controls are adjusted, in this order of preference: keep everything; else
 change the fewest settings among ``format`` (to one the kernel reads and the method can write),
-``sym`` (to symmetric), ``desc_act`` (off), ``group_size`` (the largest the kernel accepts for which every
+``sym`` (to symmetric), ``group_size`` (the largest the kernel accepts for which every
 shape rule holds; per channel last) and ``dtype`` (the kernel's first activation dtype). Bits and module
 shapes are never changed: when they break a rule the target is refused with every kernel's reasons.
 """
@@ -17,7 +17,7 @@ from ..errors import QFormatsError
 from .catalog import ENGINES, KERNELS, EngineKernel
 from .facts import CheckpointFacts
 from .report import Verdict, check_kernel
-from .rules import DtypeIn, FormatIn, GroupSizeIn, NoActOrder, SymOnly
+from .rules import DtypeIn, FormatIn, GroupSizeIn, SymOnly
 
 DEFAULT_GROUPS = (128, 64, 32, -1)
 
@@ -59,19 +59,18 @@ def _candidates(kernel: EngineKernel, facts: CheckpointFacts, formats: Sequence[
     ordered = sorted((g for g in allowed if g != -1), reverse=True) + ([-1] if -1 in allowed else [])
     groups = [facts.group_size] + [g for g in ordered if g != facts.group_size]
     syms = [facts.sym] + ([True] if _rule(kernel, SymOnly) and not facts.sym else [])
-    acts = [facts.desc_act] + ([False] if _rule(kernel, NoActOrder) and facts.desc_act else [])
     dtype_rule = _rule(kernel, DtypeIn)
     dtypes = [facts.dtype]
     if isinstance(dtype_rule, DtypeIn) and facts.dtype not in dtype_rule.values:
         dtypes.append(dtype_rule.values[0])
     out = []
-    for fmt, group, sym, act, dtype in itertools.product(fmts, groups, syms, acts, dtypes):
-        out.append(facts.changed(format=fmt, group_size=group, sym=sym, desc_act=act, dtype=dtype))
+    for fmt, group, sym, dtype in itertools.product(fmts, groups, syms, dtypes):
+        out.append(facts.changed(format=fmt, group_size=group, sym=sym, dtype=dtype))
     return out
 
 
 def _changes(old: CheckpointFacts, new: CheckpointFacts) -> dict[str, tuple[object, object]]:
-    names = ("format", "group_size", "sym", "desc_act", "dtype")
+    names = ("format", "group_size", "sym", "dtype")
     return {n: (getattr(old, n), getattr(new, n)) for n in names if getattr(old, n) != getattr(new, n)}
 
 
@@ -98,7 +97,5 @@ def plan_target(facts: CheckpointFacts, target: str, *, formats: Sequence[str] =
             best = found
     if best is not None:
         return best
-    reasons = "; ".join(
-        f"{v.kernel.key}: " + ", ".join(f.reason for f in v.failures if f.blocking) for v in refusals
-    )
+    reasons = "; ".join(f"{v.kernel.key}: " + ", ".join(f.reason for f in v.failures if f.blocking) for v in refusals)
     raise EngineTargetError(f"target {target!r}: no setting change lets it load this model ({reasons})")
