@@ -20,6 +20,8 @@ def test_quickstart_quantizes_saves_reloads_and_reports(tiny_llama: Path, tmp_pa
     assert "size           before" in summary and "-> after" in summary
     assert f"result         {out.resolve()}" in summary
     assert "time" in summary and "quantize" in summary
+    assert "dense dtype    float32" in summary  # the tiny source's config says float32 (auto keeps it)
+    assert "engines        loaded by vllm:gptq, vllm:exllama, transformers+gptqmodel:torch_aten" in summary
     config = json.loads((out / "quantize_config.json").read_text())
     assert (config["method"], config["bits"], config["group_size"]) == ("gptq", 4, 32)
 

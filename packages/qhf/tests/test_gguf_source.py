@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import qhf
 import torch
 from qhf.errors import SourceFormatError
 from qhf.source import open_source
+from safetensors import safe_open
 from tiny_models import tiny_config
 
 _LAYER = {
@@ -94,6 +97,12 @@ def test_gguf_source_quantizes_saves_and_reloads(tmp_path, tiny_gguf, tokenizer)
     qm.quantize()
     summary = qm.save(tmp_path / "q")
     assert summary["verification"]["passed"]
+    assert summary["dense_dtype"] == "float16"  # auto: a .gguf source's dense tensors are written as float16
+    config = json.loads((tmp_path / "q" / "config.json").read_text())
+    assert config["dtype"] == "float16"
+    with safe_open(str(tmp_path / "q" / "model.safetensors"), "pt") as handle:
+        assert handle.get_tensor("model.embed_tokens.weight").dtype == torch.float16
+        assert handle.get_tensor("model.norm.weight").dtype == torch.float16
     lm = qhf.load_quantized(tmp_path / "q")
     assert lm.model.lm_head.weight is lm.model.model.embed_tokens.weight
     assert len(lm.backends) == 14

@@ -192,15 +192,34 @@ class QuantModel:
         )
         return dict(self.summary)
 
-    def save(self, directory: str | Path, *, max_shard_size: int | str = "4GB", verify: bool = True) -> dict[str, Any]:
-        """Write the quantized checkpoint; with ``verify`` (default) reload and compare it (raises on a mismatch)."""
+    def save(
+        self,
+        directory: str | Path,
+        *,
+        max_shard_size: int | str = "4GB",
+        verify: bool = True,
+        dtype: str | torch.dtype = "auto",
+    ) -> dict[str, Any]:
+        """Write the quantized checkpoint; with ``verify`` (default) reload and compare it (raises on a mismatch).
+
+        ``dtype``: of the dense (non-quantized) tensors and ``config.json``'s ``dtype``: ``"auto"`` (the
+        source's: float16 for a ``.gguf``, the config's dtype for a Hugging Face directory), ``"float16"``,
+        ``"bfloat16"`` or ``"float32"`` (:mod:`qhf.save.dense_dtype`). The in-memory model's dense tensors
+        are rounded to that dtype first, so that it equals what was written.
+        """
         from .save.checkpoint import save_checkpoint, write_report
+        from .save.dense_dtype import dtype_name, resolve_dense_dtype, round_to_dense_dtype
         from .verify import raise_on_failure, verify_checkpoint
 
         if self.results is None:
             raise StateError("save: nothing to save yet; call quantize() first")
         start = time.perf_counter()
         directory = Path(directory)
+        dense_dtype = resolve_dense_dtype(self.source, dtype)
+        quantized_weights = {f"{name}.weight" for name in self.results}
+        dense_names = [n for n in self.source.tensor_names() if n not in quantized_weights]
+        round_to_dense_dtype(self.model, dense_names, dense_dtype)
+        self.summary["dense_dtype"] = dtype_name(dense_dtype)
         shards = save_checkpoint(
             directory,
             self.source,
@@ -210,6 +229,7 @@ class QuantModel:
             tokenizer=self.tokenizer,
             max_shard_size=max_shard_size,
             summary=self.summary,
+            dense_dtype=dense_dtype,
         )
         self.summary["saved"] = {
             "path": str(directory),

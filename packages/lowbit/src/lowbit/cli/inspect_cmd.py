@@ -95,10 +95,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from qformats.inspect import format_text, inspect
 
+    from .engine_lines import directory_verdicts, engines_text
+
     result = inspect(path)
+    verdicts = directory_verdicts(path, result)
     if png is not None:  # drawn before printing, so a closed stdout (`| head`) cannot skip it
         _plot_directory(path, png, args.plot_modules)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result))
+    if args.json:
+        print(json.dumps({**result.to_dict(), "engines": [v.to_dict() for v in verdicts]}, indent=2))
+    else:
+        print(format_text(result))
+        print(engines_text(verdicts))
     if png is not None and not args.json:
         print(f"plot         {png}")
     return 1 if result.violation_count else 0

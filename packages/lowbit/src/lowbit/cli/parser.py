@@ -11,6 +11,7 @@ import argparse
 from .. import __version__
 
 METHODS = ("gptq", "awq", "rtn", "fp8", "nf4", "gguf")
+DENSE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # qhf.save.dense_dtype.DTYPE_CHOICES (not imported here)
 QUICKSTART_OUT = "lowbit-quickstart/smollm2-135m-gptq-4bit"
 
 
@@ -78,6 +79,19 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run checkpointed in --checkpoint-dir")
     p.add_argument("--backend", default="auto", help="qkernels backend of the in-memory modules (default: auto)")
     p.add_argument("--max-shard-size", default="4GB", help="largest safetensors shard (default: 4GB)")
+    p.add_argument(
+        "--dtype",
+        choices=DENSE_DTYPES,
+        default="auto",
+        help="dtype of the non-quantized tensors and config.json (default: auto, the source's; float16 for a .gguf)",
+    )
+    p.add_argument(
+        "--target",
+        default=None,
+        metavar="ENGINE[:KERNEL]",
+        help="make the result loadable by this engine (vllm, transformers+gptqmodel, llama.cpp; e.g. vllm:gptq): "
+        "adjust settings and say which, or refuse before any work",
+    )
     p.add_argument("--no-verify", action="store_true", help="skip reloading and comparing the saved checkpoint")
     p.add_argument("--plot", default=None, metavar="PNG", help="write a PNG of per-module loss (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -34,6 +34,13 @@ def _check_args(args: argparse.Namespace) -> None:
     """Flag checks that need no model (run before torch is imported, so bad arguments fail fast)."""
     if not Path(args.source).exists():
         raise UsageError(f"quantize: source {args.source!r} does not exist (expected a HF model directory or a .gguf)")
+    if args.target is not None:
+        from qformats.engines import EngineTargetError, kernels_for
+
+        try:
+            kernels_for(args.target)
+        except EngineTargetError as exc:
+            raise UsageError(f"--target: {exc}") from None
     if args.resume and args.checkpoint_dir is None:
         raise UsageError("--resume needs --checkpoint-dir (the directory the stopped run committed its checkpoint to)")
     out = Path(args.out)
@@ -102,6 +109,28 @@ def _describe_calibration(summary: dict[str, Any], fallback: str) -> str:
     return f"{fallback} ({counts})" if counts else fallback
 
 
+def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> tuple[Any, str]:
+    """Plan ``--target`` on the lazily opened source (no weight read): the same model when the settings
+    fit, else one reopened with the adjusted settings (``args.dtype`` too); a target no setting change can
+    satisfy raises ``qformats.engines.EngineTargetError`` (exit status 2)."""
+    import qhf
+    from qformats.engines import plan_target
+    from qhf.engine_facts import planned_facts
+    from qhf.quant_config import METHOD_FORMATS
+
+    from .engine_lines import target_changes_text
+
+    plan = plan_target(planned_facts(qm, args.dtype), args.target, formats=METHOD_FORMATS[args.method])
+    line = target_changes_text(args.target, plan)
+    changes = dict(plan.changes)
+    if "dtype" in changes:
+        args.dtype = str(changes.pop("dtype")[1])
+    if changes:
+        config = {**config, **{name: new for name, (_old, new) in changes.items()}}
+        qm = qhf.load(args.source, config)
+    return qm, line
+
+
 def _parameter_count(model: Any) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 
@@ -119,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
             f"qhf (it quantizes models with: {', '.join(METHOD_FORMATS)})"
         )
     wall = time.perf_counter()
-    qm = qhf.load(args.source, quant_config(args))
+    config = quant_config(args)
+    qm = qhf.load(args.source, config)
+    target_line = None
+    if args.target is not None:
+        qm, target_line = _apply_target(args, qm, config)
     params = _parameter_count(qm.model)
     source_bytes = path_bytes(args.source)
     print(
@@ -128,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     settings = qm.settings
+    if target_line is not None:
+        print(target_line, flush=True)
     print(
         f"quantize     {settings.method} {settings.bits}-bit group {settings.group_size} "
         f"{'sym' if settings.sym else 'asym'} -> format {settings.format}",
@@ -166,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         hint = "" if args.checkpoint_dir else "; add --checkpoint-dir DIR to make the run resumable"
         print(f"lowbit quantize: interrupted; nothing was saved{hint}", file=sys.stderr)
         return EXIT_STOPPED
-    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify)
+    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype)
     rows = [qm.results[name].row() for name in qm.results] if qm.results else []
     print()
     print(render_table(PER_LAYER_HEADERS, per_layer_rows(rows)))
@@ -184,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
     )
     after = int(saved.get("bytes", 0))
     print(f"size after   {human_bytes(after)} on disk ({after / (params * 2):.2f}x the float16 size)")
+    print(f"dense dtype  {summary.get('dense_dtype')} (non-quantized tensors and config.json; --dtype to choose)")
     verification = summary.get("verification")
     if isinstance(verification, dict):
         print(f"verified     {'passed' if verification.get('passed') else 'FAILED'} (reloaded and compared)")
@@ -193,6 +229,9 @@ def run(args: argparse.Namespace) -> int:
         f"time         {time.perf_counter() - wall:.1f} s (calibration {summary.get('calibration_seconds', 0):.1f} s, "
         f"quantize {summary.get('quantize_seconds', 0):.1f} s, save {saved.get('seconds', 0):.1f} s)"
     )
+    from .engine_lines import directory_verdicts, engines_text
+
+    print(engines_text(directory_verdicts(args.out)))
     print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
     if args.plot is not None:
         from .plots import plot_module_losses

@@ -142,6 +142,15 @@ def run(args: argparse.Namespace) -> int:
         f"  size           before {human_bytes(path_bytes(model_path))} on disk ({human_bytes(params * 4)} dense "
         f"float32, {human_bytes(params * 2)} float16) -> after {human_bytes(saved_bytes)}"
     )
+    from .engine_lines import directory_verdicts
+
+    verdicts = directory_verdicts(out)
+    loads = [v.kernel.key for v in verdicts if v.loads]
+    print(f"  dense dtype    {summary.get('dense_dtype')} (embeddings, norms; quantized modules keep float16 scales)")
+    print(
+        f"  engines        loaded by {', '.join(loads) or 'none'}; not by {len(verdicts) - len(loads)} other engine "
+        f"kernels (lowbit inspect {out} names the rule each one fails)"
+    )
     if sample_before is not None:
         print(f"  generation     {args.prompt!r}")
         print(f"    before       {sample_before!r}")

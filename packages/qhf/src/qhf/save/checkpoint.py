@@ -63,8 +63,12 @@ def tensor_entries(
     model: nn.Module,
     results: QuantizedModules,
     packed: dict[str, dict[str, np.ndarray]],
+    dense_dtype: torch.dtype | None = None,
 ) -> list[TensorEntry]:
-    """Every tensor of the checkpoint, in the source's (sorted) name order, with lazy loaders."""
+    """Every tensor of the checkpoint, in the source's (sorted) name order, with lazy loaders.
+
+    ``dense_dtype``: the dtype of every floating non-quantized tensor (None: each one's stored dtype).
+    """
     entries: list[TensorEntry] = []
     for name in source.tensor_names():
         module_name, _, pname = name.rpartition(".")
@@ -74,21 +78,38 @@ def tensor_entries(
             continue
         live = _model_param(model, name)
         if live is not None:
-            dtype = source.stored_dtype(name) if live.is_floating_point() else live.dtype
+            dtype = (dense_dtype or source.stored_dtype(name)) if live.is_floating_point() else live.dtype
             size = live.numel() * torch.empty((), dtype=dtype).element_size()
             bf16 = dtype == torch.bfloat16
             entries.append(TensorEntry(name, size, lambda t=live, d=dtype: t.detach().to(d), bf16))
-        else:
-            bf16 = source.stored_dtype(name) == torch.bfloat16
+            continue
+        stored = source.stored_dtype(name)
+        if dense_dtype is None or not stored.is_floating_point or stored == dense_dtype:
+            bf16 = stored == torch.bfloat16
             entries.append(TensorEntry(name, source.stored_nbytes(name), lambda n=name: source.stored(n), bf16))
+            continue
+        numel = source.stored_nbytes(name) // torch.empty((), dtype=stored).element_size()
+        size = numel * torch.empty((), dtype=dense_dtype).element_size()
+        bf16 = dense_dtype == torch.bfloat16
+        entries.append(TensorEntry(name, size, lambda n=name, d=dense_dtype: source.stored(n).to(d), bf16))
     return entries
 
 
-def config_dict(source: OpenedSource, settings: QuantSettings) -> dict[str, Any]:
-    """``config.json`` content: the source config plus ``quantization_config``."""
+def config_dict(
+    source: OpenedSource, settings: QuantSettings, dense_dtype: torch.dtype | None = None
+) -> dict[str, Any]:
+    """``config.json`` content: the source config plus ``quantization_config``; with ``dense_dtype`` its
+    ``dtype`` (and a ``torch_dtype`` the source config carries) names the dense tensors' dtype."""
     data = source.config.to_dict()
     for key in _CONFIG_DROP:
         data.pop(key, None)
+    if dense_dtype is not None:
+        from .dense_dtype import dtype_name
+
+        name = dtype_name(dense_dtype)
+        data["dtype"] = name
+        if "torch_dtype" in data:
+            data["torch_dtype"] = name
     data["quantization_config"] = settings.to_checkpoint_dict()
     return data
 
@@ -115,8 +136,12 @@ def save_checkpoint(
     tokenizer: Any = None,
     max_shard_size: int | str = "4GB",
     summary: dict[str, Any] | None = None,
+    dense_dtype: torch.dtype | None = None,
 ) -> list[Path]:
     """Write the checkpoint (see the module docstring); returns the weight shard paths.
+
+    ``dense_dtype``: the dtype of the non-quantized floating tensors and of ``config.json``'s ``dtype``
+    (:mod:`qhf.save.dense_dtype`; None keeps each tensor's stored dtype and the source config's value).
 
     Weights and both config files go through qformats' checkpoint writer: size-bounded shards and the
     index, written into a temporary directory, every quantized module validated against its layout,
@@ -126,8 +151,8 @@ def save_checkpoint(
 
     directory = Path(directory)
     packed = packed_tensors(results, settings)
-    entries = tensor_entries(source, model, results, packed)
-    config = config_dict(source, settings)
+    entries = tensor_entries(source, model, results, packed, dense_dtype)
+    config = config_dict(source, settings, dense_dtype)
     quantization = config.pop("quantization_config")
     written = write_checkpoint(
         directory,
