@@ -40,7 +40,9 @@ def reference_dense(tensors: dict[str, np.ndarray], k: int, n: int, group_size: 
     return (int8_weight * s_channel.reshape(1, -1)).T.contiguous().numpy()
 
 
-def reference_qqq_inputs(k: int, n: int, group_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def reference_qqq_inputs(
+    k: int, n: int, group_size: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """A fake-quantized weight as the reference's QQQ quantizer hands it to ``pack``, with its scales.
 
     Grouped: int8 channel scale ``s_extra`` and group scales ``s_extra * step`` (integral steps 1..16, as

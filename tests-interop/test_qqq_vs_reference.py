@@ -12,7 +12,7 @@ from peer_qqq import pack_with_reference, reference_dense, reference_qqq_inputs
 from qformats.layouts.qqq import infer_meta, pack_qqq, unpack_qqq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/qformats/tests"))
-from test_qqq_layout import GOLDEN, digest, formula_weight  # noqa: E402
+from test_qqq_layout import GOLDEN, digest, formula_weight
 
 SHAPES = [(128, 64, 128), (256, 128, 128), (512, 192, 128), (128, 64, -1), (256, 192, -1), (128, 128, 128)]
 

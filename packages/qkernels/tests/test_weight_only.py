@@ -96,3 +96,22 @@ def test_weight_only_errors_name_what_is_wrong() -> None:
         weight_only_linear("gguf", {"qweight": np.zeros((OUT, 10), np.uint8)}, in_features=IN, out_features=OUT)
     with pytest.raises(KernelInputError, match="family 'nf4'"):
         weight_only_linear("nf4", tensors, in_features=IN, out_features=OUT)
+
+
+@pytest.mark.parametrize("group_size", [-1, 64])
+def test_reference_serves_qqq_modules(group_size: int) -> None:
+    from qformats.layouts.qqq import QQQWeight, pack_qqq
+
+    out, in_ = 64, 128
+    rng = np.random.default_rng(group_size + 2)
+    s_group = None if group_size == -1 else rng.integers(1, 17, (in_ // group_size, out)).astype(np.float16)
+    w = QQQWeight(rng.integers(0, 16, (out, in_)).astype(np.uint8), s_group, np.full(out, 1e-3, np.float32), group_size)
+    tensors = pack_qqq(w)
+    m = weight_only_linear("qqq", tensors, in_features=in_, out_features=out, config={"group_size": group_size})
+    assert m.NAME == "torch" and m.contract.logical_kind == "qqq"
+    assert torch.equal(m.dense_weight(), torch.from_numpy(w.dequantize()))
+    x = torch.randn(3, in_, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(m(x), x @ torch.from_numpy(w.dequantize()).T, rtol=1e-5, atol=1e-6)
+    assert all(np.array_equal(m.checkpoint_tensors()[k], v) for k, v in tensors.items())
+    with pytest.raises(KernelInputError, match="group_size must be an integer"):
+        weight_only_linear("qqq", tensors, in_features=in_, out_features=out, config={"group_size": "128"})

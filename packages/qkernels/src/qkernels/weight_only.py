@@ -1,14 +1,19 @@
-"""Weight-only families outside the layout registry: FP8, bitsandbytes NF4/FP4/int8, GGUF block types.
+"""Families outside the layout registry: FP8, bitsandbytes NF4/FP4/int8, GGUF block types, QQQ.
 
 Their logical objects (``qformats.layouts.fp8.FP8Weight``, ``qformats.layouts.bnb.BnB4Weight`` /
-``BnB8Weight``, ``qformats.layouts.gguf.GGUFWeight``) are not ``scales * (codes - zeros)`` integers; they
-offer ``dequantize() -> float32 [out, in]``, which the ``torch`` reference backend serves. Module tensors:
+``BnB8Weight``, ``qformats.layouts.gguf.GGUFWeight``, ``qformats.layouts.qqq.QQQWeight``) are not
+``scales * (codes - zeros)`` integers; they offer ``dequantize() -> float32 [out, in]``, which the
+``torch`` reference backend serves. Module tensors:
 
 * ``fp8``: ``weight`` (FP8 bit patterns, uint8 ``[out, in]``), ``weight_scale_inv`` float32; the scheme
   comes from ``config`` (format, weight_scale_method, weight_block_size, weight_scale_semantics).
 * ``bitsandbytes``: 4-bit ``weight`` uint8 packed plus its quant-state tensors (either naming); 8-bit
   ``weight`` int8 ``[out, in]`` plus ``weight_scb`` (or ``SCB``).
 * ``gguf``: ``qweight`` uint8 ``[out, row_bytes]`` of the ggml type ``qtype`` (Q4_K, Q6_K, Q8_0, ...).
+* ``qqq``: ``B`` int32 ``[in / 16, out * 2]``, ``s_channel`` float32 ``[1, out]``, ``s_group`` float16
+  ``[in / group_size, out]`` (empty when per-channel); ``group_size`` comes from ``config`` (default -1).
+  The torch backend multiplies unquantized activations by the dequantized weight: the reference's QQQ
+  kernels also quantize activations to int8 per token, which this backend does not.
 
 Every family may carry a ``bias``.
 """
@@ -24,6 +29,8 @@ import torch
 from qformats.layouts.bnb import unpack_bnb4, unpack_bnb8
 from qformats.layouts.fp8 import unpack_fp8
 from qformats.layouts.gguf import GGUFWeight
+from qformats.layouts.qqq import infer_meta as qqq_meta
+from qformats.layouts.qqq import unpack_qqq
 from qformats.layouts.registry import LayoutMeta
 
 from .build import build_module
@@ -34,14 +41,14 @@ from .errors import KernelInputError
 from .module import QuantLinear
 from .registry import AUTO
 
-WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf")
+WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf", "qqq")
 
 
 def _shape(logical: Any) -> tuple[int, ...]:
     """``[out, in]`` of a weight-only logical object, read from its fields (nothing is dequantized)."""
     if isinstance(logical, GGUFWeight):
         return (logical.out_features, logical.in_features)
-    if hasattr(logical, "codes") and isinstance(logical.codes, np.ndarray):  # FP8Weight
+    if hasattr(logical, "codes") and isinstance(logical.codes, np.ndarray):  # FP8Weight, QQQWeight
         return tuple(logical.codes.shape)
     if hasattr(logical, "scb"):  # BnB8Weight
         return tuple(logical.weight.shape)
@@ -75,6 +82,12 @@ def _read(
         w = GGUFWeight(arrays["qweight"], qtype, in_features)
         digits = re.search(r"\d+", w.type.name)
         return w, "gguf_blocks", int(digits.group()) if digits else 8, int(w.type.block_size)
+    if family == "qqq":
+        group_size = config.get("group_size", -1)
+        if isinstance(group_size, bool) or not isinstance(group_size, int):
+            raise KernelInputError(f"qqq: config group_size must be an integer, found {group_size!r}")
+        qqq = unpack_qqq(arrays, qqq_meta(arrays, group_size=group_size))
+        return qqq, "qqq", 4, qqq.group_size
     raise KernelInputError(f"family {family!r}: expected one of {', '.join(WEIGHT_ONLY_FAMILIES)}")
 
 
@@ -118,7 +131,7 @@ def weight_only_linear(
     dtype: torch.dtype = torch.float32,
     **options: object,
 ) -> QuantLinear:
-    """A module for one FP8 / bitsandbytes / GGUF module's tensors, selected and built like ``quant_linear``."""
+    """A module for one FP8 / bitsandbytes / GGUF / QQQ module's tensors, selected and built like ``quant_linear``."""
     loaded = load_weight_only(
         family, tensors, in_features=in_features, out_features=out_features, config=config,
         semantics=semantics, qtype=qtype,
