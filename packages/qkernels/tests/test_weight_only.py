@@ -115,3 +115,30 @@ def test_reference_serves_qqq_modules(group_size: int) -> None:
     assert all(np.array_equal(m.checkpoint_tensors()[k], v) for k, v in tensors.items())
     with pytest.raises(KernelInputError, match="group_size must be an integer"):
         weight_only_linear("qqq", tensors, in_features=in_, out_features=out, config={"group_size": "128"})
+
+
+def test_reference_serves_paroquant_modules_as_their_dense_equivalent() -> None:
+    from qformats.layouts.paroquant import ParoQuantWeight, pack_paroquant
+    from qformats.logical import QuantizedWeight, default_g_idx
+
+    out, in_, gs = 64, 128, 32
+    rng = np.random.default_rng(7)
+    awq = QuantizedWeight(
+        rng.integers(0, 16, (out, in_)).astype(np.uint8),
+        (rng.random((in_ // gs, out)) * 0.01 + 1e-3).astype(np.float16),
+        rng.integers(0, 16, (in_ // gs, out)).astype(np.int32),
+        default_g_idx(in_, gs),
+        4,
+        gs,
+        False,
+    )
+    pairs = np.stack([np.concatenate([rng.permutation(gs) for _ in range(in_ // gs)]) for _ in range(2)])
+    theta = (rng.random((2, in_ // 2)) - 0.5).astype(np.float16)
+    w = ParoQuantWeight(awq, pairs.astype(np.int16), theta, (rng.random((1, in_)) + 0.5).astype(np.float16))
+    tensors = pack_paroquant(w)
+    m = weight_only_linear("paroquant", tensors, in_features=in_, out_features=out, config={"group_size": gs})
+    assert m.NAME == "torch" and m.contract.logical_kind == "paroquant"
+    x = rng.standard_normal((3, in_))
+    expected = w.rotate_inputs(x) @ awq.dequantize().astype(np.float64).T  # rotate, then the AWQ layer
+    assert np.allclose(m(torch.from_numpy(x).float()).double().numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert all(np.array_equal(m.checkpoint_tensors()[k], v) for k, v in tensors.items())

@@ -1,7 +1,8 @@
-"""Families outside the layout registry: FP8, bitsandbytes NF4/FP4/int8, GGUF block types, QQQ.
+"""Families outside the layout registry: FP8, bitsandbytes NF4/FP4/int8, GGUF block types, QQQ, ParoQuant.
 
 Their logical objects (``qformats.layouts.fp8.FP8Weight``, ``qformats.layouts.bnb.BnB4Weight`` /
-``BnB8Weight``, ``qformats.layouts.gguf.GGUFWeight``, ``qformats.layouts.qqq.QQQWeight``) are not
+``BnB8Weight``, ``qformats.layouts.gguf.GGUFWeight``, ``qformats.layouts.qqq.QQQWeight``,
+``qformats.layouts.paroquant.ParoQuantWeight``) are not
 ``scales * (codes - zeros)`` integers; they offer ``dequantize() -> float32 [out, in]``, which the
 ``torch`` reference backend serves. Module tensors:
 
@@ -14,6 +15,9 @@ Their logical objects (``qformats.layouts.fp8.FP8Weight``, ``qformats.layouts.bn
   ``[in / group_size, out]`` (empty when per-channel); ``group_size`` comes from ``config`` (default -1).
   The torch backend multiplies unquantized activations by the dequantized weight: the reference's QQQ
   kernels also quantize activations to int8 per token, which this backend does not.
+* ``paroquant``: the AWQ GEMM tensors plus ``pairs``, ``theta``, ``channel_scales``; ``group_size`` from
+  ``config``. Served as its dense equivalent (the AWQ weight with the input transform folded in, float64
+  then float32); the reference rotates the activations in their own dtype instead.
 
 Every family may carry a ``bias``.
 """
@@ -29,6 +33,8 @@ import torch
 from qformats.layouts.bnb import unpack_bnb4, unpack_bnb8
 from qformats.layouts.fp8 import unpack_fp8
 from qformats.layouts.gguf import GGUFWeight
+from qformats.layouts.paroquant import ParoQuantWeight, unpack_paroquant
+from qformats.layouts.paroquant import infer_meta as paroquant_meta
 from qformats.layouts.qqq import infer_meta as qqq_meta
 from qformats.layouts.qqq import unpack_qqq
 from qformats.layouts.registry import LayoutMeta
@@ -41,13 +47,15 @@ from .errors import KernelInputError
 from .module import QuantLinear
 from .registry import AUTO
 
-WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf", "qqq")
+WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf", "qqq", "paroquant")
 
 
 def _shape(logical: Any) -> tuple[int, ...]:
     """``[out, in]`` of a weight-only logical object, read from its fields (nothing is dequantized)."""
     if isinstance(logical, GGUFWeight):
         return (logical.out_features, logical.in_features)
+    if isinstance(logical, ParoQuantWeight):
+        return (logical.weight.out_features, logical.weight.in_features)
     if hasattr(logical, "codes") and isinstance(logical.codes, np.ndarray):  # FP8Weight, QQQWeight
         return tuple(logical.codes.shape)
     if hasattr(logical, "scb"):  # BnB8Weight
@@ -82,12 +90,14 @@ def _read(
         w = GGUFWeight(arrays["qweight"], qtype, in_features)
         digits = re.search(r"\d+", w.type.name)
         return w, "gguf_blocks", int(digits.group()) if digits else 8, int(w.type.block_size)
-    if family == "qqq":
+    if family in ("qqq", "paroquant"):
         group_size = config.get("group_size", -1)
         if isinstance(group_size, bool) or not isinstance(group_size, int):
-            raise KernelInputError(f"qqq: config group_size must be an integer, found {group_size!r}")
-        qqq = unpack_qqq(arrays, qqq_meta(arrays, group_size=group_size))
-        return qqq, "qqq", 4, qqq.group_size
+            raise KernelInputError(f"{family}: config group_size must be an integer, found {group_size!r}")
+        if family == "qqq":
+            qqq = unpack_qqq(arrays, qqq_meta(arrays, group_size=group_size))
+            return qqq, "qqq", 4, qqq.group_size
+        return unpack_paroquant(arrays, paroquant_meta(arrays, group_size=group_size)), "paroquant", 4, group_size
     raise KernelInputError(f"family {family!r}: expected one of {', '.join(WEIGHT_ONLY_FAMILIES)}")
 
 
@@ -131,7 +141,7 @@ def weight_only_linear(
     dtype: torch.dtype = torch.float32,
     **options: object,
 ) -> QuantLinear:
-    """A module for one FP8 / bitsandbytes / GGUF / QQQ module's tensors, selected and built like ``quant_linear``."""
+    """A module for one FP8 / bitsandbytes / GGUF / QQQ / ParoQuant module's tensors, built like ``quant_linear``."""
     loaded = load_weight_only(
         family, tensors, in_features=in_features, out_features=out_features, config=config,
         semantics=semantics, qtype=qtype,
