@@ -158,3 +158,17 @@ def test_bad_logical_fields_are_named() -> None:
         ParoQuantWeight(w.weight, np.tile(np.array([0, 1], np.int16), (3, 64)), w.theta, w.channel_scales)
     with pytest.raises(LayoutError, match="group_size: ParoQuant rotates groups"):
         identity_rotation(96, 64, 2)
+
+
+def test_config_carries_krot() -> None:
+    from qformats.config import parse_config
+
+    # GPT-QModel 7.7.0's ParoConfig(bits=4, group_size=128).to_dict() (meta left out)
+    reference = {
+        "bits": 4, "group_size": 128, "desc_act": True, "lm_head": False, "method": "paroquant",
+        "quant_method": "paroquant", "format": "paroquant", "checkpoint_format": "paroquant", "pack_dtype": "int32",
+        "zero_point": False, "krot": 8,
+    }  # fmt: skip
+    cfg = parse_config(reference)
+    assert cfg.settings["krot"] == 8 and not cfg.unknown and cfg.sym
+    assert cfg.to_dict()["krot"] == 8

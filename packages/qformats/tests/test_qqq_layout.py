@@ -216,3 +216,17 @@ def test_bad_logical_fields_are_named() -> None:
         QQQWeight(codes, np.ones((2, 64), np.float32), channel, 64)
     with pytest.raises(LayoutError, match="s_group: a per-channel"):
         QQQWeight(codes, np.ones((1, 64), np.float16), channel, -1)
+
+
+def test_config_reads_and_writes_the_reference_fields() -> None:
+    from qformats.config import parse_config
+
+    # GPT-QModel 7.7.0's QQQConfig(bits=4, group_size=128).to_dict() (meta left out)
+    reference = {
+        "bits": 4, "group_size": 128, "desc_act": False, "lm_head": False, "method": "qqq", "quant_method": "qqq",
+        "format": "qqq", "checkpoint_format": "qqq", "pack_dtype": "int32", "sym": True, "wbits": 4,
+    }  # fmt: skip
+    cfg = parse_config(reference)
+    assert (cfg.bits, cfg.group_size, cfg.sym, cfg.layout) == (4, 128, True, "qqq") and not cfg.unknown
+    written = cfg.to_dict()
+    assert written["wbits"] == 4 and all(written[k] == v for k, v in reference.items())

@@ -30,7 +30,7 @@ SETTINGS_KEYS: frozenset[str] = frozenset(
         "activation", "rotation", "adapter", "offload_to_disk", "offload_to_disk_path", "pack_impl", "fallback",
         "hessian", "gptaq", "foem", "gc_mode", "moe", "device", "mock_quantization", "weight_only",
         "wait_for_submodule_finalizers", "block_size", "compress_statistics", "weight_scale_method",
-        "weight_block_size", "weight_scale_semantics", "backend", "modules_to_not_convert",
+        "weight_block_size", "weight_scale_semantics", "backend", "modules_to_not_convert", "krot",
     }
 )  # fmt: skip
 # Settings the reference lifts from ``meta`` when they are absent at top level.
