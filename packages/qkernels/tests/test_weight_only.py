@@ -142,3 +142,36 @@ def test_reference_serves_paroquant_modules_as_their_dense_equivalent() -> None:
     expected = w.rotate_inputs(x) @ awq.dequantize().astype(np.float64).T  # rotate, then the AWQ layer
     assert np.allclose(m(torch.from_numpy(x).float()).double().numpy(), expected, rtol=1e-4, atol=1e-5)
     assert all(np.array_equal(m.checkpoint_tensors()[k], v) for k, v in tensors.items())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reference_serves_vptq_modules(dtype: torch.dtype) -> None:
+    from qformats.layouts.vptq import VPTQWeight, pack_vptq, spec_from_config
+
+    config = {"bits": 2, "vector_lens": [-1, 4], "num_centroids": [-1, 16], "num_res_centroids": [-1, 4]}
+    spec = spec_from_config(config, 48, 20)
+    rng = np.random.default_rng(0)
+    _, gs, g = spec.groups
+    w = VPTQWeight(
+        spec,
+        centroids=rng.standard_normal((g, 16, 4)).astype(np.float32),
+        indices=rng.integers(0, 16, (g, spec.num_indices, gs)).astype(np.int32),
+        res_centroids=(rng.standard_normal((g, 4, 4)) * 0.1).astype(np.float32),
+        res_indices=rng.integers(0, 4, (g, spec.num_indices, gs)).astype(np.int32),
+        compute_dtype="bfloat16" if dtype == torch.bfloat16 else "float16",
+    )
+    tensors = {k: torch.from_numpy(v) for k, v in pack_vptq(w).items()}
+    for name in ("centroids.weight", "res_centroids.weight"):
+        tensors[name] = tensors[name].to(dtype)
+    m = weight_only_linear("vptq", tensors, in_features=48, out_features=20, config=config)
+    assert m.NAME == "torch" and m.contract.logical_kind == "vptq"
+    books = {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in tensors.items()}
+    expected = VPTQWeight(
+        spec,
+        centroids=books["centroids.weight"].reshape(g, 16, 4),
+        indices=w.indices,
+        res_centroids=books["res_centroids.weight"].reshape(g, 4, 4),
+        res_indices=w.res_indices,
+        compute_dtype=str(dtype).removeprefix("torch."),
+    ).dequantize()
+    assert torch.equal(m.dense_weight(), torch.from_numpy(expected))

@@ -1,8 +1,8 @@
-"""Families outside the layout registry: FP8, bitsandbytes NF4/FP4/int8, GGUF block types, QQQ, ParoQuant.
+"""Families outside the layout registry: FP8, bitsandbytes NF4/FP4/int8, GGUF blocks, QQQ, ParoQuant, VPTQ.
 
 Their logical objects (``qformats.layouts.fp8.FP8Weight``, ``qformats.layouts.bnb.BnB4Weight`` /
 ``BnB8Weight``, ``qformats.layouts.gguf.GGUFWeight``, ``qformats.layouts.qqq.QQQWeight``,
-``qformats.layouts.paroquant.ParoQuantWeight``) are not
+``qformats.layouts.paroquant.ParoQuantWeight``, ``qformats.layouts.vptq.VPTQWeight``) are not
 ``scales * (codes - zeros)`` integers; they offer ``dequantize() -> float32 [out, in]``, which the
 ``torch`` reference backend serves. Module tensors:
 
@@ -18,6 +18,10 @@ Their logical objects (``qformats.layouts.fp8.FP8Weight``, ``qformats.layouts.bn
 * ``paroquant``: the AWQ GEMM tensors plus ``pairs``, ``theta``, ``channel_scales``; ``group_size`` from
   ``config``. Served as its dense equivalent (the AWQ weight with the input transform folded in, float64
   then float32); the reference rotates the activations in their own dtype instead.
+* ``vptq``: ``centroids.weight``, ``indices`` and whatever the config enables (``res_centroids.weight``,
+  ``outlier_centroids.weight``, ``outlier_indices``, ``weight_scale``, ``weight_bias``, ``perm``); the VPTQ
+  fields (``vector_lens``, ``num_centroids``, ...) come from ``config``. Dequantized in the codebook dtype
+  as the reference does (a torch bfloat16 codebook is computed in bfloat16).
 
 Every family may carry a ``bias``.
 """
@@ -38,6 +42,7 @@ from qformats.layouts.paroquant import infer_meta as paroquant_meta
 from qformats.layouts.qqq import infer_meta as qqq_meta
 from qformats.layouts.qqq import unpack_qqq
 from qformats.layouts.registry import LayoutMeta
+from qformats.layouts.vptq import VPTQWeight, spec_from_config, unpack_vptq
 
 from .build import build_module
 from .checkpoint import LoadedCheckpoint, to_numpy
@@ -47,7 +52,7 @@ from .errors import KernelInputError
 from .module import QuantLinear
 from .registry import AUTO
 
-WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf", "qqq", "paroquant")
+WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf", "qqq", "paroquant", "vptq")
 
 
 def _shape(logical: Any) -> tuple[int, ...]:
@@ -56,6 +61,8 @@ def _shape(logical: Any) -> tuple[int, ...]:
         return (logical.out_features, logical.in_features)
     if isinstance(logical, ParoQuantWeight):
         return (logical.weight.out_features, logical.weight.in_features)
+    if isinstance(logical, VPTQWeight):
+        return (logical.spec.out_features, logical.spec.in_features)
     if hasattr(logical, "codes") and isinstance(logical.codes, np.ndarray):  # FP8Weight, QQQWeight
         return tuple(logical.codes.shape)
     if hasattr(logical, "scb"):  # BnB8Weight
@@ -70,6 +77,7 @@ def _read(
     semantics: str | None,
     qtype: str | None,
     in_features: int,
+    out_features: int,
 ) -> tuple[object, str, int, int]:
     """(logical, logical_kind, bits, group_size) of one module's tensors."""
     if family == "fp8":
@@ -98,6 +106,10 @@ def _read(
             qqq = unpack_qqq(arrays, qqq_meta(arrays, group_size=group_size))
             return qqq, "qqq", 4, qqq.group_size
         return unpack_paroquant(arrays, paroquant_meta(arrays, group_size=group_size)), "paroquant", 4, group_size
+    if family == "vptq":
+        spec = spec_from_config(config, in_features, out_features)
+        vptq = unpack_vptq(arrays, spec, compute_dtype=config.get("compute_dtype"))
+        return vptq, "vptq", int(config.get("bits", 2)), spec.groups[1]
     raise KernelInputError(f"family {family!r}: expected one of {', '.join(WEIGHT_ONLY_FAMILIES)}")
 
 
@@ -116,7 +128,11 @@ def load_weight_only(
     bias = arrays.pop("bias", None)
     if bias is not None and bias.shape != (out_features,):
         raise KernelInputError(f"tensor 'bias': expected shape ({out_features},), found {bias.shape}")
-    logical, kind, bits, group = _read(family, arrays, config or {}, semantics, qtype, in_features)
+    config = dict(config or {})
+    books = tensors.get("centroids.weight")
+    if family == "vptq" and isinstance(books, torch.Tensor) and books.dtype == torch.bfloat16:
+        config.setdefault("compute_dtype", "bfloat16")  # the numpy copy is float32; compute as the reference
+    logical, kind, bits, group = _read(family, arrays, config, semantics, qtype, in_features, out_features)
     if _shape(logical) != (out_features, in_features):
         raise KernelInputError(
             f"{family}: expected a [{out_features}, {in_features}] weight, found {list(_shape(logical))}"

@@ -84,7 +84,8 @@ class VPTQWeight:
                 found = "None" if value is None else str(value.shape)
                 raise LayoutError(f"{name}: expected shape {shape}, found {found}")
             if bound and value.size and (int(value.min()) < 0 or int(value.max()) >= bound):
-                raise LayoutError(f"{name}: expected values in [0, {bound}), found {int(value.min())}..{int(value.max())}")
+                low, high = int(value.min()), int(value.max())
+                raise LayoutError(f"{name}: expected values in [0, {bound}), found {low}..{high}")
         if self.perm is not None and not np.array_equal(np.sort(self.perm), np.arange(s.in_features)):
             raise LayoutError(f"perm: expected a permutation of 0..{s.in_features - 1}")
 

@@ -43,7 +43,7 @@ DEFAULTS: dict[str, Any] = {
 
 def index_bits(num_centroids: int) -> int:
     """Bits that address ``num_centroids`` codebook entries."""
-    return int(math.ceil(math.log2(num_centroids)))
+    return math.ceil(math.log2(num_centroids))
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ class VPTQSpec:
 
     def __post_init__(self) -> None:
         if self.in_features < 1 or self.out_features < 1:
-            raise ConfigError(f"VPTQ: module dims must be positive, found in={self.in_features}, out={self.out_features}")
+            dims = f"in={self.in_features}, out={self.out_features}"
+            raise ConfigError(f"VPTQ: module dims must be positive, found {dims}")
         if self.vector_len < 1:
             raise ConfigError(f"vector_lens[1]: expected a positive vector length, found {self.vector_len}")
         if self.num_centroids < 2:
@@ -88,7 +89,8 @@ class VPTQSpec:
         if self.norm_dim not in (0, 1):
             raise ConfigError(f"norm_dim: expected 0 (per input channel) or 1 (per output row), found {self.norm_dim}")
         if self.index_bits + self.res_bits > 32:
-            raise ConfigError(f"num_centroids / num_res_centroids: {self.index_bits + self.res_bits} index bits exceed 32")
+            total = self.index_bits + self.res_bits
+            raise ConfigError(f"num_centroids / num_res_centroids: {total} index bits exceed 32")
         outlier, size, count = self.groups
         if size < 1 or count < 1 or (self.group_num != -1 and count > self.in_features - self.initial_outliers):
             raise ConfigError(
@@ -116,7 +118,7 @@ class VPTQSpec:
     def initial_outliers(self) -> int:
         if not self.has_outliers:
             return 0
-        return max(0, min(self.in_features, int(math.ceil(self.npercent / 100.0 * self.in_features))))
+        return max(0, min(self.in_features, math.ceil(self.npercent / 100.0 * self.in_features)))
 
     @property
     def groups(self) -> tuple[int, int, int]:
@@ -154,8 +156,14 @@ def _pair(config: Mapping[str, Any], name: str) -> tuple[int, int]:
     return int(value[0]), int(value[1])
 
 
-def spec_from_config(config: Mapping[str, Any], in_features: int, out_features: int) -> VPTQSpec:
-    """The :class:`VPTQSpec` of one ``[out, in]`` module from a VPTQ config's fields (reference defaults)."""
+def spec_from_config(config: Mapping[str, Any] | Any, in_features: int, out_features: int) -> VPTQSpec:
+    """The :class:`VPTQSpec` of one ``[out, in]`` module from a VPTQ config (reference defaults for absent fields).
+
+    ``config`` is the raw ``quantization_config`` mapping or a parsed ``QuantizeConfig`` (its ``settings``
+    carry the VPTQ fields and ``group_size`` is its own).
+    """
+    if not isinstance(config, Mapping):
+        config = {**config.settings, "group_size": config.group_size}
     outlier_len, vector_len = _pair(config, "vector_lens")
     outlier_centroids, centroids = _pair(config, "num_centroids")
     _, res_centroids = _pair(config, "num_res_centroids")
