@@ -70,7 +70,8 @@ def rotate_inputs(
         out = out.copy()
         out[:, ii] = xi * cos + xj * sin
         out[:, jj] = -xi * sin + xj * cos
-    return out.reshape(x.shape)
+    result: np.ndarray = out.reshape(x.shape)
+    return result
 
 
 def fold_into_weight(

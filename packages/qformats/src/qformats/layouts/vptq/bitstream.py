@@ -36,4 +36,5 @@ def unpack_bits(words: np.ndarray, bits: int, n: int) -> np.ndarray:
     word, shift = (start // np.uint64(32)).astype(np.intp), start % np.uint64(32)
     window = padded[:, word] | (padded[:, word + 1] << np.uint64(32))
     values = (window >> shift) & np.uint64((1 << bits) - 1)
-    return values.astype(np.int64).reshape(*lead, n)
+    result: np.ndarray = values.astype(np.int64).reshape(*lead, n)
+    return result
