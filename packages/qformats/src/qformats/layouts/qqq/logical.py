@@ -61,14 +61,6 @@ class QQQWeight:
             found = "None" if self.s_group is None else f"{self.s_group.dtype} {self.s_group.shape}"
             raise LayoutError(f"s_group: expected float16 {shape} for group_size {self.group_size}, found {found}")
 
-    @property
-    def out_features(self) -> int:
-        return int(self.codes.shape[0])
-
-    @property
-    def in_features(self) -> int:
-        return int(self.codes.shape[1])
-
     def int8_weight(self) -> np.ndarray:
         """The int8-valued weight before the channel scale, float32 ``[N, K]`` (values in ``[-128, 127]``)."""
         signed = self.codes.astype(np.float32) - np.float32(ZERO)
