@@ -175,3 +175,16 @@ def test_reference_serves_vptq_modules(dtype: torch.dtype) -> None:
         compute_dtype=str(dtype).removeprefix("torch."),
     ).dequantize()
     assert torch.equal(m.dense_weight(), torch.from_numpy(expected))
+
+
+def test_reference_serves_exl3_modules() -> None:
+    from qformats.layouts.exl3 import EXL3Weight, pack_exl3
+
+    rng = np.random.default_rng(3)
+    scales = np.ones(128, np.float16), np.ones(256, np.float16)
+    w = EXL3Weight(rng.integers(0, 8, (8, 16, 256)).astype(np.uint8), 3, "mcg", *scales)
+    tensors = pack_exl3(w)
+    m = weight_only_linear("exl3", tensors, in_features=128, out_features=256)
+    assert m.NAME == "torch" and m.contract.logical_kind == "exl3" and m.contract.bits == 3
+    assert torch.equal(m.dense_weight(), torch.from_numpy(w.dequantize()))
+    assert sorted(m.checkpoint_tensors()) == sorted(tensors)

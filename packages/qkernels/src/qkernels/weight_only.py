@@ -1,8 +1,9 @@
-"""Families outside the layout registry: FP8, bitsandbytes NF4/FP4/int8, GGUF blocks, QQQ, ParoQuant, VPTQ.
+"""Families outside the layout registry: FP8, bitsandbytes, GGUF blocks, QQQ, ParoQuant, VPTQ, EXL3.
 
 Their logical objects (``qformats.layouts.fp8.FP8Weight``, ``qformats.layouts.bnb.BnB4Weight`` /
 ``BnB8Weight``, ``qformats.layouts.gguf.GGUFWeight``, ``qformats.layouts.qqq.QQQWeight``,
-``qformats.layouts.paroquant.ParoQuantWeight``, ``qformats.layouts.vptq.VPTQWeight``) are not
+``qformats.layouts.paroquant.ParoQuantWeight``, ``qformats.layouts.vptq.VPTQWeight``,
+``qformats.layouts.exl3.EXL3Weight``) are not
 ``scales * (codes - zeros)`` integers; they offer ``dequantize() -> float32 [out, in]``, which the
 ``torch`` reference backend serves. Module tensors:
 
@@ -22,6 +23,8 @@ Their logical objects (``qformats.layouts.fp8.FP8Weight``, ``qformats.layouts.bn
   ``outlier_centroids.weight``, ``outlier_indices``, ``weight_scale``, ``weight_bias``, ``perm``); the VPTQ
   fields (``vector_lens``, ``num_centroids``, ...) come from ``config``. Dequantized in the codebook dtype
   as the reference does (a torch bfloat16 codebook is computed in bfloat16).
+* ``exl3``: ``trellis``, ``suh``, ``svh`` and an optional ``mcg`` / ``mul1`` codebook marker; served as the
+  dense float32 weight (decoded trellis between the two Hadamard sides).
 
 Every family may carry a ``bias``.
 """
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 from qformats.layouts.bnb import unpack_bnb4, unpack_bnb8
+from qformats.layouts.exl3 import EXL3Weight, unpack_exl3
 from qformats.layouts.fp8 import unpack_fp8
 from qformats.layouts.gguf import GGUFWeight
 from qformats.layouts.paroquant import ParoQuantWeight, unpack_paroquant
@@ -52,7 +56,7 @@ from .errors import KernelInputError
 from .module import QuantLinear
 from .registry import AUTO
 
-WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf", "qqq", "paroquant", "vptq")
+WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf", "qqq", "paroquant", "vptq", "exl3")
 
 
 def _shape(logical: Any) -> tuple[int, ...]:
@@ -61,6 +65,8 @@ def _shape(logical: Any) -> tuple[int, ...]:
         return (logical.out_features, logical.in_features)
     if isinstance(logical, ParoQuantWeight):
         return (logical.weight.out_features, logical.weight.in_features)
+    if isinstance(logical, EXL3Weight):
+        return (logical.out_features, logical.in_features)
     if isinstance(logical, VPTQWeight):
         return (logical.spec.out_features, logical.spec.in_features)
     if hasattr(logical, "codes") and isinstance(logical.codes, np.ndarray):  # FP8Weight, QQQWeight
@@ -106,6 +112,9 @@ def _read(
             qqq = unpack_qqq(arrays, qqq_meta(arrays, group_size=group_size))
             return qqq, "qqq", 4, qqq.group_size
         return unpack_paroquant(arrays, paroquant_meta(arrays, group_size=group_size)), "paroquant", 4, group_size
+    if family == "exl3":
+        exl3 = unpack_exl3(arrays, in_features, out_features)
+        return exl3, "exl3", exl3.bits, -1
     if family == "vptq":
         spec = spec_from_config(config, in_features, out_features)
         vptq = unpack_vptq(arrays, spec, compute_dtype=config.get("compute_dtype"))
@@ -157,7 +166,7 @@ def weight_only_linear(
     dtype: torch.dtype = torch.float32,
     **options: object,
 ) -> QuantLinear:
-    """A module for one FP8 / bitsandbytes / GGUF / QQQ / ParoQuant module's tensors, built like ``quant_linear``."""
+    """A module for one module's tensors of a family in :data:`WEIGHT_ONLY_FAMILIES`, built like ``quant_linear``."""
     loaded = load_weight_only(
         family, tensors, in_features=in_features, out_features=out_features, config=config,
         semantics=semantics, qtype=qtype,

@@ -45,7 +45,9 @@ def validate_exl3(tensors: Mapping[str, np.ndarray], in_features: int, out_featu
     """Every broken EXL3 rule for a ``[out, in]`` module (see the module docstring)."""
     found: list[Violation] = []
     if in_features % 128 or out_features % 128:
-        found.append(Violation(f"{RULE}-DIMS", "config", "in and out divisible by 128", f"{in_features}, {out_features}"))
+        found.append(
+            Violation(f"{RULE}-DIMS", "config", "in and out divisible by 128", f"{in_features}, {out_features}")
+        )
         return found
     for name in ("su", "sv"):
         if name in tensors:

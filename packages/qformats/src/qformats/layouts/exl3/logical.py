@@ -50,7 +50,9 @@ class EXL3Weight:
         if self.codebook not in CODEBOOKS:
             raise LayoutError(f"codebook: expected one of {CODEBOOKS}, found {self.codebook!r}")
         if self.symbols.dtype != np.uint8 or self.symbols.ndim != 3 or self.symbols.shape[2] != 256:
-            raise LayoutError(f"symbols: expected uint8 [K/16, N/16, 256], found {self.symbols.dtype} {self.symbols.shape}")
+            raise LayoutError(
+                f"symbols: expected uint8 [K/16, N/16, 256], found {self.symbols.dtype} {self.symbols.shape}"
+            )
         k, n = self.in_features, self.out_features
         if k % HADAMARD or n % HADAMARD:
             raise LayoutError(f"symbols: EXL3 needs in and out divisible by 128, found in={k}, out={n}")

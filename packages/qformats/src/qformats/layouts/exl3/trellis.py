@@ -70,7 +70,8 @@ def unpack_symbols(trellis: np.ndarray, bits: int) -> np.ndarray:
     index, start = _bit_positions(bits)
     window = (padded[..., index] << 16) | padded[..., index + 1]  # 32 bits starting at the symbol's word
     symbols = (window >> (32 - start - bits)) & ((1 << bits) - 1)
-    return symbols.reshape(*trellis.shape[:-1], 256).astype(np.uint8)
+    result: np.ndarray = symbols.reshape(*trellis.shape[:-1], 256).astype(np.uint8)
+    return result
 
 
 def pack_symbols(symbols: np.ndarray, bits: int) -> np.ndarray:
