@@ -65,3 +65,33 @@ def test_explicit_shapes_and_missing_modules() -> None:
     assert [v.rule for v in validate({"w": np.ones(3)}, CFG)] == ["CONFIG-NO-MODULES"]
     tensors["model.q.scales"] = np.ones(4, np.float16)
     assert [v.rule for v in validate(tensors, CFG)] == ["SHAPE-UNKNOWN"]
+
+
+def test_families_outside_the_registry_are_validated_per_module() -> None:
+    from qformats.config import parse_config
+    from qformats.layouts.qqq import QQQWeight, pack_qqq
+    from qformats.layouts.vptq import VPTQWeight, pack_vptq, spec_from_config
+
+    rng = np.random.default_rng(0)
+    qqq_weight = QQQWeight(rng.integers(0, 16, (64, 128)).astype(np.uint8), None, np.ones(64, np.float32), -1)
+    packed = {f"model.layers.{i}.mlp.up_proj.{k}": v for i in (0, 1) for k, v in pack_qqq(qqq_weight).items()}
+    qqq_cfg = parse_config({"bits": 4, "group_size": -1, "quant_method": "qqq", "format": "qqq"})
+    assert validate(packed, qqq_cfg) == []
+    broken = {**packed, "model.layers.1.mlp.up_proj.s_channel": np.ones((1, 64), np.float16)}
+    assert [(v.rule, v.tensor) for v in validate(broken, qqq_cfg)] == [
+        ("QQQ-DTYPE-S_CHANNEL", "model.layers.1.mlp.up_proj.s_channel")
+    ]
+    assert [v.rule for v in validate({"x.qweight": np.zeros(1)}, qqq_cfg)] == ["CONFIG-NO-MODULES"]
+
+    fields = {"vector_lens": [-1, 4], "num_centroids": [-1, 16], "num_res_centroids": [-1, -1]}
+    spec = spec_from_config(fields, 32, 8)
+    books = rng.standard_normal((1, 16, 4)).astype(np.float16)
+    weight = VPTQWeight(spec, books, rng.integers(0, 16, (1, 2, 32)).astype(np.int32))
+    vptq_tensors = {f"m.proj.{k}": v for k, v in pack_vptq(weight).items()}
+    vptq_cfg = parse_config({"bits": 2, "group_size": -1, "quant_method": "vptq", "format": "vptq", **fields})
+    assert validate(vptq_tensors, vptq_cfg, shapes={"m.proj": (32, 8)}) == []
+    assert [v.rule for v in validate(vptq_tensors, vptq_cfg)] == ["SHAPE-UNKNOWN"]
+    missing = {k: v for k, v in vptq_tensors.items() if not k.endswith("centroids.weight")}
+    assert [(v.rule, v.tensor) for v in validate(missing, vptq_cfg, shapes={"m.proj": (32, 8)})] == [
+        ("VPTQ-MISSING", "m.proj.centroids.weight")
+    ]

@@ -3,7 +3,9 @@
 ``tensors`` maps full checkpoint keys (``model.layers.0.mlp.down_proj.qweight``) to numpy arrays.
 Modules are found by their layout's marker tensor (``qweight`` unless the layout says otherwise);
 each module is checked with the settings the config gives it (dynamic overrides included) by the
-layout registered for the config's layout key (``QuantizeConfig.layout``). Findings carry the full tensor key.
+layout registered for the config's layout key (``QuantizeConfig.layout``), or, for the families outside
+the registry (``qqq``, ``paroquant``, ``vptq``), by their checks in :mod:`qformats.family_checks`.
+Findings carry the full tensor key.
 
 Rule ids added here (the layouts add their own, e.g. ``GPTQ-SHAPE``):
 
@@ -16,17 +18,25 @@ Rule ids added here (the layouts add their own, e.g. ``GPTQ-SHAPE``):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config.model import QuantizeConfig
+from .config.model import ModuleSpec, QuantizeConfig
 from .errors import LayoutError, UnsupportedLayoutError
-from .layouts.registry import LayoutMeta, get_layout, marker_tensor, meta_inference
+from .layouts.registry import Layout, LayoutMeta, get_layout, marker_tensor, meta_inference
 from .violations import Violation
 
+if TYPE_CHECKING:
+    from .family_checks import Check
 
-def module_tensors(tensors: Mapping[str, np.ndarray], marker: str = "qweight") -> dict[str, dict[str, np.ndarray]]:
-    """Group checkpoint keys by module: ``{prefix: {local name: array}}`` for prefixes holding ``marker``."""
+
+def module_tensors(
+    tensors: Mapping[str, np.ndarray], marker: str = "qweight", dotted: tuple[str, ...] = ()
+) -> dict[str, dict[str, np.ndarray]]:
+    """Group checkpoint keys by module: ``{prefix: {local name: array}}`` for prefixes holding ``marker``.
+
+    Local names hold no dot, except those listed in ``dotted`` (VPTQ's ``centroids.weight``)."""
     prefixes = sorted(k[: -len(marker) - 1] for k in tensors if k.endswith("." + marker))
     if marker in tensors:
         prefixes.insert(0, "")
@@ -34,9 +44,16 @@ def module_tensors(tensors: Mapping[str, np.ndarray], marker: str = "qweight") -
     for prefix in prefixes:
         head = f"{prefix}." if prefix else ""
         grouped[prefix] = {
-            k[len(head) :]: v for k, v in tensors.items() if k.startswith(head) and "." not in k[len(head) :]
+            k[len(head) :]: v
+            for k, v in tensors.items()
+            if k.startswith(head) and ("." not in k[len(head) :] or k[len(head) :] in dotted)
         }
     return grouped
+
+
+def _excluded(prefix: str, marker: str) -> Violation:
+    """A module a negative dynamic rule keeps dense, yet holding quantized tensors."""
+    return Violation("CONFIG-EXCLUDED", f"{prefix}.{marker}", "a dense module (negative dynamic rule)", "quantized")
 
 
 def _qualify(prefix: str, found: list[Violation]) -> list[Violation]:
@@ -56,39 +73,46 @@ def validate(
     ``shapes`` optionally gives ``{module prefix: (in_features, out_features)}``; otherwise each
     layout infers them from its tensors (GPTQ: ``g_idx`` and ``scales``).
     """
+    from .family_checks import FAMILIES, ModuleFamily  # imported on use: the families load their layouts
+
     key = config.layout
-    try:
-        layout = get_layout(key)
-    except UnsupportedLayoutError as exc:
-        return [Violation("CONFIG-NO-LAYOUT", "<config>", f"a registered layout for {key!r}", str(exc))]
-    marker = marker_tensor(layout)
-    modules = module_tensors(tensors, marker)
+    family = FAMILIES.get(key)
+    if family is None:
+        try:
+            layout = get_layout(key)
+        except UnsupportedLayoutError as exc:
+            return [Violation("CONFIG-NO-LAYOUT", "<config>", f"a registered layout for {key!r}", str(exc))]
+        family = ModuleFamily(marker_tensor(layout), (), _registered_check(layout))
+    modules = module_tensors(tensors, family.marker, family.dotted)
     if not modules:
-        return [Violation("CONFIG-NO-MODULES", f"*.{marker}", f"at least one {key} module", "none")]
+        return [Violation("CONFIG-NO-MODULES", f"*.{family.marker}", f"at least one {key} module", "none")]
     found: list[Violation] = []
     for prefix, local in modules.items():
         spec = config.for_module(prefix)
         if spec is None:
-            found.append(
-                Violation(
-                    "CONFIG-EXCLUDED", f"{prefix}.{marker}", "a dense module (negative dynamic rule)", "quantized"
-                )
-            )
+            found.append(_excluded(prefix, family.marker))
             continue
-        if shapes is not None and prefix in shapes:
-            in_, out = shapes[prefix]
-            meta = LayoutMeta(spec.bits, spec.group_size, int(in_), int(out), spec.sym, spec.pack_dtype)
-        else:
-            infer = meta_inference(layout)
-            if infer is None:
-                found.append(Violation("SHAPE-UNKNOWN", f"{prefix}.{marker}", "shapes for this module", "none given"))
-                continue
-            try:
-                meta = infer(
-                    local, bits=spec.bits, group_size=spec.group_size, sym=spec.sym, pack_dtype=spec.pack_dtype
-                )
-            except LayoutError as exc:
-                found.append(Violation("SHAPE-UNKNOWN", f"{prefix}.{marker}", "inferable dims", str(exc)))
-                continue
-        found.extend(_qualify(prefix, layout.validate(local, meta)))
+        dims = None if shapes is None or prefix not in shapes else (int(shapes[prefix][0]), int(shapes[prefix][1]))
+        try:
+            found.extend(_qualify(prefix, family.check(local, spec, config, dims)))
+        except LayoutError as exc:
+            found.append(Violation("SHAPE-UNKNOWN", f"{prefix}.{family.marker}", "inferable dims", str(exc)))
     return found
+
+
+def _registered_check(layout: Layout) -> Check:
+    """The module check of a registered layout: dims from ``shapes`` or its ``infer_meta``, then ``validate``."""
+    infer = meta_inference(layout)
+
+    def check(
+        local: Mapping[str, np.ndarray], spec: ModuleSpec, _: QuantizeConfig, dims: tuple[int, int] | None
+    ) -> list[Violation]:
+        if dims is not None:
+            meta = LayoutMeta(spec.bits, spec.group_size, dims[0], dims[1], spec.sym, spec.pack_dtype)
+        elif infer is None:
+            raise LayoutError(f"{layout.key}: dims cannot be inferred from the tensors; pass shapes=")
+        else:
+            meta = infer(local, bits=spec.bits, group_size=spec.group_size, sym=spec.sym, pack_dtype=spec.pack_dtype)
+        return layout.validate(local, meta)
+
+    return check

@@ -41,7 +41,8 @@ class KernelContract:
     the layer's ``g_idx`` is not the natural ``i // group_size`` map; ``pack_dtype`` names the numpy
     dtype of the layout's packed words; ``logical_kind`` is ``"integer"`` for a ``QuantizedWeight``
     (``scales * (codes - zeros)``) and names the codebook family otherwise (``"fp8"``, ``"bnb4"``,
-    ``"bnb8"``, ``"gguf_blocks"``).
+    ``"bnb8"``, ``"gguf_blocks"``, ``"qqq"``, ``"paroquant"``, ``"vptq"``,
+    ``"exl3"``).
     """
 
     method: str

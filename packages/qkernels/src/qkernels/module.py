@@ -51,11 +51,13 @@ class QuantLinear(torch.nn.Module):
         self.target = target
         # Integer layouts re-derive their logical weight on demand; other families keep their object.
         self._logical = None if isinstance(loaded.logical, QuantizedWeight) else loaded.logical
-        self._checkpoint_names = tuple(loaded.tensors)
+        # Checkpoint name -> buffer attribute (torch buffer names cannot hold "."; VPTQ's "centroids.weight").
+        self._checkpoint_names = {name: name.replace(".", "_") for name in loaded.tensors}
         for name, arr in loaded.tensors.items():
-            if hasattr(self, name):
+            attribute = self._checkpoint_names[name]
+            if hasattr(self, attribute):
                 raise KernelInputError(f"tensor {name!r}: name clashes with a module attribute")
-            self.register_buffer(name, torch.from_numpy(arr))
+            self.register_buffer(attribute, torch.from_numpy(arr))
         self.has_bias = loaded.bias is not None
         self.register_buffer("bias", None if loaded.bias is None else torch.from_numpy(loaded.bias))
 
@@ -72,7 +74,7 @@ class QuantLinear(torch.nn.Module):
         """The logical weight: kept for weight-only families, unpacked from the checkpoint tensors otherwise."""
         if self._logical is not None:
             return self._logical
-        tensors = {name: getattr(self, name).detach().cpu().numpy() for name in self._checkpoint_names}
+        tensors = {name: getattr(self, attr).detach().cpu().numpy() for name, attr in self._checkpoint_names.items()}
         return get_layout(self.format).unpack(tensors, self.meta)
 
     def extra_repr(self) -> str:
@@ -91,7 +93,7 @@ class QuantLinear(torch.nn.Module):
 
     def checkpoint_tensors(self) -> dict[str, np.ndarray]:
         """The original layout's tensors (and ``bias``), as loaded: what saving must write."""
-        out = {name: getattr(self, name).detach().cpu().numpy().copy() for name in self._checkpoint_names}
+        out = {name: getattr(self, attr).detach().cpu().numpy().copy() for name, attr in self._checkpoint_names.items()}
         if self.bias is not None:
             out["bias"] = self.bias.detach().cpu().numpy().copy()
         return out

@@ -30,7 +30,9 @@ SETTINGS_KEYS: frozenset[str] = frozenset(
         "activation", "rotation", "adapter", "offload_to_disk", "offload_to_disk_path", "pack_impl", "fallback",
         "hessian", "gptaq", "foem", "gc_mode", "moe", "device", "mock_quantization", "weight_only",
         "wait_for_submodule_finalizers", "block_size", "compress_statistics", "weight_scale_method",
-        "weight_block_size", "weight_scale_semantics", "backend", "modules_to_not_convert",
+        "weight_block_size", "weight_scale_semantics", "backend", "modules_to_not_convert", "krot",
+        "vector_lens", "num_centroids", "num_res_centroids", "npercent", "group_num", "kmeans_mode", "kmeans_iters",
+        "kmeans_tol", "kmeans_seed", "enable_norm", "norm_dim", "enable_perm", "percdamp",
     }
 )  # fmt: skip
 # Settings the reference lifts from ``meta`` when they are absent at top level.

@@ -3,6 +3,7 @@
 Output (reference ``to_dict`` order and naming): ``bits``, ``dynamic``, ``group_size``, ``desc_act``,
 ``sym`` (GPTQ-style families), ``lm_head``, ``method`` **and** ``quant_method``, ``format`` **and**
 ``checkpoint_format``, ``pack_dtype``; AWQ adds ``zero_point`` (= not sym) and ``version`` (= format);
+QQQ adds ``wbits`` (= bits, the name vLLM's QQQ loader reads);
 then carried ``settings``, ``meta`` (with ``qformats_config_version``) and every ``unknown`` field
 read from the source file. ``None`` and empty values are dropped. GGUF writes its bits alias
 (``q4_k_m``) and drops group_size/desc_act/pack_dtype. Dynamic rules keep their original order.
@@ -55,6 +56,8 @@ def config_to_dict(cfg: QuantizeConfig) -> dict[str, Any]:
     if family in _AWQ_FAMILIES:
         out["zero_point"] = not cfg.sym
         out["version"] = fmt
+    if family is FORMAT.QQQ:
+        out["wbits"] = cfg.bits
     for key, value in cfg.settings.items():
         out.setdefault(key, value)
     meta = dict(cfg.meta)

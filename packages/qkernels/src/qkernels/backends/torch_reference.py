@@ -2,10 +2,11 @@
 
 Serves every layout registered in qformats (its unpack gives an integer-code ``QuantizedWeight``: GPTQ and
 AWQ families at any bits, group size, symmetry and g_idx; Marlin; GGUF type-0) and the weight-only families
-read by :mod:`qkernels.weight_only` (FP8, bitsandbytes NF4/FP4/int8, every GGUF block type), whose logical
-objects offer ``dequantize()``. Every device and activation dtype. The dense weight is rebuilt per call
-in float32 (bit-identical to ``QuantizedWeight.dequantize``), then cast to the activation dtype;
-``cache_dense=True`` keeps the cast weight for repeated calls (memory: ``out * in`` elements).
+read by :mod:`qkernels.weight_only` (FP8, bitsandbytes NF4/FP4/int8, every GGUF block type, QQQ,
+ParoQuant, VPTQ, EXL3), whose logical objects offer ``dequantize()``. Every device and activation dtype. The dense
+weight is rebuilt per call in float32 (bit-identical to ``QuantizedWeight.dequantize``), then cast to the
+activation dtype; ``cache_dense=True`` keeps the cast weight for repeated calls (memory: ``out * in``
+elements).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..device import Target
 from ..module import QuantLinear
 from ..registry import register_backend
 
-REFERENCE_METHODS = frozenset({"gptq", "awq", "fp8", "bitsandbytes", "gguf"})
+REFERENCE_METHODS = frozenset({"gptq", "awq", "fp8", "bitsandbytes", "gguf", "qqq", "paroquant", "vptq", "exl3"})
 
 
 @register_backend
@@ -41,7 +42,7 @@ class TorchReferenceLinear(QuantLinear):
         dtypes=frozenset({torch.float32, torch.bfloat16, torch.float16}),
         pack_dtypes=None,
         priority=10,
-        logical_kinds=frozenset({"integer", "fp8", "bnb4", "bnb8", "gguf_blocks"}),
+        logical_kinds=frozenset({"integer", "fp8", "bnb4", "bnb8", "gguf_blocks", "qqq", "paroquant", "vptq", "exl3"}),
     )
 
     @classmethod

@@ -1,0 +1,66 @@
+"""Checkpoint-level checks for the layout families outside the registry: QQQ, ParoQuant, VPTQ.
+
+``qformats.validate`` uses :data:`FAMILIES` when a config's layout key names one of them. Each family
+says which tensor marks one of its modules (``marker``), which of its local tensor names hold a dot
+(VPTQ's ``centroids.weight``), and how to check one module's tensors under the module's settings.
+A check returns the family's violations (``QQQ-*``, ``PARO-*``/``AWQ-GEMM-*``, ``VPTQ-*``); dims it cannot
+infer raise :class:`LayoutError` (reported as ``SHAPE-UNKNOWN``).
+
+VPTQ dims cannot be read from the tensors (the index rows pad ``out``, the groups pad ``in``): pass
+``shapes`` to ``qformats.validate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config.model import ModuleSpec, QuantizeConfig
+from .errors import ConfigError, LayoutError
+from .layouts import paroquant, qqq, vptq
+from .violations import Violation
+
+Dims = tuple[int, int] | None
+Check = Callable[[Mapping[str, np.ndarray], ModuleSpec, QuantizeConfig, Dims], list[Violation]]
+
+
+@dataclass(frozen=True)
+class ModuleFamily:
+    """How ``qformats.validate`` finds and checks the modules of one family (see the module docstring)."""
+
+    marker: str
+    dotted: tuple[str, ...]
+    check: Check
+
+
+def _qqq(local: Mapping[str, np.ndarray], spec: ModuleSpec, _: QuantizeConfig, dims: Dims) -> list[Violation]:
+    meta = qqq.infer_meta(local, group_size=spec.group_size, bits=spec.bits)
+    if dims is not None:
+        meta = type(meta)(spec.bits, spec.group_size, dims[0], dims[1])
+    return qqq.validate_qqq(local, meta)
+
+
+def _paroquant(local: Mapping[str, np.ndarray], spec: ModuleSpec, _: QuantizeConfig, dims: Dims) -> list[Violation]:
+    meta = paroquant.infer_meta(local, group_size=spec.group_size, bits=spec.bits, sym=spec.sym)
+    if dims is not None:
+        meta = type(meta)(spec.bits, spec.group_size, dims[0], dims[1], spec.sym)
+    return paroquant.validate_paroquant(local, meta)
+
+
+def _vptq(local: Mapping[str, np.ndarray], _: ModuleSpec, config: QuantizeConfig, dims: Dims) -> list[Violation]:
+    if dims is None:
+        raise LayoutError("VPTQ: module dims are not recoverable from the tensors; pass shapes=")
+    try:
+        spec = vptq.spec_from_config(config, dims[0], dims[1])
+    except ConfigError as exc:
+        return [Violation("VPTQ-CONFIG", "<config>", "a valid VPTQ config", str(exc))]
+    return vptq.validate_vptq(local, spec)
+
+
+FAMILIES: dict[str, ModuleFamily] = {
+    "qqq": ModuleFamily("B", (), _qqq),
+    "paroquant": ModuleFamily("qweight", (), _paroquant),
+    "vptq": ModuleFamily("indices", ("centroids.weight", "res_centroids.weight", "outlier_centroids.weight"), _vptq),
+}

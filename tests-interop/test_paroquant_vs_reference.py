@@ -1,0 +1,67 @@
+"""ParoQuant: the reference's module tensors read by lowbit, the AWQ part dequantized identically, the input
+transform computed identically (float16 bit for bit), the layer's output matched, the bytes rewritten exactly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cases import as_dtype
+from peer_paroquant import module_tensors, reference_awq_dense, reference_paro_module
+from qformats.layouts.paroquant import identity_rotation, infer_meta, pack_paroquant, unpack_paroquant
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/qformats/tests"))
+from test_paroquant_layout import ROTATION_GOLDEN, rotation_case
+
+SHAPES = [(256, 128, 64, 3), (128, 64, -1, 8), (256, 64, 128, 2)]
+
+
+@pytest.mark.parametrize(("k", "n", "gs", "krot"), SHAPES)
+def test_lowbit_reads_reference_paroquant_module(k: int, n: int, gs: int, krot: int) -> None:
+    from gptqmodel.utils.paroquant import apply_paroquant_rotation_reference
+
+    module = reference_paro_module(k, n, gs, krot, seed=k + n + krot)
+    tensors = module_tensors(module)
+    ours = unpack_paroquant(tensors, infer_meta(tensors, group_size=gs))
+    theirs = reference_awq_dense(module)
+    assert torch.equal(as_dtype(ours.weight.dequantize(), theirs.dtype), theirs)
+    again = pack_paroquant(ours)
+    for name, value in tensors.items():
+        assert again[name].dtype == value.dtype and np.array_equal(again[name].view(np.uint8), value.view(np.uint8))
+
+    x = torch.randn(4, k, generator=torch.Generator().manual_seed(1))
+    group = k if gs == -1 else gs
+    half = x.half()
+    rotated = apply_paroquant_rotation_reference(
+        half, module.pairs, module.theta, scales=module.channel_scales, group_size=group
+    )
+    assert np.array_equal(ours.rotate_inputs(half.numpy()).view(np.int16), rotated.numpy().view(np.int16))
+    rotated32 = apply_paroquant_rotation_reference(
+        x, module.pairs, module.theta, scales=module.channel_scales, group_size=group
+    ).numpy()
+    assert np.allclose(ours.rotate_inputs(x.numpy()), rotated32, rtol=1e-5, atol=1e-5)  # cos/sin ulps differ
+
+    with torch.no_grad():
+        y = module(x).double().numpy()  # CPU float32 path: rotate, then dequantized AWQ matmul
+    mine = x.double().numpy() @ ours.dequantize().astype(np.float64).T
+    assert np.abs(mine - y).max() <= 1e-3 * np.abs(y).max()  # the reference's weight is float16-rounded
+
+
+def test_identity_buffers_are_the_reference_defaults() -> None:
+    from gptqmodel.utils.paroquant import build_identity_rotation_buffers
+
+    for k, gs, krot in [(256, 64, 8), (128, -1, 2)]:
+        pairs, theta, scales = build_identity_rotation_buffers(in_features=k, group_size=gs, krot=krot)
+        for theirs, mine in zip((pairs, theta, scales), identity_rotation(k, gs, krot), strict=True):
+            assert theirs.numpy().dtype == mine.dtype and np.array_equal(theirs.numpy(), mine)
+
+
+def test_rotation_golden_comes_from_the_reference() -> None:
+    from gptqmodel.utils.paroquant import apply_paroquant_rotation_reference
+
+    pairs, theta, scales, x = (torch.from_numpy(a) for a in rotation_case())
+    y = apply_paroquant_rotation_reference(x, pairs, theta, scales=scales, group_size=4)
+    assert y.view(torch.int16).tolist() == ROTATION_GOLDEN
