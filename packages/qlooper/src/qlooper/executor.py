@@ -122,7 +122,9 @@ class LayerTimes:
     ``forward``: the slowest worker's compute per call, summed over the layer's capture and replay calls;
     ``transfer``: those calls' wall time minus ``forward`` (serialization, shipping, scheduling);
     ``reduce``: the driver feeding recordings to the hooks (statistics accumulated in batch order);
-    ``solve``: wall time of the spread solve calls; ``layer_ship``: sending the layer copy to the workers.
+    ``solve``: wall time of the spread solve calls; ``layer_ship``: sending the layer copy to the workers;
+    ``bytes_out``/``bytes_back``: tensor bytes of the forward calls' arguments (the layer state counted once
+    per worker) and of their results (recordings, outputs).
     """
 
     layer: int
@@ -132,6 +134,8 @@ class LayerTimes:
     solve: float = 0.0
     layer_ship: float = 0.0
     calls: int = 0
+    bytes_out: int = 0
+    bytes_back: int = 0
 
 
 @dataclass
@@ -194,6 +198,8 @@ class ShardedExecutor:
         times.forward += compute
         times.transfer += max(0.0, wall - compute)
         times.calls += 1
+        times.bytes_out += sum(tensor_bytes(args) for args in per_worker)  # the state: once per worker
+        times.bytes_back += tensor_bytes([out for out, _ in results])
         return [out for out, _ in results]
 
     def capture(self, ctx: LayerContext, stop_after: nn.Module | None) -> None:
@@ -248,6 +254,22 @@ class ShardedExecutor:
             "workers": self.workers,
             "lost_workers": [vars(lost) for lost in self.lost],
         }
+
+
+def tensor_bytes(value: Any, seen: set[int] | None = None) -> int:
+    """Bytes of the distinct tensors in ``value`` (nested tuples, lists, dicts; one object counted once, as
+    pickle sends it once)."""
+    seen = set() if seen is None else seen
+    if isinstance(value, torch.Tensor):
+        if id(value) in seen:
+            return 0
+        seen.add(id(value))
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v, seen) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v, seen) for v in value)
+    return 0
 
 
 def _call_of(cache: InputCache, batch: int) -> Call:

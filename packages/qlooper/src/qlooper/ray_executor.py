@@ -13,7 +13,10 @@ machine with ``workers`` CPUs; anything else is passed to ``ray.init(address=...
 * a driver that dies leaves the checkpoint (qcheckpoint, as in one process) at the last committed layer;
   the next run resumes from it, with or without Ray.
 
-Cluster nodes need the same lowbit packages and torch as the driver (a local cluster inherits them).
+Cluster nodes need the same lowbit packages and torch as the driver (a local cluster inherits them). Each
+worker sets torch's thread count to the driver's: a float reduction (a loss sum, a norm) is split over
+threads, so another count can change its last bit (measured on SmolLM2: a GPTQ loss 1 ulp apart with 1
+thread against the driver's 2). Give each actor that many CPUs on a real cluster.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from .errors import ExecutorError
@@ -67,7 +71,7 @@ class RayExecutor(ShardedExecutor):
 
     def _start(self, index: int) -> tuple[Any, dict[str, Any]]:
         ray = _ray()
-        actor = self._actor_class.remote(f"lowbit-worker-{index}")
+        actor = self._actor_class.remote(f"lowbit-worker-{index}", torch.get_num_threads())
         identity = ray.get(actor.identity.remote())
         if self._layer is not None:
             ray.get(actor.set_layer.remote(*self._layer))

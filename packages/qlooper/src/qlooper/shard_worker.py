@@ -43,8 +43,17 @@ class HookedModule:
     post: bool
 
 
-def _snapshot(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+def _snapshot(args: tuple[Any, ...], memo: dict[int, torch.Tensor]) -> tuple[Any, ...]:
+    """``args`` with tensors cloned; a tensor several hooked modules read (q/k/v's input) is cloned once per
+    batch, so the recording (and its pickle) holds it once."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if id(a) not in memo:
+                memo[id(a)] = a.detach().clone()
+            a = memo[id(a)]
+        out.append(a)
+    return tuple(out)
 
 
 def _stop(_module: nn.Module, _inputs: tuple[Any, ...], _out: Any) -> None:
@@ -54,14 +63,16 @@ def _stop(_module: nn.Module, _inputs: tuple[Any, ...], _out: Any) -> None:
 class LayerWorker:
     """Holds one layer copy; runs capture forwards, replay forwards and solve jobs (see the module docstring)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, threads: int | None = None) -> None:
+        if threads is not None:  # the driver's count: a reduction's split over threads changes its float sum
+            torch.set_num_threads(threads)
         self.name = name
         self.layer: nn.Module | None = None
         self.layer_key: str | None = None
 
     def identity(self) -> dict[str, Any]:
-        """Who this worker is: ``name``, ``host``, ``pid`` (for reports naming a lost worker)."""
-        return {"name": self.name, "host": socket.gethostname(), "pid": os.getpid()}
+        """Who this worker is: ``name``, ``host``, ``pid``, torch ``threads`` (reports name a lost worker)."""
+        return {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads()}
 
     def set_layer(self, key: str, layer: nn.Module) -> str:
         """Keep ``layer`` (a copy of the driver's, in eval mode) for the calls of layer ``key``."""
@@ -90,14 +101,15 @@ class LayerWorker:
         layer = self._loaded(key, state)
         modules = dict(layer.named_modules())
         events: list[Event] = []
+        memo: dict[int, torch.Tensor] = {}
         handles = []
         try:
             for item in hooked:
                 module = modules[item.name]
                 if item.pre:
-                    handles.append(module.register_forward_pre_hook(self._recorder(events, item.name, "pre"), with_kwargs=True))
+                    handles.append(module.register_forward_pre_hook(self._recorder(events, memo, item.name, "pre"), with_kwargs=True))
                 if item.post:
-                    handles.append(module.register_forward_hook(self._recorder(events, item.name, "post"), with_kwargs=True))
+                    handles.append(module.register_forward_hook(self._recorder(events, memo, item.name, "post"), with_kwargs=True))
             if stop_after is not None:
                 handles.append(modules[stop_after].register_forward_hook(_stop))
             per_batch = []
@@ -109,15 +121,16 @@ class LayerWorker:
                         pass
                     per_batch.append(list(events))
                     events.clear()
+                    memo.clear()
         finally:
             for handle in handles:
                 handle.remove()
         return per_batch, time.perf_counter() - start
 
     @staticmethod
-    def _recorder(events: list[Event], name: str, kind: str) -> Callable[..., None]:
+    def _recorder(events: list[Event], memo: dict[int, torch.Tensor], name: str, kind: str) -> Callable[..., None]:
         def record(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *_out: Any) -> None:
-            events.append((name, kind, _snapshot(args), dict(kwargs)))
+            events.append((name, kind, _snapshot(args, memo), dict(kwargs)))
 
         return record
 
