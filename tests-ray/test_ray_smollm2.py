@@ -28,7 +28,10 @@ from qhf.tokenizer import token_blocks
 from qlooper.ray_executor import RayExecutor
 
 ROWS, LENGTH = 4, 64
-CONFIGS = {"gptq": {"method": "gptq", "bits": 4, "group_size": 64}, "awq": {"method": "awq", "bits": 4, "group_size": 64, "sym": False}}
+CONFIGS = {
+    "gptq": {"method": "gptq", "bits": 4, "group_size": 64},
+    "awq": {"method": "awq", "bits": 4, "group_size": 64, "sym": False},
+}
 
 
 def smollm2_gguf() -> Path:
@@ -86,7 +89,9 @@ def test_cli_ray_local_saves_the_same_bytes(tmp_path) -> None:
     outs = {}
     for label, extra in (("one", []), ("ray", ["--ray", "local", "--ray-workers", "2"])):
         outs[label] = tmp_path / label
-        done = subprocess.run([*common, *extra, "--out", str(outs[label])], capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            [*common, *extra, "--out", str(outs[label])], capture_output=True, text=True, timeout=1800
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     assert "executor     ray at local: lowbit-worker-0, lowbit-worker-1" in done.stdout
     files = sorted(p.name for p in outs["one"].glob("*.safetensors"))

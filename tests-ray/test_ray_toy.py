@@ -24,7 +24,9 @@ def executor():
         yield ray_executor
 
 
-@pytest.mark.parametrize(("method", "spec", "moe"), [("gptq", GPTQ_SPEC, False), ("awq", AWQ_SPEC, False), ("gptq", GPTQ_SPEC, True)])
+@pytest.mark.parametrize(
+    ("method", "spec", "moe"), [("gptq", GPTQ_SPEC, False), ("awq", AWQ_SPEC, False), ("gptq", GPTQ_SPEC, True)]
+)
 def test_ray_matches_one_process(executor, method, spec, moe) -> None:
     definition = MOE if moe else DENSE
     cal = toy_calibration(n=10, batch_size=1 if moe else 2)
@@ -62,3 +64,32 @@ def test_worker_killed_mid_layer_is_named_replaced_and_changes_nothing(executor)
     assert lost[0].layer == 1 and "layer model.layers.1" in lost[0].during
     assert executor.identities[1]["pid"] != lost[0].pid  # a fresh process took over under the same name
     assert executor.describe()["lost_workers"][-1]["name"] == "lowbit-worker-1"
+
+
+class DriverDiesAtLayer:
+    """An extension that raises once the given layer is solved (before its boundary commits): a driver crash."""
+
+    def __init__(self, layer: int) -> None:
+        self.layer = layer
+
+    def on_layer_done(self, step, _layer) -> None:
+        if step.index == self.layer:
+            raise KeyboardInterrupt(f"driver dies in layer {step.index}")
+
+
+def test_driver_dies_then_resumes_under_ray_to_the_same_bits(executor, tmp_path) -> None:
+    from qcheckpoint import CheckpointConfig
+
+    cal = toy_calibration(n=10, batch_size=2)
+    ref_model = ToyDecoder()
+    ref = quantize_model(ref_model, DENSE, cal, GPTQ_SPEC, "gptq")
+    config = CheckpointConfig(path=tmp_path / "ckpt")
+    with pytest.raises(KeyboardInterrupt, match="driver dies in layer 2"):
+        options = LoopOptions(executor=executor, extensions=(DriverDiesAtLayer(2),))
+        quantize_model(ToyDecoder(), DENSE, cal, GPTQ_SPEC, "gptq", checkpoint=config, options=options)
+    resumed_model = ToyDecoder()
+    run = quantize_model(
+        resumed_model, DENSE, cal, GPTQ_SPEC, "gptq", checkpoint=config, options=LoopOptions(executor=executor)
+    )
+    assert run.resumed_from == 2  # layers 0 and 1 were committed before the crash; 2 and 3 ran again
+    assert_same_run(ref, run, ref_model, resumed_model)

@@ -22,7 +22,14 @@ def assert_same_run(one, other, model_one: nn.Module, model_other: nn.Module) ->
         for key, value in done.tensors().items():
             assert value.dtype == theirs[key].dtype and np.array_equal(value, theirs[key]), (name, key)
     for a, b in zip(one.report, other.report, strict=True):
-        assert (a.module, a.loss, a.tokens, a.damp, a.fallback, a.notes) == (b.module, b.loss, b.tokens, b.damp, b.fallback, b.notes)
+        assert (a.module, a.loss, a.tokens, a.damp, a.fallback, a.notes) == (
+            b.module,
+            b.loss,
+            b.tokens,
+            b.damp,
+            b.fallback,
+            b.notes,
+        )
     for (name, p), (_, q) in zip(model_one.state_dict().items(), model_other.state_dict().items(), strict=True):
         assert torch.equal(p, q), name
 

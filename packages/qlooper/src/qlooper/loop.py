@@ -32,8 +32,8 @@ from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
 from .errors import ProcessorError
-from .finalize import FinalizedModule, finalize_module
 from .executor import InProcessExecutor
+from .finalize import FinalizedModule, finalize_module
 from .input_cache import InputCache
 from .lockstep import lockstep_forward, lockstep_supported
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep

@@ -114,7 +114,11 @@ class RayExecutor(ShardedExecutor):
         self.lost.append(lost)
         log.warning(
             "ray worker %s (pid %s on %s) was lost during %s (%s); starting a replacement and repeating the call",
-            lost.name, lost.pid, lost.host, during, lost.error,
+            lost.name,
+            lost.pid,
+            lost.host,
+            during,
+            lost.error,
         )
         try:
             self._actors[index], self.identities[index] = self._start(index)

@@ -107,9 +107,15 @@ class LayerWorker:
             for item in hooked:
                 module = modules[item.name]
                 if item.pre:
-                    handles.append(module.register_forward_pre_hook(self._recorder(events, memo, item.name, "pre"), with_kwargs=True))
+                    handles.append(
+                        module.register_forward_pre_hook(
+                            self._recorder(events, memo, item.name, "pre"), with_kwargs=True
+                        )
+                    )
                 if item.post:
-                    handles.append(module.register_forward_hook(self._recorder(events, memo, item.name, "post"), with_kwargs=True))
+                    handles.append(
+                        module.register_forward_hook(self._recorder(events, memo, item.name, "post"), with_kwargs=True)
+                    )
             if stop_after is not None:
                 handles.append(modules[stop_after].register_forward_hook(_stop))
             per_batch = []
@@ -134,7 +140,9 @@ class LayerWorker:
 
         return record
 
-    def replay(self, key: str, state: dict[str, torch.Tensor], calls: Sequence[Call]) -> tuple[list[torch.Tensor], float]:
+    def replay(
+        self, key: str, state: dict[str, torch.Tensor], calls: Sequence[Call]
+    ) -> tuple[list[torch.Tensor], float]:
         """The layer's hidden-state output for each of ``calls`` (the next layer's inputs), and seconds."""
         start = time.perf_counter()
         layer = self._loaded(key, state)

@@ -199,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"resumed      from plan step {summary['resumed_from']} ({args.checkpoint_dir})")
     lost = (summary.get("executor") or {}).get("lost_workers") or []
     for worker in lost:
-        print(f"lost worker  {worker['name']} (pid {worker['pid']} on {worker['host']}) during {worker['during']}; replaced")
+        where = f"pid {worker['pid']} on {worker['host']}"
+        print(f"lost worker  {worker['name']} ({where}) during {worker['during']}; replaced")
     fallbacks = summary.get("fallbacks") or []
     print(f"fallbacks    {len(fallbacks)}" + (f": {', '.join(fallbacks)}" if fallbacks else ""))
     saved = summary.get("saved", {})
