@@ -119,7 +119,6 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 def measured(data: dict) -> dict[str, float]:
     """Print the measured table; return this machine's rates from the GPTQ run."""
-    tokens = data["rows"] * data["length"]
     workers = data["workers"]
     rows = []
     rates: dict[str, float] = {}
@@ -128,12 +127,14 @@ def measured(data: dict) -> dict[str, float]:
         if run is None:
             continue
         layers = run["layers"]
+        tokens = run.get("tokens") or run["rows"] * run["length"]
         parts = {k: median(layers, k) for k in ("forward", "reduce", "solve", "transfer", "layer_ship")}
         moved = median(layers, "bytes_out") + median(layers, "bytes_back")
         wall = run["ray_seconds"] / len(layers)
         rows.append(
             [
                 method,
+                str(tokens),
                 *(f"{parts[k] * 1e3:.0f}" for k in parts),
                 f"{moved / 1e6:.1f}",
                 f"{wall * 1e3:.0f}",
@@ -146,11 +147,12 @@ def measured(data: dict) -> dict[str, float]:
             rates["solve"] = sum(SMOLLM2.solve_jobs()) / parts["solve"]
             rates["link"] = moved / parts["transfer"]
     print(
-        f"Measured: SmolLM2-135M, {data['rows']} rows x {data['length']} tokens, {workers} Ray workers, "
+        f"Measured: SmolLM2-135M, {workers} Ray workers, "
         f"{data.get('torch_threads', '?')} torch threads each (medians per layer, ms)\n"
     )
     headers = [
         "method",
+        "tokens",
         "forward",
         "reduce",
         "solve",

@@ -248,11 +248,13 @@ class ShardedExecutor:
         return results
 
     def describe(self) -> dict[str, Any]:
-        """``executor``, ``workers``, ``lost_workers`` (names and what they were doing) for the run report."""
+        """``executor``, ``workers``, ``lost_workers`` (names and what they were doing) and ``layer_times``
+        (:class:`LayerTimes` per layer, as dicts) for the run report."""
         return {
             "executor": self.name,
             "workers": self.workers,
             "lost_workers": [vars(lost) for lost in self.lost],
+            "layer_times": [vars(t) for t in self.times],
         }
 
 
