@@ -84,3 +84,14 @@ def test_sharded_moe_with_fallbacks_matches_in_process(method: str) -> None:
     run = quantize_model(shard_model, MOE, cal, GPTQ_SPEC, method, options=LoopOptions(executor=executor, **options))
     assert any(r.fallback for r in run.report)
     assert_same_run(ref, run, ref_model, shard_model)
+
+
+def test_ray_executor_without_ray_names_the_extra(monkeypatch) -> None:
+    import sys
+
+    from qlooper import ExecutorError
+    from qlooper.ray_executor import RayExecutor
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an install without qlooper[ray] sees
+    with pytest.raises(ExecutorError, match=r"pip install 'qlooper\[ray\]'"):
+        RayExecutor("local", workers=2)
