@@ -57,8 +57,8 @@ class Shape:
         gate_up = 2 * mlp / 3
         if not self.experts:
             executed = qkv + (qkv + o) + (qkv + o + gate_up) + (qkv + o + mlp) + (qkv + o + mlp)
-        else:  # expert groups are not stopped early: the expert group's capture runs the whole layer
-            executed = qkv + (qkv + o) + (qkv + o + mlp) + (qkv + o + mlp)
+        else:  # expert groups are not stopped early: their captures run the whole layer
+            executed = qkv + (qkv + o) + 3 * (qkv + o + mlp)
         return 2.0 * executed
 
     def reduce_flops_per_token(self) -> float:
@@ -70,16 +70,26 @@ class Shape:
             per_input = [self.hidden, self.hidden] + [self.hidden, self.inter] * (self.top_k + self.shared)
         return sum(2.0 * n * n * 5 / 8 for n in per_input)
 
-    def solve_jobs(self) -> list[float]:
-        """GPTQ solve flops per job (one job per shared input: Cholesky ``in³/3`` plus ``2·out·in²``)."""
+    def solve_groups(self) -> list[list[float]]:
+        """GPTQ solve flops per job, per calculation group (one job per shared input: Cholesky ``in³/3`` plus
+        ``2·out·in²``). Groups run one after another (the next group's capture needs this one's weights);
+        the jobs of one group run in parallel, round-robin over the workers."""
         qkv_out = self.hidden + 2 * self.kv
 
         def job(n_in: int, out: int) -> float:
             return n_in**3 / 3 + 2.0 * out * n_in * n_in
 
-        dense = [job(self.hidden, qkv_out), job(self.hidden, self.hidden)]
         count = 1 if not self.experts else self.experts + self.shared
-        return dense + [job(self.hidden, 2 * self.inter), job(self.inter, self.hidden)] * count
+        return [
+            [job(self.hidden, qkv_out)],
+            [job(self.hidden, self.hidden)],
+            [job(self.hidden, 2 * self.inter)] * count,
+            [job(self.inter, self.hidden)] * count,
+        ]
+
+    def calls_per_layer(self) -> int:
+        """Sharded forward calls per layer: one capture per group plus the replay (each ships the layer state)."""
+        return len(self.solve_groups()) + 1
 
     def activation_bytes_per_token(self, dtype_bytes: int) -> float:
         """Recorded inputs sent back to the driver per token (one copy per distinct input per batch)."""
@@ -101,7 +111,6 @@ ASSUMPTIONS = {
     "gpu_solve_flops": 20e12,  # float32 Cholesky + column sweeps: latency bound, well under peak
     "link_bytes_per_s": 25e9,  # one 400 Gb/s NIC at about half its line rate, per process
     "dtype_bytes": 2,  # bf16 activations and weights on the wire
-    "calls_per_layer": 5,  # 4 group captures + 1 replay (dense; measured on SmolLM2)
 }
 
 
@@ -144,7 +153,7 @@ def measured(data: dict) -> dict[str, float]:
         if method == "gptq":
             rates["forward"] = SMOLLM2.forward_flops_per_token() * tokens / workers / parts["forward"]
             rates["reduce"] = SMOLLM2.reduce_flops_per_token() * tokens / parts["reduce"]
-            rates["solve"] = sum(SMOLLM2.solve_jobs()) / parts["solve"]
+            rates["solve"] = sum(sum(g) for g in SMOLLM2.solve_groups()) / parts["solve"]
             rates["link"] = moved / parts["transfer"]
     print(
         f"Measured: SmolLM2-135M, {workers} Ray workers, "
@@ -171,17 +180,25 @@ def measured(data: dict) -> dict[str, float]:
     return rates
 
 
-def project(shape: Shape, gpus: int) -> list[str]:
+def project(shape: Shape, gpus: int, rates: dict[str, float] | None = None) -> list[str]:
+    """Seconds per layer on ``gpus`` workers as built: forwards split over the workers; the Hessian reduce
+    serial on the driver; each group's solve jobs in waves over the workers; every hooked input sent back
+    to the driver over one link; the whole layer state sent to every worker with every forward call.
+    ``rates`` (flop/s of ``forward`` per worker, ``reduce``, ``solve``): default the GPU ASSUMPTIONS."""
     a = ASSUMPTIONS
+    rates = rates or {"forward": a["gpu_forward_flops"], "reduce": a["gpu_reduce_flops"], "solve": a["gpu_solve_flops"]}
     tokens = a["tokens"]
-    forward = shape.forward_flops_per_token() * tokens / gpus / a["gpu_forward_flops"]
-    reduce = shape.reduce_flops_per_token() * tokens / a["gpu_reduce_flops"]
-    jobs = sorted(shape.solve_jobs(), reverse=True)
-    waves = [jobs[i : i + gpus] for i in range(0, len(jobs), gpus)]
-    solve = sum(max(w) for w in waves) / a["gpu_solve_flops"]
+    forward = shape.forward_flops_per_token() * tokens / gpus / rates["forward"]
+    reduce = shape.reduce_flops_per_token() * tokens / rates["reduce"]
+    solve = 0.0
+    for group in shape.solve_groups():
+        jobs = sorted(group, reverse=True)
+        solve += sum(max(jobs[i : i + gpus]) for i in range(0, len(jobs), gpus)) / rates["solve"]
     back = shape.activation_bytes_per_token(a["dtype_bytes"]) * tokens / a["link_bytes_per_s"]
-    ship = shape.layer_params() * a["dtype_bytes"] * gpus * a["calls_per_layer"] / a["link_bytes_per_s"]
-    one = shape.forward_flops_per_token() * tokens / a["gpu_forward_flops"] + reduce + sum(jobs) / a["gpu_solve_flops"]
+    layer_bytes = shape.layer_params() * a["dtype_bytes"]
+    ship = layer_bytes * gpus * shape.calls_per_layer() / a["link_bytes_per_s"]
+    solves = sum(sum(g) for g in shape.solve_groups()) / rates["solve"]
+    one = shape.forward_flops_per_token() * tokens / rates["forward"] + reduce + solves
     total = forward + reduce + solve + back + ship
     hours = total * shape.layers / 3600
     return [
@@ -205,7 +222,7 @@ def main() -> None:
     if not path.is_file():
         sys.exit(f"{path}: not found; run `python3 -m nox -s ray` first (it writes this file)")
     data = json.loads(path.read_text())
-    measured(data)
+    rates = measured(data)
     print(
         "Projected (GPTQ; seconds per layer; assumptions: "
         + ", ".join(f"{k}={v:g}" for k, v in ASSUMPTIONS.items())
@@ -224,6 +241,10 @@ def main() -> None:
         "run hours",
         "1 GPU hours",
     ]
+    print(table(headers, rows))
+    print("\nThe same on CPU workers at this machine's measured rates (forward per worker, reduce, solve)\n")
+    rows = [project(shape, n, rates) for shape in (DENSE_70B, MOE_600B) for n in (8, 32, 128)]
+    headers[1], headers[-1] = "CPU workers", "1 worker hours"
     print(table(headers, rows))
 
 
