@@ -99,6 +99,8 @@ class Shape:
 
 
 SMOLLM2 = Shape("SmolLM2-135M", layers=30, hidden=576, kv=192, inter=1536)
+TOY = Shape("toy decoder (qlooper tests)", layers=4, hidden=64, kv=64, inter=128)
+MEASURED_SHAPES = {"smollm2": SMOLLM2, "toy": TOY}
 DENSE_70B = Shape("70B dense (Llama-3-70B shapes)", layers=80, hidden=8192, kv=1024, inter=28672)
 MOE_600B = Shape(
     "600B MoE (DeepSeek-V3-like shapes)", layers=61, hidden=7168, kv=1024, inter=2048, experts=256, top_k=8, shared=1
@@ -129,6 +131,7 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 def measured(data: dict) -> dict[str, float]:
     """Print the measured table; return this machine's rates from the GPTQ run."""
     workers = data["workers"]
+    shape = MEASURED_SHAPES[data.get("model", "smollm2")]
     rows = []
     rates: dict[str, float] = {}
     for method in ("gptq", "awq"):
@@ -151,12 +154,12 @@ def measured(data: dict) -> dict[str, float]:
             ]
         )
         if method == "gptq":
-            rates["forward"] = SMOLLM2.forward_flops_per_token() * tokens / workers / parts["forward"]
-            rates["reduce"] = SMOLLM2.reduce_flops_per_token() * tokens / parts["reduce"]
-            rates["solve"] = sum(sum(g) for g in SMOLLM2.solve_groups()) / parts["solve"]
+            rates["forward"] = shape.forward_flops_per_token() * tokens / workers / parts["forward"]
+            rates["reduce"] = shape.reduce_flops_per_token() * tokens / parts["reduce"]
+            rates["solve"] = sum(sum(g) for g in shape.solve_groups()) / parts["solve"]
             rates["link"] = moved / parts["transfer"]
     print(
-        f"Measured: SmolLM2-135M, {workers} Ray workers, "
+        f"Measured: {shape.name}, {workers} Ray workers, "
         f"{data.get('torch_threads', '?')} torch threads each (medians per layer, ms)\n"
     )
     headers = [
