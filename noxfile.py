@@ -142,6 +142,23 @@ def bitsandbytes(session: nox.Session) -> None:
     _pytest(session, "packages/qformats/tests/test_bnb_vs_bitsandbytes.py")
 
 
+@nox.session(python=PYTHON)
+def ray(session: nox.Session) -> None:
+    """Optional, not in ``tests``: the Ray executor on a local 2-worker cluster (tests-ray/) against one process,
+    bit for bit: GPTQ and AWQ on the toy decoders (a worker killed mid-layer included) and on SmolLM2 (API and
+    ``lowbit quantize --ray local``). Writes the per-layer times the scaling cost model reads to
+    ``$LOWBIT_RESULTS_DIR`` (default ``.nox/ray-results``) and prints the model (benchmarks/scaling_cost_model.py).
+    """
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    session.env.setdefault("LOWBIT_RESULTS_DIR", str(ROOT / ".nox" / "ray-results"))
+    session.env["RAY_USAGE_STATS_ENABLED"] = "0"
+    _install_packages(session, list(PACKAGES), {**{n: "test" for n in PACKAGES}, "qlooper": "test,ray"})
+    _install_smollm2(session)
+    _pytest(session, "tests-ray")
+    times = Path(session.env["LOWBIT_RESULTS_DIR"]) / "ray_smollm2_times.json"
+    session.run("python", "benchmarks/scaling_cost_model.py", str(times))
+
+
 REFERENCE = "gptqmodel==7.7.0"
 RUFF = "ruff==0.17.6"  # linters pinned: a new release must not fail CI by itself
 MYPY = "mypy==2.4.1"
@@ -226,7 +243,7 @@ def types(session: nox.Session) -> None:
 
 
 # Benchmarks that need more than the toolkit (the reference, a model, a text) run in their own session.
-OWN_SESSION_BENCHMARKS = {"bench_quality_smollm2.py": "bench_quality"}
+OWN_SESSION_BENCHMARKS = {"bench_quality_smollm2.py": "bench_quality"}  # scaling_cost_model.py: the ray session
 
 
 @nox.session(python=PYTHON)

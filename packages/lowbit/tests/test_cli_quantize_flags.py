@@ -43,3 +43,28 @@ def test_best_preset_and_explicit_flags_override_it() -> None:
 def test_preset_with_another_method_is_refused_naming_both_flags() -> None:
     with pytest.raises(UsageError, match=r"--preset best.*--method awq"):
         _config("--preset", "best", "--method", "awq")
+
+
+def test_ray_flags_parse_and_rtn_with_ray_is_refused_before_loading(tmp_path) -> None:
+    from lowbit.cli.quantize_cmd import _check_args
+
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"")
+    args = build_parser().parse_args(["quantize", str(source), "--out", str(tmp_path / "o"), "--ray", "local"])
+    assert (args.ray, args.ray_workers) == ("local", 2)
+    rtn = build_parser().parse_args(
+        ["quantize", str(source), "--out", str(tmp_path / "o"), "--method", "rtn", "--ray", "auto"]
+    )
+    with pytest.raises(UsageError, match=r"--ray: rtn runs no calibration forwards"):
+        _check_args(rtn)
+
+
+def test_ray_without_the_ray_package_names_the_extra(monkeypatch) -> None:
+    import sys
+
+    from lowbit.cli.quantize_cmd import _executor
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an install without the extra sees
+    args = build_parser().parse_args(["quantize", "m.gguf", "--out", "o", "--ray", "local", "--ray-workers", "3"])
+    with pytest.raises(UsageError, match=r"--ray local: the Ray executor needs the ray package: pip install"):
+        _executor(args)

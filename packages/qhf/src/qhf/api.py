@@ -99,6 +99,7 @@ class QuantModel:
         progress: bool = False,
         backend: str = AUTO,
         lockstep: bool = True,
+        executor: Any = None,
     ) -> dict[str, Any]:
         """Quantize every linear of every decoder layer, layer by layer; returns the run summary.
 
@@ -112,6 +113,9 @@ class QuantModel:
         in-memory quantized modules. ``lockstep``: GPTQ runs each layer once per batch, paused before every
         group (qlooper ``LoopOptions.lockstep``: same numbers, about 3x fewer layer forwards, every batch's
         activations live at once); ``False`` for per-group forwards when memory is tighter than time.
+        ``executor``: where the forwards and solves run (qlooper ``LoopOptions.executor``, e.g. a
+        ``qlooper.ray_executor.RayExecutor``; same numbers as one process); None runs in this process. The
+        summary's ``executor`` says which ran and names any worker that was lost and replaced.
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import make_processor, quantize_model
@@ -140,6 +144,7 @@ class QuantModel:
             pack_dtype=settings.pack_dtype,
             replace_module=kernel_replacer(settings, self.source.dtype, backend),
             progress=progress,
+            executor=executor,
         )
         # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
         # created there would be captured too and grow with every replay, so caching is off meanwhile.
@@ -190,6 +195,8 @@ class QuantModel:
                 "largest_layer_bytes": processor.peak_layer_bytes,
             }
         )
+        if executor is not None:
+            self.summary["executor"] = executor.describe()
         return dict(self.summary)
 
     def save(

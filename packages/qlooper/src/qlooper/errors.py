@@ -46,5 +46,9 @@ class RunStopped(QLooperError, RuntimeError):
         self.cursor = cursor
 
 
+class ExecutorError(QLooperError, RuntimeError):
+    """An executor cannot run a call (Ray missing, a worker lost twice in one call: names the worker)."""
+
+
 class StopForward(QLooperError):
     """Raised by a hook to end a forward early; only the loop that installed the hook swallows it."""

@@ -32,8 +32,8 @@ from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
 from .errors import ProcessorError
+from .executor import InProcessExecutor
 from .finalize import FinalizedModule, finalize_module
-from .forward import capture_forward, replay_forward
 from .input_cache import InputCache
 from .lockstep import lockstep_forward, lockstep_supported
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
@@ -63,6 +63,9 @@ class LoopOptions:
     * ``progress``: print a progress bar with time estimates to stderr.
     * ``cache_device``: where captured layer inputs are stored.
     * ``extensions``: objects with optional ``on_start(context)``/``on_boundary(boundary)`` called by the loop.
+    * ``executor``: where forwards and solves run (:mod:`qlooper.executor`); None is the in-process
+      :class:`~qlooper.executor.InProcessExecutor`. A sharded executor (e.g. ``qlooper.ray_executor``) gives
+      the same numbers; lockstep is in-process only (sharded runs use the per-group forwards).
     * ``source_identity``: a caller's fingerprint of the source weights for checkpoint identity (e.g. sha256
       of the checkpoint files); when None the model's parameters and buffers are hashed before quantizing.
     """
@@ -79,6 +82,7 @@ class LoopOptions:
     cache_device: str = "cpu"
     extensions: tuple[Any, ...] = ()
     source_identity: str | None = None
+    executor: Any = None
 
 
 @dataclass
@@ -133,6 +137,7 @@ class LayerLoop:
         plan = LoopPlan(tuple(LoopStep("layer", i, name) for i, (name, _) in enumerate(layers)))
         self.state = LoopState(plan=plan, layers=layers, cache=None)
         self.total_tokens = 0
+        self.executor = options.executor if options.executor is not None else InProcessExecutor()
 
     def run(self, calibration: CalibrationSet | None) -> LoopState:
         """Start extensions, capture (when needed), process every step from the cursor, wait for finalizers.
@@ -212,7 +217,7 @@ class LayerLoop:
             for group in unit:
                 for mod in group.modules:
                     handles.append(mod.module.register_forward_hook(_count_hook(ctx, mod.full_name)))
-            capture_forward(ctx, self._stop_module(unit))
+            self.executor.capture(ctx, self._stop_module(unit))
         finally:
             for handle in handles:
                 handle.remove()
@@ -235,6 +240,7 @@ class LayerLoop:
     def _lockstep(self, groups: list[ResolvedGroup]) -> bool:
         return (
             self.options.lockstep
+            and self.executor.supports_lockstep
             and self.options.true_sequential
             and self.processor.needs_calibration
             and self.state.cache is not None
@@ -271,12 +277,15 @@ class LayerLoop:
         if state.cache is not None:
             state.cache = state.cache.for_layer(position)  # this layer's kwargs (its type's mask)
         ctx = LayerContext(position, name, layer, self.definition, state.cache, self.total_tokens)
+        ctx.solve_map = self.executor.solve_map
         groups = resolve_groups(layer, name, self.definition)
         modules = {m.full_name: m for g in groups for m in g.modules}
         solved: list[ModuleResult] = []
         lockstep = self._lockstep(groups)
         with torch.no_grad():
             self.processor.start_layer(ctx)
+            if self.processor.needs_calibration:
+                self.executor.begin_layer(position, name, layer)
             if lockstep:
                 state.cache = self._run_lockstep(ctx, groups, solved)
             else:
@@ -287,7 +296,7 @@ class LayerLoop:
                         solved += self.processor.process(ctx, group)
             solved += self.processor.end_layer(ctx)
             if self.processor.needs_calibration and state.cache is not None and not lockstep:
-                state.cache = replay_forward(layer, state.cache)
+                state.cache = self.executor.replay(layer, state.cache)
         for ext in self.extensions.extensions:  # the solved dense layer, before finalizers replace modules
             hook = getattr(ext, "on_layer_done", None)
             if hook is not None:

@@ -78,6 +78,14 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-interval", type=_positive_int, default=1, help="layers between commits")
     p.add_argument("--resume", action="store_true", help="continue the run checkpointed in --checkpoint-dir")
     p.add_argument("--backend", default="auto", help="qkernels backend of the in-memory modules (default: auto)")
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS|local",
+        help="spread forwards and solves over a Ray cluster (same result as one process; needs qlooper[ray]): "
+        "'local' starts one here, otherwise the cluster address (e.g. auto, ray://head:10001)",
+    )
+    p.add_argument("--ray-workers", type=_positive_int, default=2, help="Ray worker actors with --ray (default: 2)")
     p.add_argument("--max-shard-size", default="4GB", help="largest safetensors shard (default: 4GB)")
     p.add_argument(
         "--dtype",

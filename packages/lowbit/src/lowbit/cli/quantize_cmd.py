@@ -46,6 +46,8 @@ def _check_args(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {args.out}: exists and is not an empty directory; choose a new output directory")
+    if args.ray is not None and args.method == "rtn":
+        raise UsageError("--ray: rtn runs no calibration forwards and no spread solves; drop --ray")
     if args.plot is not None:
         from .plots import check_png_path, require_matplotlib
 
@@ -131,6 +133,19 @@ def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> 
     return qm, line
 
 
+def _executor(args: argparse.Namespace) -> Any:
+    """The qlooper executor ``--ray`` asks for (None: this process)."""
+    if args.ray is None:
+        return None
+    from qlooper.errors import ExecutorError
+    from qlooper.ray_executor import RayExecutor
+
+    try:
+        return RayExecutor(args.ray, workers=args.ray_workers)
+    except ExecutorError as exc:
+        raise UsageError(f"--ray {args.ray}: {exc}") from None
+
+
 def _parameter_count(model: Any) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 
@@ -176,6 +191,9 @@ def run(args: argparse.Namespace) -> int:
         if calibration is None:
             described = f"no calibration given: using {described}"
         print(f"calibration  {described}", flush=True)
+    executor = _executor(args)
+    if executor is not None:
+        print(f"executor     ray at {args.ray}: {', '.join(w['name'] for w in executor.identities)}", flush=True)
     try:
         summary = qm.quantize(
             calibration,
@@ -185,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint=_checkpoint_config(args),
             progress=not args.quiet,
             backend=args.backend,
+            executor=executor,
         )
     except ResumePolicyError as exc:
         hint = (
@@ -201,6 +220,9 @@ def run(args: argparse.Namespace) -> int:
         hint = "" if args.checkpoint_dir else "; add --checkpoint-dir DIR to make the run resumable"
         print(f"lowbit quantize: interrupted; nothing was saved{hint}", file=sys.stderr)
         return EXIT_STOPPED
+    finally:
+        if executor is not None:
+            executor.close()
     summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype)
     rows = [qm.results[name].row() for name in qm.results] if qm.results else []
     print()
@@ -210,6 +232,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"calibration  {_describe_calibration(summary, described)}")
     if summary.get("resumed_from"):
         print(f"resumed      from plan step {summary['resumed_from']} ({args.checkpoint_dir})")
+    lost = (summary.get("executor") or {}).get("lost_workers") or []
+    for worker in lost:
+        where = f"pid {worker['pid']} on {worker['host']}"
+        print(f"lost worker  {worker['name']} ({where}) during {worker['during']}; replaced")
     fallbacks = summary.get("fallbacks") or []
     print(f"fallbacks    {len(fallbacks)}" + (f": {', '.join(fallbacks)}" if fallbacks else ""))
     saved = summary.get("saved", {})

@@ -151,25 +151,34 @@ class AWQProcessor:
         return []
 
     def end_layer(self, ctx: LayerContext) -> list[ModuleResult]:
-        results = []
+        """Clip search and quantization of every pending module: :func:`clip_and_quantize` jobs, run inline or
+        by ``ctx.solve_map`` (a sharded executor); fallback modules are quantized here with RTN."""
         no_clip = set(ctx.definition.awq_no_clip)
+        jobs, owners = [], []
+        for mod, x, notes, _spent in self._pending:
+            if ctx.fallback.get(mod.full_name) is not None:
+                continue
+            clip = False
+            if not self.clip:
+                notes["clip_search"] = "off"
+            elif mod.name in no_clip:
+                notes["clip_search"] = "skipped (awq_no_clip)"
+            elif x.shape[0] == 0:
+                notes["clip_search"] = "skipped (no tokens)"
+            else:
+                clip = True
+            jobs.append((self.spec, mod.weight.detach(), x, clip))
+            owners.append(mod.full_name)
+        run = ctx.solve_map or (lambda fn, items: [fn(*item) for item in items])
+        solved = dict(zip(owners, run(clip_and_quantize, jobs), strict=True))
+        results = []
         for mod, x, notes, spent in self._pending:
             start = time.perf_counter()
-            weight = mod.weight.detach()
             reason = ctx.fallback.get(mod.full_name)
             if reason is not None:
-                result = fall_back(weight, self.spec, reason, int(x.shape[0]))
+                result, seconds = fall_back(mod.weight.detach(), self.spec, reason, int(x.shape[0])), 0.0
             else:
-                clip = None
-                if not self.clip:
-                    notes["clip_search"] = "off"
-                elif mod.name in no_clip:
-                    notes["clip_search"] = "skipped (awq_no_clip)"
-                elif x.shape[0] == 0:
-                    notes["clip_search"] = "skipped (no tokens)"
-                else:
-                    clip = awq.search_clip(weight.to(torch.float32), x, self.spec)
-                result = awq.quantize_awq(weight, self.spec, clip=clip)
+                result, seconds = solved[mod.full_name]
             replace_weight(mod.module, result.dequantized)
             results.append(
                 ModuleResult(
@@ -181,7 +190,7 @@ class AWQProcessor:
                     mod.expert,
                     fallback="rtn" if reason else None,
                     fallback_reason=reason,
-                    seconds=spent + time.perf_counter() - start,
+                    seconds=spent + seconds + time.perf_counter() - start,
                     notes=notes,
                 )
             )
@@ -197,3 +206,11 @@ class AWQProcessor:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
+
+
+def clip_and_quantize(spec: QuantSpec, weight: torch.Tensor, x: torch.Tensor, clip: bool) -> tuple[Any, float]:
+    """AWQ quantization of ``weight`` ``[out, in]`` (already scaled), after a clip search on its scaled input
+    ``x`` ``[tokens, in]`` when ``clip``. Returns (qalgos ``QuantResult``, wall seconds)."""
+    start = time.perf_counter()
+    max_values = awq.search_clip(weight.to(torch.float32), x, spec) if clip else None
+    return awq.quantize_awq(weight, spec, clip=max_values), time.perf_counter() - start

@@ -8,6 +8,7 @@ finalizers. The loop never branches on the processor's class: it reads ``needs_c
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,7 +46,8 @@ class LayerContext:
 
     ``mask`` is the token mask ``[B, T]`` bool of the batch being forwarded (None outside forwards);
     ``tokens`` counts tokens seen per module full name; ``fallback`` maps a module full name to the
-    reason it must fall back (set by the loop's policy before ``process``).
+    reason it must fall back (set by the loop's policy before ``process``). ``solve_map``: the executor's
+    ``(fn, jobs) -> [fn(*job) ...]`` for independent module solves (None: solve inline in this process).
     """
 
     index: int
@@ -58,6 +60,7 @@ class LayerContext:
     batch: int = -1
     tokens: dict[str, int] = field(default_factory=dict)
     fallback: dict[str, str] = field(default_factory=dict)
+    solve_map: Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]] | None = None
 
     def mask_for(self, x: torch.Tensor) -> torch.Tensor | None:
         """The current token mask when ``x`` is ``[B, T, features]`` of this batch, else None (routed tokens)."""

@@ -3,6 +3,10 @@
 Modules of a group that share an input (same ``input_key``) accumulate one Hessian; each module's solve
 works on its own float32 copy of it, so a solve never sees another's changes, and the last module
 reading that input frees the float64 sum. A module the loop marked for fallback is quantized with RTN and recorded.
+
+Under a sharded executor (``ctx.solve_map`` set) the modules sharing one input are one job,
+:func:`solve_shared_input`: the accumulator's state (float64 sum plus unflushed rows) and their weights go
+to a worker, which rebuilds the accumulator and solves them in order, exactly as the inline path does.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ class GPTQProcessor:
         return handles
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
+        if ctx.solve_map is not None:
+            return self._process_spread(ctx, group)
         results = []
         remaining: dict[str, int] = {}
         for mod in group.modules:
@@ -97,6 +103,49 @@ class GPTQProcessor:
                 self._tasks.pop(key, None)
         return results
 
+    def _process_spread(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
+        """One :func:`solve_shared_input` job per input key (its non-fallback modules, in group order), run by
+        ``ctx.solve_map``; fallback modules are solved here."""
+        if ctx.solve_map is None:
+            raise ValueError("_process_spread: the context has no solve_map")
+        jobs: dict[str, list[ResolvedModule]] = {}
+        for mod in group.modules:
+            if ctx.fallback.get(mod.full_name) is None:
+                jobs.setdefault(mod.input_key, []).append(mod)
+        keys = list(jobs)
+        spec_jobs = [(self.spec, self._tasks[k].state_dict(), [m.weight.detach() for m in jobs[k]]) for k in keys]
+        solved = ctx.solve_map(solve_shared_input, spec_jobs)
+        by_name: dict[str, tuple[Any, float]] = {}
+        for key, (outs, seconds) in zip(keys, solved, strict=True):
+            for mod, result in zip(jobs[key], outs, strict=True):
+                by_name[mod.full_name] = (result, seconds / len(jobs[key]))
+        results = []
+        for mod in group.modules:
+            start = time.perf_counter()
+            tokens = int(self._tasks[mod.input_key].nsamples)
+            reason = ctx.fallback.get(mod.full_name)
+            if reason is not None:
+                result, seconds = fall_back(mod.weight.detach(), self.spec, reason, tokens), 0.0
+            else:
+                result, seconds = by_name[mod.full_name]
+            replace_weight(mod.module, result.dequantized)
+            results.append(
+                ModuleResult(
+                    mod.full_name,
+                    ctx.index,
+                    self.method,
+                    result,
+                    tokens,
+                    mod.expert,
+                    fallback="rtn" if result.fallback else None,
+                    fallback_reason=result.fallback,
+                    seconds=seconds + time.perf_counter() - start,
+                )
+            )
+        for mod in group.modules:
+            self._tasks.pop(mod.input_key, None)
+        return results
+
     def end_layer(self, ctx: LayerContext) -> list[ModuleResult]:
         self._tasks = {}
         return []
@@ -110,3 +159,15 @@ class GPTQProcessor:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
+
+
+def solve_shared_input(spec: QuantSpec, state: dict[str, Any], weights: list[torch.Tensor]) -> tuple[list[Any], float]:
+    """GPTQ solves of the modules reading one input: ``state`` is the accumulator's ``state_dict`` (float64
+    sum ``[in, in]`` plus unflushed rows), ``weights`` their ``[out, in]`` weights in group order. The last
+    solve releases the statistics, as inline. Returns (``QuantResult`` per weight, wall seconds)."""
+    start = time.perf_counter()
+    task = GPTQ(int(state["in_features"]), spec)
+    task.load_state_dict(state)
+    last = len(weights) - 1
+    results = [task.quantize(w, release_statistics=i == last) for i, w in enumerate(weights)]
+    return results, time.perf_counter() - start

@@ -1,0 +1,306 @@
+"""Executors: where a layer's calibration forwards and its module solves run.
+
+The loop asks its executor (``LoopOptions.executor``) for four things per layer:
+
+* ``begin_layer(index, name, layer)``: the layer about to be processed (materialized, no hooks yet);
+* ``capture(ctx, stop_after)``: run every cached batch through ``ctx.layer`` so that the hooks the
+  processor and the loop installed on its modules see each batch's inputs, in batch order, with
+  ``ctx.batch``/``ctx.mask`` set; each forward may end after module ``stop_after``;
+* ``replay(layer, cache)``: the quantized layer's outputs, i.e. the next layer's input cache;
+* ``solve_map`` (``None`` or ``fn, jobs -> results``): independent module solves (processors read it from
+  ``LayerContext.solve_map``; None means solve inline, as the in-process loop always did).
+
+:class:`InProcessExecutor` is the loop as it was (and allows lockstep). :class:`ShardedExecutor` splits the
+cached batches into contiguous shards, one per worker (:class:`~qlooper.shard_worker.LayerWorker`); each
+worker runs a copy of the layer (the driver's current parameters sent with every call) and records what the
+hooked modules received; the driver then calls its own hooks with those recordings, batch by batch in
+batch order. Every statistic is therefore accumulated in the same order, from the same tensors, as in one
+process: GPTQ's Hessian buffer and chunking, AWQ's concatenated inputs and its inspect calls come out bit
+for bit the same (the workers' forwards give the same bits as the driver's on the same CPU and torch:
+measured by the ``ray`` nox session). Forward hooks replayed this way receive ``None`` as the output and
+pre-hooks' return values are ignored (the built-in processors use neither). Solves are spread round-robin
+over the workers. :class:`LocalShardExecutor` keeps its workers in this process (tests, no Ray);
+:class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from .forward import capture_forward, layer_device, replay_forward
+from .input_cache import InputCache
+from .processors.base import LayerContext
+from .shard_worker import Call, Event, HookedModule, LayerWorker
+
+SolveMap = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
+"""``(fn, jobs) -> [fn(*job) for job in jobs]``, computed anywhere, returned in job order."""
+
+
+class Executor(Protocol):
+    """What the loop needs from an executor (see the module docstring)."""
+
+    name: str
+    supports_lockstep: bool
+    solve_map: SolveMap | None
+
+    def begin_layer(self, index: int, name: str, layer: nn.Module) -> None: ...
+
+    def capture(self, ctx: LayerContext, stop_after: nn.Module | None) -> None: ...
+
+    def replay(self, layer: nn.Module, cache: InputCache) -> InputCache: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class InProcessExecutor:
+    """Everything in this process, as the loop always ran (lockstep allowed, solves inline)."""
+
+    name = "in-process"
+    supports_lockstep = True
+    solve_map: SolveMap | None = None
+
+    def begin_layer(self, index: int, name: str, layer: nn.Module) -> None:
+        return None
+
+    def capture(self, ctx: LayerContext, stop_after: nn.Module | None) -> None:
+        capture_forward(ctx, stop_after)
+
+    def replay(self, layer: nn.Module, cache: InputCache) -> InputCache:
+        return replay_forward(layer, cache)
+
+    def describe(self) -> dict[str, Any]:
+        return {"executor": self.name}
+
+
+def shard_ranges(batches: int, workers: int) -> list[tuple[int, int]]:
+    """Contiguous ``[lo, hi)`` batch ranges, one per worker that gets any (sizes differ by at most one)."""
+    if workers < 1:
+        raise ValueError(f"workers: expected at least 1, found {workers}")
+    ranges, lo = [], 0
+    for w in range(workers):
+        hi = lo + batches // workers + (1 if w < batches % workers else 0)
+        if hi > lo:
+            ranges.append((lo, hi))
+        lo = hi
+    return ranges
+
+
+def hooked_modules(layer: nn.Module) -> list[HookedModule]:
+    """The layer's modules (named relative to it, ``""`` the layer itself) that carry forward (pre-)hooks."""
+    out = []
+    for name, module in layer.named_modules():
+        pre, post = bool(module._forward_pre_hooks), bool(module._forward_hooks)
+        if pre or post:
+            out.append(HookedModule(name, pre, post))
+    return out
+
+
+def feed_hooks(module: nn.Module, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Call ``module``'s own forward pre-hooks (``kind="pre"``) or forward hooks (``"post"``, output None)
+    with a recorded call, in their registration order."""
+    if kind == "pre":
+        with_kwargs = module._forward_pre_hooks_with_kwargs
+        for hook_id, hook in list(module._forward_pre_hooks.items()):
+            hook(module, args, kwargs) if hook_id in with_kwargs else hook(module, args)
+    else:
+        with_kwargs = module._forward_hooks_with_kwargs
+        for hook_id, hook in list(module._forward_hooks.items()):
+            hook(module, args, kwargs, None) if hook_id in with_kwargs else hook(module, args, None)
+
+
+@dataclass
+class LayerTimes:
+    """Wall seconds of one layer under a sharded executor (the cost model's inputs, docs/scaling.md).
+
+    ``forward``: the slowest worker's compute per call, summed over the layer's capture and replay calls;
+    ``transfer``: those calls' wall time minus ``forward`` (serialization, shipping, scheduling);
+    ``reduce``: the driver feeding recordings to the hooks (statistics accumulated in batch order);
+    ``solve``: wall time of the spread solve calls; ``layer_ship``: sending the layer copy to the workers;
+    ``bytes_out``/``bytes_back``: tensor bytes of the forward calls' arguments (the layer state counted once
+    per worker) and of their results (recordings, outputs).
+    """
+
+    layer: int
+    forward: float = 0.0
+    transfer: float = 0.0
+    reduce: float = 0.0
+    solve: float = 0.0
+    layer_ship: float = 0.0
+    calls: int = 0
+    bytes_out: int = 0
+    bytes_back: int = 0
+
+
+@dataclass
+class LostWorker:
+    """A worker that died during a call: its identity, what it was doing, and the replacement's outcome."""
+
+    name: str
+    host: str
+    pid: int
+    layer: int
+    during: str
+    error: str
+
+
+@dataclass
+class ShardedExecutor:
+    """Batches sharded over workers, statistics reduced in batch order, solves spread (module docstring).
+
+    Subclasses provide ``_call(method, per_worker_args) -> [result per worker]`` (each worker's call of
+    the :class:`LayerWorker` method with its args, results in worker order) and ``_ship(layer)``.
+    """
+
+    workers: int
+    name: str = "sharded"
+    supports_lockstep: bool = False
+    times: list[LayerTimes] = field(default_factory=list)
+    lost: list[LostWorker] = field(default_factory=list)
+    _key: str = ""
+    _index: int = -1
+
+    @property
+    def solve_map(self) -> SolveMap:
+        return self._solve_map
+
+    # -- transport (subclasses) -------------------------------------------------------------------------
+
+    def _ship(self, key: str, layer: nn.Module) -> None:
+        raise NotImplementedError
+
+    def _call(self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
+        raise NotImplementedError
+
+    # -- the executor protocol ----------------------------------------------------------------------------
+
+    def begin_layer(self, index: int, name: str, layer: nn.Module) -> None:
+        start = time.perf_counter()
+        self._index, self._key = index, f"{index}:{name}"
+        self._ship(self._key, layer)
+        self.times.append(LayerTimes(index, layer_ship=time.perf_counter() - start))
+
+    def _state(self, layer: nn.Module) -> dict[str, torch.Tensor]:
+        return {k: v.detach() for k, v in layer.state_dict(keep_vars=True).items()}
+
+    def _timed_calls(self, method: str, per_worker: list[tuple[Any, ...]], during: str) -> list[Any]:
+        start = time.perf_counter()
+        results = self._call(method, per_worker, during)
+        wall = time.perf_counter() - start
+        compute = max((seconds for _, seconds in results), default=0.0)
+        times = self.times[-1]
+        times.forward += compute
+        times.transfer += max(0.0, wall - compute)
+        times.calls += 1
+        times.bytes_out += sum(tensor_bytes(args) for args in per_worker)  # the state: once per worker
+        times.bytes_back += tensor_bytes([out for out, _ in results])
+        return [out for out, _ in results]
+
+    def capture(self, ctx: LayerContext, stop_after: nn.Module | None) -> None:
+        if ctx.cache is None:
+            raise ValueError("capture: the layer has no input cache")
+        cache = ctx.cache
+        names = {module: name for name, module in ctx.layer.named_modules()}
+        stop = names.get(stop_after) if stop_after is not None else None
+        hooked = hooked_modules(ctx.layer)
+        state = self._state(ctx.layer)
+        ranges = shard_ranges(len(cache), self.workers)
+        per_worker = [
+            (self._key, state, [_call_of(cache, b) for b in range(lo, hi)], hooked, stop) for lo, hi in ranges
+        ]
+        recorded = self._timed_calls("capture", per_worker, f"capture forward of layer {ctx.name}")
+        start = time.perf_counter()
+        modules = dict(ctx.layer.named_modules())
+        try:
+            for (lo, _hi), shard in zip(ranges, recorded, strict=True):
+                for offset, events in enumerate(shard):
+                    _feed_batch(ctx, modules, lo + offset, events)
+        finally:
+            ctx.batch, ctx.mask = -1, None
+        self.times[-1].reduce += time.perf_counter() - start
+
+    def replay(self, layer: nn.Module, cache: InputCache) -> InputCache:
+        state = self._state(layer)
+        ranges = shard_ranges(len(cache), self.workers)
+        per_worker = [(self._key, state, [_call_of(cache, b) for b in range(lo, hi)]) for lo, hi in ranges]
+        shards = self._timed_calls("replay", per_worker, f"replay forward of layer {self._key}")
+        outputs = [out for shard in shards for out in shard]
+        hidden = [cache.layer_inputs[b][0] for b in range(len(cache))]
+        return cache.with_hidden([out.to(h.device) for out, h in zip(outputs, hidden, strict=True)])
+
+    def _solve_map(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Jobs round-robin over the workers; each worker runs its jobs one after another."""
+        start = time.perf_counter()
+        results: list[Any] = [None] * len(jobs)
+        for first in range(0, len(jobs), self.workers):
+            wave = list(range(first, min(first + self.workers, len(jobs))))
+            outs = self._call("run", [(fn, jobs[i]) for i in wave], f"solves of layer {self._key}")
+            for i, (out, _seconds) in zip(wave, outs, strict=True):
+                results[i] = out
+        if self.times:
+            self.times[-1].solve += time.perf_counter() - start
+        return results
+
+    def describe(self) -> dict[str, Any]:
+        """``executor``, ``workers``, ``lost_workers`` (names and what they were doing) and ``layer_times``
+        (:class:`LayerTimes` per layer, as dicts) for the run report."""
+        return {
+            "executor": self.name,
+            "workers": self.workers,
+            "lost_workers": [vars(lost) for lost in self.lost],
+            "layer_times": [vars(t) for t in self.times],
+        }
+
+
+def tensor_bytes(value: Any, seen: set[int] | None = None) -> int:
+    """Bytes of the distinct tensors in ``value`` (nested tuples, lists, dicts; one object counted once, as
+    pickle sends it once)."""
+    seen = set() if seen is None else seen
+    if isinstance(value, torch.Tensor):
+        if id(value) in seen:
+            return 0
+        seen.add(id(value))
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v, seen) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v, seen) for v in value)
+    return 0
+
+
+def _call_of(cache: InputCache, batch: int) -> Call:
+    args, kwargs = cache.call_args(batch)
+    return list(args), dict(kwargs)
+
+
+def _feed_batch(ctx: LayerContext, modules: dict[str, nn.Module], batch: int, events: list[Event]) -> None:
+    if ctx.cache is None:
+        raise ValueError("capture: the layer has no input cache")
+    ctx.batch = batch
+    ctx.mask = ctx.cache.token_masks[batch].to(layer_device(ctx.layer))
+    for name, kind, args, kwargs in events:
+        feed_hooks(modules[name], kind, args, kwargs)
+
+
+class LocalShardExecutor(ShardedExecutor):
+    """Shard workers in this process, each with its own deep copy of the layer (no Ray needed).
+
+    Tests use it to check the sharded path against the in-process loop; its calls run one after another.
+    """
+
+    def __init__(self, workers: int = 2) -> None:
+        super().__init__(workers=workers, name="local-shards")
+        self._workers = [LayerWorker(f"local-{i}") for i in range(workers)]
+
+    def _ship(self, key: str, layer: nn.Module) -> None:
+        for worker in self._workers:
+            worker.set_layer(key, copy.deepcopy(layer))
+
+    def _call(self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
+        return [getattr(self._workers[i], method)(*args) for i, args in enumerate(per_worker)]

@@ -1,0 +1,157 @@
+"""One shard worker: runs a copy of the current decoder layer on its contiguous share of the cached batches.
+
+A worker is plain Python (no Ray import): :class:`qlooper.executor.LocalShardExecutor` keeps its workers in
+this process, :class:`qlooper.ray_executor.RayExecutor` wraps each in a Ray actor. The driver sends the
+layer once per layer (:meth:`LayerWorker.set_layer`) and its current parameters and buffers with every call
+(the driver's solves change them between calls), so a call never depends on what an earlier call left
+behind and a restarted worker can take over any call.
+
+Recordings: for every module the driver hooked, :meth:`LayerWorker.capture` records, per batch and in call
+order, ``(module name relative to the layer, "pre" | "post", args, kwargs)``: ``"pre"`` when the module is
+called (its forward pre-hooks' view), ``"post"`` when it returns (its forward hooks' view, output not
+kept). Positional tensors are cloned at the time of the call, so a later in-place op cannot change them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import StopForward
+from .forward import layer_output
+
+Call = tuple[list[Any], dict[str, Any]]
+"""The positional and keyword arguments of one cached batch's layer call."""
+
+Event = tuple[str, str, tuple[Any, ...], dict[str, Any]]
+"""One hooked module call seen by a worker: (relative name, "pre" | "post", args, kwargs)."""
+
+
+@dataclass(frozen=True)
+class HookedModule:
+    """A module of the layer whose calls the driver wants recorded (``pre``/``post``: which hook kinds)."""
+
+    name: str
+    pre: bool
+    post: bool
+
+
+def _snapshot(args: tuple[Any, ...], memo: dict[int, torch.Tensor]) -> tuple[Any, ...]:
+    """``args`` with tensors cloned; a tensor several hooked modules read (q/k/v's input) is cloned once per
+    batch, so the recording (and its pickle) holds it once."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if id(a) not in memo:
+                memo[id(a)] = a.detach().clone()
+            a = memo[id(a)]
+        out.append(a)
+    return tuple(out)
+
+
+def _stop(_module: nn.Module, _inputs: tuple[Any, ...], _out: Any) -> None:
+    raise StopForward("shard capture stops here")
+
+
+class LayerWorker:
+    """Holds one layer copy; runs capture forwards, replay forwards and solve jobs (see the module docstring)."""
+
+    def __init__(self, name: str, threads: int | None = None) -> None:
+        if threads is not None:  # the driver's count: a reduction's split over threads changes its float sum
+            torch.set_num_threads(threads)
+        self.name = name
+        self.layer: nn.Module | None = None
+        self.layer_key: str | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """Who this worker is: ``name``, ``host``, ``pid``, torch ``threads`` (reports name a lost worker)."""
+        return {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads()}
+
+    def set_layer(self, key: str, layer: nn.Module) -> str:
+        """Keep ``layer`` (a copy of the driver's, in eval mode) for the calls of layer ``key``."""
+        layer.eval()
+        self.layer, self.layer_key = layer, key
+        return self.name
+
+    def _loaded(self, key: str, state: dict[str, torch.Tensor]) -> nn.Module:
+        if self.layer is None or self.layer_key != key:
+            raise RuntimeError(f"worker {self.name}: holds layer {self.layer_key!r}, a call came for {key!r}")
+        with torch.no_grad():
+            self.layer.load_state_dict(state, strict=True)
+        return self.layer
+
+    def capture(
+        self,
+        key: str,
+        state: dict[str, torch.Tensor],
+        calls: Sequence[Call],
+        hooked: Sequence[HookedModule],
+        stop_after: str | None,
+    ) -> tuple[list[list[Event]], float]:
+        """Run ``calls`` (this shard's batches, in order), recording the ``hooked`` modules' calls; each
+        forward ends after module ``stop_after`` returns when given. Returns (events per batch, seconds)."""
+        start = time.perf_counter()
+        layer = self._loaded(key, state)
+        modules = dict(layer.named_modules())
+        events: list[Event] = []
+        memo: dict[int, torch.Tensor] = {}
+        handles = []
+        try:
+            for item in hooked:
+                module = modules[item.name]
+                if item.pre:
+                    handles.append(
+                        module.register_forward_pre_hook(
+                            self._recorder(events, memo, item.name, "pre"), with_kwargs=True
+                        )
+                    )
+                if item.post:
+                    handles.append(
+                        module.register_forward_hook(self._recorder(events, memo, item.name, "post"), with_kwargs=True)
+                    )
+            if stop_after is not None:
+                handles.append(modules[stop_after].register_forward_hook(_stop))
+            per_batch = []
+            with torch.no_grad():
+                for args, kwargs in calls:
+                    try:
+                        layer(*args, **kwargs)
+                    except StopForward:
+                        pass
+                    per_batch.append(list(events))
+                    events.clear()
+                    memo.clear()
+        finally:
+            for handle in handles:
+                handle.remove()
+        return per_batch, time.perf_counter() - start
+
+    @staticmethod
+    def _recorder(events: list[Event], memo: dict[int, torch.Tensor], name: str, kind: str) -> Callable[..., None]:
+        def record(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *_out: Any) -> None:
+            events.append((name, kind, _snapshot(args, memo), dict(kwargs)))
+
+        return record
+
+    def replay(
+        self, key: str, state: dict[str, torch.Tensor], calls: Sequence[Call]
+    ) -> tuple[list[torch.Tensor], float]:
+        """The layer's hidden-state output for each of ``calls`` (the next layer's inputs), and seconds."""
+        start = time.perf_counter()
+        layer = self._loaded(key, state)
+        with torch.no_grad():
+            outputs = [layer_output(layer(*args, **kwargs)).detach() for args, kwargs in calls]
+        return outputs, time.perf_counter() - start
+
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, float]:
+        """``fn(*args)`` (a module solve job) and its seconds."""
+        start = time.perf_counter()
+        out = fn(*args)
+        return out, time.perf_counter() - start

@@ -1,0 +1,97 @@
+"""The executor abstraction without Ray: in-process shard workers must give the in-process loop's bits."""
+
+import numpy as np
+import pytest
+import torch
+from qalgos.fallback import FallbackPolicy
+from qalgos.spec import QuantSpec
+from qlooper import LoopOptions, quantize_model
+from qlooper.executor import LocalShardExecutor, feed_hooks, hooked_modules, shard_ranges
+from torch import nn
+from toy_models import DENSE, MOE, ToyDecoder, toy_calibration
+
+GPTQ_SPEC = QuantSpec(bits=4, group_size=32)
+AWQ_SPEC = QuantSpec(bits=4, group_size=32, sym=False)
+
+
+def assert_same_run(one, other, model_one: nn.Module, model_other: nn.Module) -> None:
+    """Same modules, same packed bytes, same report numbers, same final model parameters."""
+    assert sorted(one.modules) == sorted(other.modules)
+    for name, done in one.modules.items():
+        theirs = other.modules[name].tensors()
+        for key, value in done.tensors().items():
+            assert value.dtype == theirs[key].dtype and np.array_equal(value, theirs[key]), (name, key)
+    for a, b in zip(one.report, other.report, strict=True):
+        assert (a.module, a.loss, a.tokens, a.damp, a.fallback, a.notes) == (
+            b.module,
+            b.loss,
+            b.tokens,
+            b.damp,
+            b.fallback,
+            b.notes,
+        )
+    for (name, p), (_, q) in zip(model_one.state_dict().items(), model_other.state_dict().items(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def test_shard_ranges_are_contiguous_and_balanced() -> None:
+    assert shard_ranges(5, 2) == [(0, 3), (3, 5)]
+    assert shard_ranges(4, 3) == [(0, 2), (2, 3), (3, 4)]
+    assert shard_ranges(1, 3) == [(0, 1)]
+    with pytest.raises(ValueError, match="workers: expected at least 1"):
+        shard_ranges(4, 0)
+
+
+def test_feed_hooks_calls_each_kind_in_registration_order() -> None:
+    lin = nn.Linear(3, 2)
+    seen = []
+    lin.register_forward_pre_hook(lambda m, a: seen.append(("pre", a[0].shape)))
+    lin.register_forward_pre_hook(lambda m, a, kw: seen.append(("pre-kw", sorted(kw))), with_kwargs=True)
+    lin.register_forward_hook(lambda m, a, out: seen.append(("post", out)))
+    x = torch.ones(4, 3)
+    assert hooked_modules(lin)[0].name == "" and hooked_modules(lin)[0].pre and hooked_modules(lin)[0].post
+    feed_hooks(lin, "pre", (x,), {"scale": 2})
+    feed_hooks(lin, "post", (x,), {})
+    assert seen == [("pre", (4, 3)), ("pre-kw", ["scale"]), ("post", None)]
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_sharded_gptq_matches_in_process_lockstep(workers: int) -> None:
+    cal = toy_calibration(n=10, batch_size=2)  # 5 batches: uneven shards
+    ref_model, shard_model = ToyDecoder(), ToyDecoder()
+    ref = quantize_model(ref_model, DENSE, cal, GPTQ_SPEC, "gptq")
+    executor = LocalShardExecutor(workers)
+    run = quantize_model(shard_model, DENSE, cal, GPTQ_SPEC, "gptq", options=LoopOptions(executor=executor))
+    assert_same_run(ref, run, ref_model, shard_model)
+    assert len(executor.times) == 4 and all(t.calls > 0 and t.solve > 0 for t in executor.times)
+
+
+def test_sharded_awq_matches_in_process() -> None:
+    cal = toy_calibration()
+    ref_model, shard_model = ToyDecoder(), ToyDecoder()
+    ref = quantize_model(ref_model, DENSE, cal, AWQ_SPEC, "awq")
+    run = quantize_model(shard_model, DENSE, cal, AWQ_SPEC, "awq", options=LoopOptions(executor=LocalShardExecutor(2)))
+    assert_same_run(ref, run, ref_model, shard_model)
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq"])
+def test_sharded_moe_with_fallbacks_matches_in_process(method: str) -> None:
+    cal = toy_calibration(batch_size=1)
+    options = {"fallback": FallbackPolicy(min_token_fraction=0.05)}
+    ref_model, shard_model = ToyDecoder(moe=True), ToyDecoder(moe=True)
+    ref = quantize_model(ref_model, MOE, cal, GPTQ_SPEC, method, options=LoopOptions(**options))
+    executor = LocalShardExecutor(2)
+    run = quantize_model(shard_model, MOE, cal, GPTQ_SPEC, method, options=LoopOptions(executor=executor, **options))
+    assert any(r.fallback for r in run.report)
+    assert_same_run(ref, run, ref_model, shard_model)
+
+
+def test_ray_executor_without_ray_names_the_extra(monkeypatch) -> None:
+    import sys
+
+    from qlooper import ExecutorError
+    from qlooper.ray_executor import RayExecutor
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an install without qlooper[ray] sees
+    with pytest.raises(ExecutorError, match=r"pip install 'qlooper\[ray\]'"):
+        RayExecutor("local", workers=2)
