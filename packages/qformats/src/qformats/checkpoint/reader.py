@@ -21,7 +21,9 @@ from ..logical import QuantizedWeight
 from ..violations import Violation
 from .config_files import QuantFields, find_quant_config, read_quant_fields
 from .dtypes import SAFETENSORS_DTYPES
+from .contained import inside_directory
 from .modules import ModuleEntry, group_modules, resolve_module, split_name
+from .publish import INCOMPLETE_MARKER
 from .safetensors_io import SafetensorsFile
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,11 @@ class Checkpoint:
             raise CheckpointFormatError(f"{root}: expected a checkpoint directory, found a file")
         if not root.is_dir():
             raise CheckpointFormatError(f"{root}: no such checkpoint directory")
+        if (root / INCOMPLETE_MARKER).exists():
+            raise CheckpointFormatError(
+                f"{root}: holds an {INCOMPLETE_MARKER} marker: a save into it was interrupted, so its files are "
+                "not one complete checkpoint; save it again"
+            )
         self.root = root
         self.warnings: list[str] = []
         self.index_metadata: dict[str, object] = {}
@@ -59,6 +66,7 @@ class Checkpoint:
         self.weight_map = self._load_weight_map()
         if fields is None:
             config_path, raw = find_quant_config(root)
+            inside_directory(root, config_path.name)
             fields = read_quant_fields(raw, source_file=config_path.name)
         self.fields = fields
         self._modules: list[ModuleEntry] | None = None
@@ -92,6 +100,8 @@ class Checkpoint:
             data = json.loads(index.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointFormatError(f"{index}: unreadable index ({exc})") from None
+        except RecursionError:
+            raise CheckpointFormatError(f"{index}: JSON nested too deeply; expected a shard index") from None
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointFormatError(f"{index}: expected an object with a 'weight_map' of name -> file")
@@ -128,7 +138,7 @@ class Checkpoint:
 
     def _open(self, name: str) -> SafetensorsFile:
         if name not in self.files:
-            self.files[name] = SafetensorsFile(self.root / name)
+            self.files[name] = SafetensorsFile(inside_directory(self.root, name))
         return self.files[name]
 
     # -- tensors -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ error names the file and the tensor. Tensors are read through ``numpy.memmap`` o
 
 The writer lays tensors out like the reference writer (by dtype, widest first, then by name), writes
 compact JSON with ``__metadata__`` first, pads the header with spaces to a multiple of 8, and writes
-to a temporary name in the same directory before an atomic rename.
+to a temporary name in the same directory (mode from the umask), fsyncs it, then renames it atomically.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import json
 import math
 import os
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,8 @@ from .dtypes import (
     float32_to_bf16_bits,
     safetensors_dtype,
 )
+from .durable_files import open_new, temp_path
+from .fault_points import reach
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
@@ -89,6 +90,8 @@ class SafetensorsFile:
             raise _error(self.path, str(exc)) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise _error(self.path, f"header is not valid UTF-8 JSON ({exc})") from None
+        except RecursionError:
+            raise _error(self.path, "header JSON is nested too deeply; expected a flat object of tensors") from None
         if not isinstance(header, dict):
             raise _error(self.path, f"header must be a JSON object, found {type(header).__name__}")
         self.data_start = 8 + header_len
@@ -207,10 +210,14 @@ def write_safetensors(
     metadata: Mapping[str, str] | None = None,
     dtypes: Mapping[str, str] | None = None,
 ) -> int:
-    """Write a safetensors file atomically (temp name in the same directory, then rename); returns bytes written."""
+    """Write a safetensors file atomically (temp name in the same directory, fsync, rename); returns bytes.
+
+    The file is created with mode ``0o666`` minus the umask (not ``tempfile``'s 0600).
+    """
     target = Path(path)
     head, payload = encode_safetensors(tensors, metadata, dtypes)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = temp_path(target)
+    fd = open_new(tmp)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(head)
@@ -218,8 +225,10 @@ def write_safetensors(
                 fh.write(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
             fh.flush()
             os.fsync(fh.fileno())
+        reach("file.fsynced")
         os.replace(tmp, target)
+        reach("file.renamed")
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return len(head) + sum(data.nbytes for _, data in payload)
