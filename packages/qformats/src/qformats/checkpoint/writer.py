@@ -6,7 +6,8 @@ shards), names them ``model-0000i-of-0000N.safetensors`` (or ``model.safetensors
 writes ``model.safetensors.index.json`` (``metadata.total_size`` and a sorted ``weight_map``),
 ``quantize_config.json`` and ``config.json`` with the same dict under ``quantization_config``.
 
-Everything is first written (each file fsynced) into a sibling staging directory; when ``validate`` is
+Every shard records each tensor's crc32 in its ``__metadata__`` (``qformats.crc32``; readers verify it
+on load). Everything is first written (each file fsynced) into a sibling staging directory; when ``validate`` is
 set the result is opened with the reader and every module validated. Only then is the staging directory
 swapped in for the target (:mod:`qformats.checkpoint.publish`: one atomic exchange, so a crash at any
 point leaves the old complete checkpoint or the new one; old shards and index do not survive, other
@@ -68,7 +69,7 @@ def _write_shards(
         nonlocal current, current_size
         if current:
             name = f"shard-{len(shards):05d}.safetensors"
-            write_safetensors(tmp / name, current, metadata, dtypes)
+            write_safetensors(tmp / name, current, metadata, dtypes, checksums=True)
             shards.append((name, list(current)))
             current, current_size = {}, 0
 
