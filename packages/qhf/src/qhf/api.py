@@ -193,7 +193,11 @@ class QuantModel:
         return dict(self.summary)
 
     def save(self, directory: str | Path, *, max_shard_size: int | str = "4GB", verify: bool = True) -> dict[str, Any]:
-        """Write the quantized checkpoint; with ``verify`` (default) reload and compare it (raises on a mismatch)."""
+        """Write the quantized checkpoint; with ``verify`` (default) reload and compare it (raises on a mismatch).
+
+        The files are written and verified in a staging directory and swapped in atomically only when
+        the verification passed: a failed save or verification leaves ``directory`` as it was.
+        """
         from .save.checkpoint import save_checkpoint, write_report
         from .verify import raise_on_failure, verify_checkpoint
 
@@ -201,7 +205,25 @@ class QuantModel:
             raise StateError("save: nothing to save yet; call quantize() first")
         start = time.perf_counter()
         directory = Path(directory)
-        shards = save_checkpoint(
+
+        def verify_staged(staging: Path, shards: list[Path]) -> None:
+            """Record the save, then (with ``verify``) reload the staged files and compare, before publishing."""
+            self.summary["saved"] = {
+                "path": str(directory),
+                "shards": len(shards),
+                "bytes": sum(p.stat().st_size for p in shards),
+                "seconds": round(time.perf_counter() - start, 3),
+            }
+            if verify:
+                report = verify_checkpoint(staging, self.model, self.results, self.source.stored, self.probe_ids())
+                self.summary["verification"] = report.as_dict()
+                write_report(staging, self.results, self.summary)
+                raise_on_failure(report, directory)
+            else:
+                self.summary["verification"] = "skipped (verify=False)"
+                write_report(staging, self.results, self.summary)
+
+        save_checkpoint(
             directory,
             self.source,
             self.model,
@@ -210,21 +232,8 @@ class QuantModel:
             tokenizer=self.tokenizer,
             max_shard_size=max_shard_size,
             summary=self.summary,
+            before_publish=verify_staged,
         )
-        self.summary["saved"] = {
-            "path": str(directory),
-            "shards": len(shards),
-            "bytes": sum(p.stat().st_size for p in shards),
-            "seconds": round(time.perf_counter() - start, 3),
-        }
-        if verify:
-            report = verify_checkpoint(directory, self.model, self.results, self.source.stored, self.probe_ids())
-            self.summary["verification"] = report.as_dict()
-            write_report(directory, self.results, self.summary)
-            raise_on_failure(report, directory)
-        else:
-            self.summary["verification"] = "skipped (verify=False)"
-            write_report(directory, self.results, self.summary)
         return dict(self.summary)
 
     def probe_ids(self, count: int = 48) -> list[int]:

@@ -1,7 +1,8 @@
 """Publishing a checkpoint directory atomically: a sibling staging directory swapped in by rename.
 
 :func:`staged_directory` creates ``<parent>/.<name>.lowbit-stage-<uuid>`` (mode from the umask, or the
-old target's mode), lets the caller write and verify every file there, and on a clean exit publishes it:
+old target's mode), lets the caller write and verify every file there, and on a clean exit fsyncs every
+file in it and publishes it:
 
 * target absent (or an empty directory): one ``rename(staging, target)``, then the parent is fsynced;
 * target present: top-level entries of the old target that the new write does not replace (other than old
@@ -77,6 +78,7 @@ def staged_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
 
 def publish(staging: Path, target: Path) -> None:
     """Swap the complete ``staging`` directory in as ``target`` (see the module docstring)."""
+    _fsync_files(staging)
     if target.is_dir() and any(target.iterdir()):
         _carry_over(target, staging)
         fsync_dir(staging)
@@ -96,6 +98,20 @@ def publish(staging: Path, target: Path) -> None:
     reach("publish.renamed")
     fsync_dir(target.parent)
     reach("publish.published")
+
+
+def _fsync_files(staging: Path) -> None:
+    """fsync every regular file the caller put into ``staging`` (a tokenizer's files, a report ...)."""
+    for root, _, files in os.walk(staging):
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def _exchange(a: Path, b: Path) -> bool:
