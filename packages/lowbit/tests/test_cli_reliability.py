@@ -72,7 +72,9 @@ def test_a_full_disk_during_the_save_is_one_line_and_publishes_nothing(
 
     monkeypatch.setattr(io, "open_new", full)
     out = tmp_path / "out"
-    result = run_lowbit("quantize", str(tiny_llama), "--out", str(out), "--method", "rtn", "--group-size", "32", "--quiet")
+    result = run_lowbit(
+        "quantize", str(tiny_llama), "--out", str(out), "--method", "rtn", "--group-size", "32", "--quiet"
+    )
     _one_line_failure(result, "No space left on device", "expected a writable location with enough free space")
     assert ".lowbit-stage-" in result.stderr  # names the file being written
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock"]  # no output, no staging left

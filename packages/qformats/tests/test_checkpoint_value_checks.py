@@ -24,7 +24,9 @@ def _tensors(sym: bool = True, layers: int = 2) -> dict[str, np.ndarray]:
     return module_tensors("gptq", weights)
 
 
-def _write(path: Path, tensors: dict[str, np.ndarray], config: dict[str, object] | None = None, layers: int = 2) -> None:
+def _write(
+    path: Path, tensors: dict[str, np.ndarray], config: dict[str, object] | None = None, layers: int = 2
+) -> None:
     write_checkpoint(
         path,
         tensors,

@@ -5,8 +5,8 @@ the stored words are consistent with (GPTQ family: measured by :mod:`qformats.ze
 AWQ: true zeros by rule AWQ-005; GPTQ Marlin: the implicit ``2**(bits-1)``), every quantized module
 with its layout, dimensions, tensor shapes and dtypes and violations, violations outside any module
 (``CONFIG-EXCLUDED`` packed tensors under a negative dynamic rule, ``CONFIG-LAYERS``), warnings (unknown
-tensors inside quantized modules ...), the dense tensors, the files and their total tensor size. ``--json`` prints the same as JSON. Exit status: 0 clean, 1 violations found,
-2 unreadable checkpoint.
+tensors inside quantized modules ...), the dense tensors, the files and their total tensor size.
+``--json`` prints the same as JSON. Exit status: 0 clean, 1 violations found, 2 unreadable checkpoint.
 """
 
 from __future__ import annotations
@@ -141,7 +141,10 @@ def inspect(path: str | Path) -> CheckpointSummary:
         total_size=ck.total_size(),
         warnings=list(ck.warnings),
         other_violations=[
-            str(v) for prefix, found in problems.items() if prefix not in {e.prefix for e in ck.modules()} for v in found
+            str(v)
+            for prefix, found in problems.items()
+            if prefix not in {e.prefix for e in ck.modules()}
+            for v in found
         ],
     )
 

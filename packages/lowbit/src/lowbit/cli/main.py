@@ -62,7 +62,8 @@ def describe_os_error(exc: OSError) -> str:
     where = f"{exc.filename}: " if exc.filename else ""
     reason = exc.strerror or str(exc)
     if exc.errno in WRITE_ERRNOS:
-        return f"{where}{reason} (expected a writable location with enough free space; an output being saved is left as it was)"
+        needed = "expected a writable location with enough free space; an output being saved is left as before"
+        return f"{where}{reason} ({needed})"
     return f"{where}{reason}"
 
 

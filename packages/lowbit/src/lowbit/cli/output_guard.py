@@ -51,7 +51,9 @@ def check_writable(out: str) -> Path:
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write in {home} ({exc.strerror}); expected a writable location") from None
+        raise UsageError(
+            f"--out {out}: cannot write in {home} ({exc.strerror}); expected a writable location"
+        ) from None
     os.close(fd)
     probe.unlink()
     return home

@@ -7,7 +7,6 @@ from .reader import Checkpoint, open_checkpoint
 from .safetensors_io import SafetensorsFile, write_safetensors
 from .shard_size import parse_shard_size
 from .transcode_dir import transcode_checkpoint
-from . import fault_points, publish
 from .writer import WriteReport, write_checkpoint
 
 __all__ = [

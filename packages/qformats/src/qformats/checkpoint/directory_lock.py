@@ -60,7 +60,6 @@ def directory_lock(directory: str | os.PathLike[str]) -> Iterator[Path]:
                     os.close(fd)
 
 
-
 def _acquire(path: Path, directory: Path) -> None:
     if fcntl is None:  # pragma: no cover - Windows
         log.warning("%s: no fcntl on this platform; the output directory is not locked", directory)

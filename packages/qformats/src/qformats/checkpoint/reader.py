@@ -20,8 +20,8 @@ from ..layouts.registry import get_layout
 from ..logical import QuantizedWeight
 from ..violations import Violation
 from .config_files import QuantFields, find_quant_config, read_quant_fields
-from .dtypes import SAFETENSORS_DTYPES
 from .contained import inside_directory
+from .dtypes import SAFETENSORS_DTYPES
 from .modules import ModuleEntry, group_modules, resolve_module, split_name
 from .publish import INCOMPLETE_MARKER
 from .safetensors_io import SafetensorsFile
@@ -222,9 +222,7 @@ class Checkpoint:
             raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: {exc}") from None
         problems = weight_value_violations(weight)
         if problems:
-            raise CheckpointFormatError(
-                f"{self.root}: module {entry.prefix!r}: " + "; ".join(str(v) for v in problems)
-            )
+            raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: " + "; ".join(str(v) for v in problems))
         return weight
 
     def written_by_reference(self) -> bool:

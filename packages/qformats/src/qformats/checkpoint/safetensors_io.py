@@ -8,7 +8,8 @@ The reader refuses: a file shorter than its header, a header that is not a JSON 
 names, unknown dtypes, a byte range that disagrees with dtype x shape, ranges outside the buffer or
 overlapping, and a buffer with holes or trailing bytes (the checks of the reference library), and, when
 the file records them (``__metadata__["qformats.crc32"]``, written by the checkpoint writer), a tensor
-whose dtype, shape or bytes do not match their crc32. Every error names the file and the tensor. Tensors are read through ``numpy.memmap`` one at a time.
+whose dtype, shape or bytes do not match their crc32. Every error names the file and the tensor.
+Tensors are read through ``numpy.memmap`` one at a time.
 
 The writer lays tensors out like the reference writer (by dtype, widest first, then by name), writes
 compact JSON with ``__metadata__`` first, pads the header with spaces to a multiple of 8, and writes

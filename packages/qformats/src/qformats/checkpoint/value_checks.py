@@ -76,7 +76,9 @@ def layer_count_violation(root: Path, names: Iterable[str]) -> Violation | None:
     held = max(indices) + 1
     if held == declared:
         return None
-    return Violation(LAYERS_RULE, "config.json:num_hidden_layers", f"{held} (layers 0..{held - 1} in the tensors)", str(declared))
+    return Violation(
+        LAYERS_RULE, "config.json:num_hidden_layers", f"{held} (layers 0..{held - 1} in the tensors)", str(declared)
+    )
 
 
 def _declared_layers(data: object) -> int | None:

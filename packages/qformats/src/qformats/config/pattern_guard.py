@@ -47,7 +47,7 @@ def _scan(pattern: sre_parse.SubPattern) -> tuple[int, bool, str | None]:
         if op == sre_constants.GROUPREF or op == sre_constants.GROUPREF_EXISTS:
             return unbounded, True, "a backreference"
         if op in _REPEATS:
-            low, high, body = av
+            _, high, body = av
             inner, inner_risky, reason = _scan(body)
             if reason:
                 return unbounded, True, reason

@@ -39,7 +39,7 @@ def auto_map_entries(directory: Path) -> list[str]:
 def refuse_remote_code(directory: Path, error: Exception) -> RemoteCodeRefusedError | None:
     """The refusal for ``error`` from transformers when ``directory`` declares remote code, else ``None``."""
     entries = auto_map_entries(directory)
-    if not entries or "trust_remote_code" not in str(error) and "custom code" not in str(error):
+    if not entries or ("trust_remote_code" not in str(error) and "custom code" not in str(error)):
         return None
     return RemoteCodeRefusedError(
         f"{entries[0]}: this model's architecture is Python code inside the model directory, which lowbit never "
