@@ -63,7 +63,7 @@ class TensorInfo:
 def tensor_crc32(dtype: str, shape: tuple[int, ...], data: np.ndarray) -> int:
     """crc32 of ``"<dtype>:<shape>"`` followed by the tensor's stored (little-endian) bytes."""
     head = zlib.crc32(f"{dtype}:{list(shape)}".encode("ascii"))
-    return zlib.crc32(np.ascontiguousarray(data).reshape(-1).view(np.uint8), head)
+    return zlib.crc32(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data, head)
 
 
 def _reject_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:

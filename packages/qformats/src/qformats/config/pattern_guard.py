@@ -11,16 +11,25 @@ GPT-QModel and by this package (``.*``, ``\\d+``, ``(?:q|k|v)_proj``) pass.
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
+from typing import Any
 
 from ..errors import ConfigError
 
-try:  # Python >= 3.11
-    from re import _constants as sre_constants  # type: ignore[attr-defined]
-    from re import _parser as sre_parse  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+
+
+def _regex_module(name: str) -> Any:
+    """The stdlib regex parser modules: ``re._parser`` (3.11+) or ``sre_parse`` (3.10), same for constants."""
+    try:
+        return importlib.import_module(f"re._{name}")
+    except ImportError:  # pragma: no cover - Python 3.10
+        return importlib.import_module(f"sre_{name}")
+
+
+sre_parse = _regex_module("parse" if sys.version_info < (3, 11) else "parser")
+sre_constants = _regex_module("constants")
 
 MAX_PATTERN_LENGTH = 512
 MAX_UNBOUNDED_REPEATS = 4
@@ -31,7 +40,7 @@ _REPEATS = {
 }
 
 
-def _children(av: object) -> list[sre_parse.SubPattern]:
+def _children(av: object) -> list[Any]:
     """Every sub-pattern nested in an opcode argument (groups, branches, assertions ...)."""
     if isinstance(av, sre_parse.SubPattern):
         return [av]
@@ -40,7 +49,7 @@ def _children(av: object) -> list[sre_parse.SubPattern]:
     return []
 
 
-def _scan(pattern: sre_parse.SubPattern) -> tuple[int, bool, str | None]:
+def _scan(pattern: Any) -> tuple[int, bool, str | None]:
     """``(unbounded repeats, holds a repeat/branch, reason to refuse or None)`` of a parsed pattern."""
     unbounded, risky = 0, False
     for op, av in pattern:
