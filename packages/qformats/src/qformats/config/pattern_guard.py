@@ -19,7 +19,6 @@ from typing import Any
 from ..errors import ConfigError
 
 
-
 def _regex_module(name: str) -> Any:
     """The stdlib regex parser modules: ``re._parser`` (3.11+) or ``sre_parse`` (3.10), same for constants."""
     try:
