@@ -104,3 +104,13 @@ def test_a_deeply_nested_index_is_a_named_error(tmp_path: Path) -> None:
     (tmp_path / "c" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}})[:-1] + "[" * 100_000)
     with pytest.raises(CheckpointFormatError, match=r"index\.json: "):
         Checkpoint(tmp_path / "c")
+
+
+def test_saving_through_a_symlinked_target_replaces_the_linked_directory(tmp_path: Path) -> None:
+    build(tmp_path / "real", "gptq", sym=True, layers=1)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    weights = build(tmp_path / "link", "gptq", sym=True, layers=2, seed=3)
+    assert (tmp_path / "link").is_symlink()
+    ck = Checkpoint(tmp_path / "real")
+    assert [e.prefix for e in ck.modules()] == sorted(weights)
+    assert all(ck.unpack(e).equals(weights[e.prefix]) for e in ck.modules())

@@ -57,6 +57,8 @@ def _is_replaced_weight(name: str) -> bool:
 def staged_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield an empty staging directory; publish it over ``target`` when the block ends without error."""
     target = Path(target).absolute()
+    if target.is_symlink():  # publish at the directory the link points to; the link stays a link
+        target = target.resolve()
     if target.exists() and not target.is_dir():
         raise CheckpointFormatError(f"{target}: exists and is not a directory; expected a checkpoint directory")
     with directory_lock(target):
