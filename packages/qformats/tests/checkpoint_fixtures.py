@@ -40,6 +40,8 @@ def build(
     config = dict(AWQ_CONFIG if layout == "gemm" else GPTQ_CONFIG)
     if layout == "gemm":
         config["zero_point"] = not sym
+    if layout == "gptq_v2":
+        config["format"] = "gptq_v2"
     write_checkpoint(
         path,
         module_tensors(layout, weights),

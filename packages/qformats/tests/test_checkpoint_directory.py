@@ -45,8 +45,9 @@ def test_sharded_write_splits_a_module_across_files_and_reads_back(tmp_path: Pat
     assert split, "the shard size must split at least one module's tensors across files"
     for entry in ck.modules():
         assert ck.unpack(entry).equals(weights[entry.prefix])
-    meta = SafetensorsFile(tmp_path / "ck" / shards[0]).metadata
-    assert meta == {"format": "pt"}
+    shard = SafetensorsFile(tmp_path / "ck" / shards[0])
+    assert shard.metadata["format"] == "pt" and set(shard.metadata) == {"format", "qformats.crc32"}
+    assert set(shard.checksums) == set(shard.tensors)
 
 
 def test_rewrite_removes_stale_shards_and_index(tmp_path: Path) -> None:

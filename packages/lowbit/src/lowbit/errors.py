@@ -26,3 +26,7 @@ class UnsupportedRequestError(LowbitError, ValueError):
 
 class LossyConversionError(LowbitError, ValueError):
     """A conversion would change values; lists what would be lost per module (pass --allow-lossy to accept)."""
+
+
+class NonFiniteResultError(LowbitError, ArithmeticError):
+    """A measurement came out NaN or infinite (names the model and the quantity; the command fails)."""

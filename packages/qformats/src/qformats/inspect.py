@@ -3,9 +3,10 @@
 The summary holds the method, format and layout, bits, group size, symmetry, the zero-point convention
 the stored words are consistent with (GPTQ family: measured by :mod:`qformats.zero_convention`;
 AWQ: true zeros by rule AWQ-005; GPTQ Marlin: the implicit ``2**(bits-1)``), every quantized module
-with its layout, dimensions, tensor shapes and dtypes and violations, the dense tensors, the files and
-their total tensor size. ``--json`` prints the same as JSON. Exit status: 0 clean, 1 violations found,
-2 unreadable checkpoint.
+with its layout, dimensions, tensor shapes and dtypes and violations, violations outside any module
+(``CONFIG-EXCLUDED`` packed tensors under a negative dynamic rule, ``CONFIG-LAYERS``), warnings (unknown
+tensors inside quantized modules ...), the dense tensors, the files and their total tensor size.
+``--json`` prints the same as JSON. Exit status: 0 clean, 1 violations found, 2 unreadable checkpoint.
 """
 
 from __future__ import annotations
@@ -58,10 +59,11 @@ class CheckpointSummary:
     files: list[str]
     total_size: int
     warnings: list[str]
+    other_violations: list[str] = field(default_factory=list)
 
     @property
     def violation_count(self) -> int:
-        return sum(len(m.violations) for m in self.modules)
+        return sum(len(m.violations) for m in self.modules) + len(self.other_violations)
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -138,6 +140,12 @@ def inspect(path: str | Path) -> CheckpointSummary:
         files=sorted(ck.files),
         total_size=ck.total_size(),
         warnings=list(ck.warnings),
+        other_violations=[
+            str(v)
+            for prefix, found in problems.items()
+            if prefix not in {e.prefix for e in ck.modules()}
+            for v in found
+        ],
     )
 
 
@@ -157,6 +165,7 @@ def format_text(summary: CheckpointSummary) -> str:
     if zc.get("label_disagrees"):
         lines.append(f"WARNING      the words are {zc['convention']} but the label says {zc.get('label')}")
     lines.extend(f"WARNING      {w}" for w in summary.warnings)
+    lines.extend(f"  ! {v}" for v in summary.other_violations)
     lines.append("")
     for m in summary.modules:
         tensors = ", ".join(f"{k} {v[0]} {v[1]}" for k, v in m.tensors.items())

@@ -213,6 +213,9 @@ class QuantModel:
         source's: float16 for a ``.gguf``, the config's dtype for a Hugging Face directory), ``"float16"``,
         ``"bfloat16"`` or ``"float32"`` (:mod:`qhf.save.dense_dtype`). The in-memory model's dense tensors
         are rounded to that dtype first, so that it equals what was written.
+
+        The files are written and verified in a staging directory and swapped in atomically only when
+        the verification passed: a failed save or verification leaves ``directory`` as it was.
         """
         from .save.checkpoint import save_checkpoint, write_report
         from .save.dense_dtype import dtype_name, resolve_dense_dtype, round_to_dense_dtype
@@ -227,7 +230,25 @@ class QuantModel:
         dense_names = [n for n in self.source.tensor_names() if n not in quantized_weights]
         round_to_dense_dtype(self.model, dense_names, dense_dtype)
         self.summary["dense_dtype"] = dtype_name(dense_dtype)
-        shards = save_checkpoint(
+
+        def verify_staged(staging: Path, shards: list[Path]) -> None:
+            """Record the save, then (with ``verify``) reload the staged files and compare, before publishing."""
+            self.summary["saved"] = {
+                "path": str(directory),
+                "shards": len(shards),
+                "bytes": sum(p.stat().st_size for p in shards),
+                "seconds": round(time.perf_counter() - start, 3),
+            }
+            if verify:
+                report = verify_checkpoint(staging, self.model, self.results, self.source.stored, self.probe_ids())
+                self.summary["verification"] = report.as_dict()
+                write_report(staging, self.results, self.summary)
+                raise_on_failure(report, directory)
+            else:
+                self.summary["verification"] = "skipped (verify=False)"
+                write_report(staging, self.results, self.summary)
+
+        save_checkpoint(
             directory,
             self.source,
             self.model,
@@ -237,21 +258,8 @@ class QuantModel:
             max_shard_size=max_shard_size,
             summary=self.summary,
             dense_dtype=dense_dtype,
+            before_publish=verify_staged,
         )
-        self.summary["saved"] = {
-            "path": str(directory),
-            "shards": len(shards),
-            "bytes": sum(p.stat().st_size for p in shards),
-            "seconds": round(time.perf_counter() - start, 3),
-        }
-        if verify:
-            report = verify_checkpoint(directory, self.model, self.results, self.source.stored, self.probe_ids())
-            self.summary["verification"] = report.as_dict()
-            write_report(directory, self.results, self.summary)
-            raise_on_failure(report, directory)
-        else:
-            self.summary["verification"] = "skipped (verify=False)"
-            write_report(directory, self.results, self.summary)
         return dict(self.summary)
 
     def probe_ids(self, count: int = 48) -> list[int]:

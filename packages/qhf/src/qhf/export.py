@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from qformats.checkpoint import write_checkpoint
+from qformats.checkpoint.publish import staged_directory
+from qformats.checkpoint.writer import write_checkpoint_files
 
 from .checkpoint_reader import load_config_json, open_quantized_checkpoint
 from .save.tensor_stream import TensorEntry, bf16_names, numpy_stream
@@ -49,17 +50,18 @@ def export_dense(
     entries.sort(key=lambda e: e.name)
     config = load_config_json(source)
     config.pop("quantization_config", None)
-    write_checkpoint(
-        out,
-        numpy_stream(entries),
-        quantize_config=None,
-        model_config=config,
-        max_shard_size=max_shard_size,
-        dtypes=bf16_names(entries),
-    )
-    for name in ("generation_config.json", *TOKENIZER_FILES):
-        if (source / name).is_file():
-            shutil.copyfile(source / name, out / name)
+    with staged_directory(out) as staging:  # published atomically with its tokenizer files
+        write_checkpoint_files(
+            staging,
+            numpy_stream(entries),
+            quantize_config=None,
+            model_config=config,
+            max_shard_size=max_shard_size,
+            dtypes=bf16_names(entries),
+        )
+        for name in ("generation_config.json", *TOKENIZER_FILES):
+            if (source / name).is_file():
+                shutil.copyfile(source / name, staging / name)
     return out
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CalibrationError, MissingFileError, TokenizerError
+from .source.remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,11 @@ def load_tokenizer(path: str | Path) -> Any:
             f"{path}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES[:4])}); pass tokenizer= explicitly"
         )
     try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=TRUST_REMOTE_CODE)
     except (OSError, ValueError, KeyError, TypeError) as exc:
+        refusal = refuse_remote_code(path, exc)
+        if refusal is not None:
+            raise refusal from None
         raise TokenizerError(f"{path}: transformers cannot load the tokenizer: {exc}") from exc
 
 
@@ -49,7 +53,9 @@ def load_gguf_tokenizer(path: str | Path) -> Any:
 
     path = Path(path)
     try:
-        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        return AutoTokenizer.from_pretrained(
+            str(path.parent), gguf_file=path.name, local_files_only=True, trust_remote_code=TRUST_REMOTE_CODE
+        )
     except ImportError as exc:
         raise TokenizerError(
             f"{path}: reading the tokenizer embedded in a .gguf file needs the 'gguf' package "

@@ -1,7 +1,8 @@
 """``lowbit eval PATH``: perplexity over non-overlapping windows (``qhf.evaluate``) and a short generation.
 
 The default text is qhf's evaluation slice of CPython's bundled documentation (disjoint from its
-calibration slice); ``--text FILE`` evaluates a UTF-8 file instead. The Python version is printed with
+calibration slice); ``--text FILE`` evaluates a UTF-8 file instead. A NaN or infinite perplexity fails
+the command (exit 2, ``NonFiniteResultError``). The Python version is printed with
 the default text because the bundled documentation differs between versions.
 """
 
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import time
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import NonFiniteResultError, UsageError
 from .model_loading import backend_counts, generate_text, load_for_eval
 
 
@@ -37,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_for_eval(args.path, backend=args.backend)
     load_seconds = time.perf_counter() - start
     result = qhf.evaluate(loaded.model, loaded.tokenizer, text, window=args.window, max_windows=args.max_windows)
+    if not math.isfinite(result.perplexity):
+        raise NonFiniteResultError(
+            f"{args.path}: perplexity is {result.perplexity} over {result.tokens} tokens; expected a finite value "
+            f"(the model's logits hold NaN or Inf: check its weights with `lowbit inspect {args.path}`)"
+        )
     generation = None
     if args.max_new_tokens > 0:
         generation = generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens)

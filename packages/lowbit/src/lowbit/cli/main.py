@@ -1,12 +1,14 @@
 """``lowbit`` entry point: parse, dispatch to the subcommand module, report errors in one line each.
 
 Exit status: 0 success; 1 ``inspect`` found layout violations; 2 bad arguments or a failed command (the
-message names the file, tensor or flag); 130 a run stopped by Ctrl-C / SIGTERM (resumable when it was
+message names the file, tensor or flag; file system errors such as a full or read-only disk too, in one
+line without a traceback); 130 a run stopped by Ctrl-C / SIGTERM (resumable when it was
 checkpointing; the message says how).
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
@@ -52,6 +54,19 @@ def is_reportable(exc: BaseException) -> bool:
     return False
 
 
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, getattr(errno, "EDQUOT", -1)})
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for a file system error: the file, the system's reason and, for write failures, what is needed."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    reason = exc.strerror or str(exc)
+    if exc.errno in WRITE_ERRNOS:
+        needed = "expected a writable location with enough free space; an output being saved is left as before"
+        return f"{where}{reason} ({needed})"
+    return f"{where}{reason}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``lowbit`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     parser = build_parser()
@@ -74,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as exc:
+        if isinstance(exc, OSError) and not is_reportable(exc):
+            print(f"lowbit {args.command}: error: {describe_os_error(exc)}", file=sys.stderr)
+            return EXIT_FAILED
         if not is_reportable(exc):
             raise
         print(f"lowbit {args.command}: error: {exc}", file=sys.stderr)

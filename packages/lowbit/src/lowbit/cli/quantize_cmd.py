@@ -4,7 +4,9 @@ The work is qhf's (``qhf.load(...).quantize(...).save(...)``); this module turns
 arguments and prints: the calibration used, a per-layer table (loss, tokens, damp, fallbacks), size
 before and after, wall time and where the result is. With ``--checkpoint-dir`` the run commits a
 qcheckpoint generation at layer boundaries; Ctrl-C or SIGTERM stops at the next boundary (qlooper's
-cooperative stop) and the message gives the exact command that resumes it.
+cooperative stop) and the message gives the exact command that resumes it. Before any model is loaded,
+``--out`` is checked (:mod:`lowbit.cli.output_guard`: separate from ``--checkpoint-dir``, writable, enough
+free space) and locked for the run.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from ..errors import UnsupportedRequestError, UsageError
 from .calibration_input import calibration_rows
 from .main import EXIT_STOPPED
+from .output_guard import check_output, output_lock
 from .report_tables import (
     PER_LAYER_HEADERS,
     describe_source,
@@ -43,9 +46,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--target: {exc}") from None
     if args.resume and args.checkpoint_dir is None:
         raise UsageError("--resume needs --checkpoint-dir (the directory the stopped run committed its checkpoint to)")
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"--out {args.out}: exists and is not an empty directory; choose a new output directory")
+    _check_out_empty(args.out)
+    check_output(args.out, args.checkpoint_dir, args.source, args.bits)
     if args.ray is not None and args.method == "rtn":
         raise UsageError("--ray: rtn runs no calibration forwards and no spread solves; drop --ray")
     if args.plot is not None:
@@ -53,6 +55,12 @@ def _check_args(args: argparse.Namespace) -> None:
 
         require_matplotlib("--plot")
         check_png_path(args.plot, "--plot")
+
+
+def _check_out_empty(out_arg: str) -> None:
+    out = Path(out_arg)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--out {out_arg}: exists and is not an empty directory; choose a new output directory")
 
 
 def quant_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -152,6 +160,12 @@ def _parameter_count(model: Any) -> int:
 
 def run(args: argparse.Namespace) -> int:
     _check_args(args)
+    with output_lock(args.out):
+        _check_out_empty(args.out)  # again, now that no other run can be writing it
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import qhf
     from qcheckpoint import ResumePolicyError
     from qhf.quant_config import METHOD_FORMATS

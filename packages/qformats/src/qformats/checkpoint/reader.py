@@ -20,9 +20,12 @@ from ..layouts.registry import get_layout
 from ..logical import QuantizedWeight
 from ..violations import Violation
 from .config_files import QuantFields, find_quant_config, read_quant_fields
+from .contained import inside_directory
 from .dtypes import SAFETENSORS_DTYPES
 from .modules import ModuleEntry, group_modules, resolve_module, split_name
+from .publish import INCOMPLETE_MARKER
 from .safetensors_io import SafetensorsFile
+from .value_checks import layer_count_violation, unknown_tensors, weight_value_violations
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,11 @@ class Checkpoint:
             raise CheckpointFormatError(f"{root}: expected a checkpoint directory, found a file")
         if not root.is_dir():
             raise CheckpointFormatError(f"{root}: no such checkpoint directory")
+        if (root / INCOMPLETE_MARKER).exists():
+            raise CheckpointFormatError(
+                f"{root}: holds an {INCOMPLETE_MARKER} marker: a save into it was interrupted, so its files are "
+                "not one complete checkpoint; save it again"
+            )
         self.root = root
         self.warnings: list[str] = []
         self.index_metadata: dict[str, object] = {}
@@ -59,6 +67,7 @@ class Checkpoint:
         self.weight_map = self._load_weight_map()
         if fields is None:
             config_path, raw = find_quant_config(root)
+            inside_directory(root, config_path.name)
             fields = read_quant_fields(raw, source_file=config_path.name)
         self.fields = fields
         self._modules: list[ModuleEntry] | None = None
@@ -92,6 +101,8 @@ class Checkpoint:
             data = json.loads(index.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointFormatError(f"{index}: unreadable index ({exc})") from None
+        except RecursionError:
+            raise CheckpointFormatError(f"{index}: JSON nested too deeply; expected a shard index") from None
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointFormatError(f"{index}: expected an object with a 'weight_map' of name -> file")
@@ -128,7 +139,7 @@ class Checkpoint:
 
     def _open(self, name: str) -> SafetensorsFile:
         if name not in self.files:
-            self.files[name] = SafetensorsFile(self.root / name)
+            self.files[name] = SafetensorsFile(inside_directory(self.root, name))
         return self.files[name]
 
     # -- tensors -------------------------------------------------------------------------------
@@ -165,6 +176,14 @@ class Checkpoint:
                     entries.append(entry)
             self._excluded_quantized = excluded
             self._modules = self._settle_marlin_labels(entries)
+            unknown = unknown_tensors(self.weight_map, [e.prefix for e in self._modules])
+            if unknown:
+                message = (
+                    f"{self.root}: {len(unknown)} unknown tensor(s) inside quantized modules, ignored by readers: "
+                    + ", ".join(unknown)
+                )
+                log.warning(message)
+                self.warnings.append(message)
         return self._modules
 
     def _settle_marlin_labels(self, entries: list[ModuleEntry]) -> list[ModuleEntry]:
@@ -192,15 +211,19 @@ class Checkpoint:
         """The module's logical weight (raises :class:`CheckpointFormatError` naming the module).
 
         The layout's ``unpack`` runs its ``validate`` first and refuses tensors with any violation
-        (the message lists every rule id), so no unvalidated tensor becomes a logical weight.
+        (the message lists every rule id), so no unvalidated tensor becomes a logical weight; scales
+        that are NaN/Inf/0 and zeros that break a ``sym`` config are refused too
+        (:mod:`~qformats.checkpoint.value_checks`).
         """
         data = self.module_tensors(entry) if tensors is None else tensors
         try:
-            if entry.layout == "gptq" and "qzeros" in data and self.written_by_reference():
-                return self._unpack_reference_v1(entry, data)
-            return get_layout(entry.layout).unpack(data, entry.meta)
+            weight = self._unpack_unchecked(entry, data)
         except LayoutError as exc:
             raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: {exc}") from None
+        problems = weight_value_violations(weight)
+        if problems:
+            raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: " + "; ".join(str(v) for v in problems))
+        return weight
 
     def written_by_reference(self) -> bool:
         """True when the config's ``meta.quantizer`` names GPT-QModel (the reference implementation)."""
@@ -239,19 +262,33 @@ class Checkpoint:
     def validate(self) -> dict[str, list[Violation]]:
         """Violations per module prefix (only modules with findings are listed).
 
-        Besides each module's layout rules, a ``qweight`` under a prefix that a negative dynamic rule
-        keeps dense is reported as ``CONFIG-EXCLUDED`` (the rule id :func:`qformats.validate` uses).
+        Besides each module's layout rules and value rules (``VALUE-SCALES``, ``VALUE-SYM-ZEROS``), a
+        ``qweight`` under a prefix that a negative dynamic rule keeps dense is reported as
+        ``CONFIG-EXCLUDED`` (the rule id :func:`qformats.validate` uses) and a ``config.json`` layer count
+        that disagrees with the tensors as ``CONFIG-LAYERS`` under the key ``"<config>"``.
         """
         found: dict[str, list[Violation]] = {}
         for name in self.excluded_quantized():
             found[split_name(name)[0]] = [
                 Violation(EXCLUDED_RULE, name, "a dense module (negative dynamic rule)", "quantized")
             ]
+        layers = layer_count_violation(self.root, self.weight_map)
+        if layers is not None:
+            found["<config>"] = [layers]
         for entry in self.modules():
-            problems = get_layout(entry.layout).validate(self.module_tensors(entry), entry.meta)
+            tensors = self.module_tensors(entry)
+            problems = get_layout(entry.layout).validate(tensors, entry.meta)
+            if not problems:
+                problems = weight_value_violations(self._unpack_unchecked(entry, tensors))
             if problems:
                 found[entry.prefix] = problems
         return found
+
+    def _unpack_unchecked(self, entry: ModuleEntry, data: Mapping[str, np.ndarray]) -> QuantizedWeight:
+        """The logical weight without the value checks (the layout's own rules still run)."""
+        if entry.layout == "gptq" and "qzeros" in data and self.written_by_reference():
+            return self._unpack_reference_v1(entry, data)
+        return get_layout(entry.layout).unpack(data, entry.meta)
 
     def excluded_quantized(self) -> list[str]:
         """``qweight`` names of modules a negative dynamic rule keeps dense (a file that breaks its config)."""

@@ -6,12 +6,14 @@ end]}`` (offsets relative to the buffer) plus an optional ``"__metadata__"`` str
 
 The reader refuses: a file shorter than its header, a header that is not a JSON object, duplicate tensor
 names, unknown dtypes, a byte range that disagrees with dtype x shape, ranges outside the buffer or
-overlapping, and a buffer with holes or trailing bytes (the checks of the reference library). Every
-error names the file and the tensor. Tensors are read through ``numpy.memmap`` one at a time.
+overlapping, and a buffer with holes or trailing bytes (the checks of the reference library), and, when
+the file records them (``__metadata__["qformats.crc32"]``, written by the checkpoint writer), a tensor
+whose dtype, shape or bytes do not match their crc32. Every error names the file and the tensor.
+Tensors are read through ``numpy.memmap`` one at a time.
 
 The writer lays tensors out like the reference writer (by dtype, widest first, then by name), writes
 compact JSON with ``__metadata__`` first, pads the header with spaces to a multiple of 8, and writes
-to a temporary name in the same directory before an atomic rename.
+to a temporary name in the same directory (mode from the umask), fsyncs it, then renames it atomically.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 import math
 import os
 import struct
-import tempfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +37,12 @@ from .dtypes import (
     float32_to_bf16_bits,
     safetensors_dtype,
 )
+from .durable_files import open_new, temp_path
+from .fault_points import reach
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: ``__metadata__`` key holding ``{"tensor": crc32}`` (compact JSON) of every tensor's stored bytes.
+CHECKSUM_KEY = "qformats.crc32"
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,12 @@ class TensorInfo:
     @property
     def nbytes(self) -> int:
         return self.end - self.start
+
+
+def tensor_crc32(dtype: str, shape: tuple[int, ...], data: np.ndarray) -> int:
+    """crc32 of ``"<dtype>:<shape>"`` followed by the tensor's stored (little-endian) bytes."""
+    head = zlib.crc32(f"{dtype}:{list(shape)}".encode("ascii"))
+    return zlib.crc32(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data, head)
 
 
 def _reject_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -89,11 +101,14 @@ class SafetensorsFile:
             raise _error(self.path, str(exc)) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise _error(self.path, f"header is not valid UTF-8 JSON ({exc})") from None
+        except RecursionError:
+            raise _error(self.path, "header JSON is nested too deeply; expected a flat object of tensors") from None
         if not isinstance(header, dict):
             raise _error(self.path, f"header must be a JSON object, found {type(header).__name__}")
         self.data_start = 8 + header_len
         self.metadata = self._read_metadata(header.pop("__metadata__", None))
         self.tensors = self._read_entries(header, size - self.data_start)
+        self.checksums = self._read_checksums()
 
     def _read_metadata(self, meta: object) -> dict[str, str]:
         if meta is None:
@@ -101,6 +116,25 @@ class SafetensorsFile:
         if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise _error(self.path, "__metadata__ must map strings to strings")
         return dict(meta)
+
+    def _read_checksums(self) -> dict[str, int]:
+        """The ``qformats.crc32`` map when present: exactly one non-negative integer per tensor."""
+        raw = self.metadata.get(CHECKSUM_KEY)
+        if raw is None:
+            return {}
+        try:
+            sums = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            raise _error(self.path, f"__metadata__[{CHECKSUM_KEY!r}] is not JSON; expected tensor -> crc32") from None
+        if (
+            not isinstance(sums, dict)
+            or set(sums) != set(self.tensors)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32 for v in sums.values())
+        ):
+            raise _error(
+                self.path, f"__metadata__[{CHECKSUM_KEY!r}] must give one crc32 for each of the file's tensors"
+            )
+        return sums
 
     def _read_entries(self, header: dict[str, object], buffer_len: int) -> dict[str, TensorInfo]:
         infos: dict[str, TensorInfo] = {}
@@ -163,6 +197,11 @@ class SafetensorsFile:
             mm = np.memmap(self.path, dtype=np.uint8, mode="r", offset=info.start, shape=(info.nbytes,))
             arr = np.array(mm.view(np_dtype).reshape(info.shape), copy=True)
             del mm
+        expected = self.checksums.get(name)
+        if expected is not None and tensor_crc32(info.dtype, info.shape, arr) != expected:
+            raise _error(
+                self.path, f"tensor {name!r}: dtype, shape or bytes do not match the crc32 recorded when it was written"
+            )
         return bf16_bits_to_float32(arr) if info.dtype == "BF16" else arr
 
     def load_all(self) -> dict[str, np.ndarray]:
@@ -174,8 +213,14 @@ def encode_safetensors(
     tensors: Mapping[str, np.ndarray],
     metadata: Mapping[str, str] | None = None,
     dtypes: Mapping[str, str] | None = None,
+    checksums: bool = False,
 ) -> tuple[bytes, list[tuple[str, np.ndarray]]]:
-    """Header bytes (length prefix included) and the ordered ``(name, little-endian array)`` payload."""
+    """Header bytes (length prefix included) and the ordered ``(name, little-endian array)`` payload.
+
+    ``checksums`` adds ``__metadata__["qformats.crc32"]``: each tensor's :func:`tensor_crc32` (dtype,
+    shape and stored bytes)
+    (readers verify it on load; other readers ignore the key).
+    """
     entries: list[tuple[str, str, np.ndarray]] = []
     for name, value in tensors.items():
         arr = np.asarray(value)
@@ -189,6 +234,9 @@ def encode_safetensors(
         data = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<"))
         entries.append((name, st_dtype, data))
     entries.sort(key=lambda e: (-DTYPE_RANK[e[1]], e[0]))
+    if checksums:
+        sums = {name: tensor_crc32(st_dtype, data.shape, data) for name, st_dtype, data in entries}
+        metadata = {**(metadata or {}), CHECKSUM_KEY: json.dumps(sums, separators=(",", ":"), sort_keys=True)}
     header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
@@ -206,11 +254,18 @@ def write_safetensors(
     tensors: Mapping[str, np.ndarray],
     metadata: Mapping[str, str] | None = None,
     dtypes: Mapping[str, str] | None = None,
+    checksums: bool = False,
 ) -> int:
-    """Write a safetensors file atomically (temp name in the same directory, then rename); returns bytes written."""
+    """Write a safetensors file atomically (temp name in the same directory, fsync, rename); returns bytes.
+
+    ``checksums``: record each tensor's crc32 (see :func:`encode_safetensors`).
+
+    The file is created with mode ``0o666`` minus the umask (not ``tempfile``'s 0600).
+    """
     target = Path(path)
-    head, payload = encode_safetensors(tensors, metadata, dtypes)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    head, payload = encode_safetensors(tensors, metadata, dtypes, checksums)
+    tmp = temp_path(target)
+    fd = open_new(tmp)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(head)
@@ -218,8 +273,10 @@ def write_safetensors(
                 fh.write(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
             fh.flush()
             os.fsync(fh.fileno())
+        reach("file.fsynced")
         os.replace(tmp, target)
+        reach("file.renamed")
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return len(head) + sum(data.nbytes for _, data in payload)

@@ -6,18 +6,18 @@ shards), names them ``model-0000i-of-0000N.safetensors`` (or ``model.safetensors
 writes ``model.safetensors.index.json`` (``metadata.total_size`` and a sorted ``weight_map``),
 ``quantize_config.json`` and ``config.json`` with the same dict under ``quantization_config``.
 
-Everything is first written into a temporary directory inside the target; when ``validate`` is set the
-result is opened with the reader and every module validated. Only then are the files renamed into
-place (stale shards and index of an earlier write are removed). On any failure the temporary directory
-is deleted and the target is left exactly as it was.
+Every shard records each tensor's crc32 in its ``__metadata__`` (``qformats.crc32``; readers verify it
+on load). Everything is first written (each file fsynced) into a sibling staging directory; when ``validate`` is
+set the result is opened with the reader and every module validated. Only then is the staging directory
+swapped in for the target (:mod:`qformats.checkpoint.publish`: one atomic exchange, so a crash at any
+point leaves the old complete checkpoint or the new one; old shards and index do not survive, other
+files of the old target are kept). On any failure the staging directory is deleted and the target is
+left exactly as it was. The output directory's lock is held for the write.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +26,9 @@ import numpy as np
 
 from ..errors import CheckpointFormatError
 from .config_files import read_quant_fields
+from .durable_files import write_file_durable
+from .fault_points import reach
+from .publish import staged_directory
 from .reader import INDEX_NAME, Checkpoint
 from .safetensors_io import write_safetensors
 from .shard_size import parse_shard_size
@@ -66,7 +69,7 @@ def _write_shards(
         nonlocal current, current_size
         if current:
             name = f"shard-{len(shards):05d}.safetensors"
-            write_safetensors(tmp / name, current, metadata, dtypes)
+            write_safetensors(tmp / name, current, metadata, dtypes, checksums=True)
             shards.append((name, list(current)))
             current, current_size = {}, 0
 
@@ -101,37 +104,60 @@ def write_checkpoint(
     ``quantize_config`` ``None`` writes a dense checkpoint (``config.json`` only when ``model_config``
     is given). ``dtypes`` maps tensor names to ``"BF16"`` to store float32 arrays as bfloat16.
     """
-    target = Path(directory)
+    with staged_directory(directory) as staging:
+        return write_checkpoint_files(
+            staging,
+            tensors,
+            quantize_config=quantize_config,
+            model_config=model_config,
+            max_shard_size=max_shard_size,
+            metadata=metadata,
+            dtypes=dtypes,
+            validate=validate,
+        )
+
+
+def write_checkpoint_files(
+    staging: str | Path,
+    tensors: Iterable[tuple[str, np.ndarray]] | Mapping[str, np.ndarray],
+    *,
+    quantize_config: Mapping[str, object] | None,
+    model_config: Mapping[str, object] | None = None,
+    max_shard_size: int | str = "4GB",
+    metadata: Mapping[str, object] | None = None,
+    dtypes: Mapping[str, str] | None = None,
+    validate: bool = True,
+) -> WriteReport:
+    """Write the checkpoint files into the empty directory ``staging`` and verify them; no publishing.
+
+    For callers that add files of their own before publishing with
+    :func:`qformats.checkpoint.publish.staged_directory`; :func:`write_checkpoint` does both.
+    """
+    tmp = Path(staging)
     limit = parse_shard_size(max_shard_size)
-    created = not target.exists()
-    target.mkdir(parents=True, exist_ok=True)
     st_meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     st_meta["format"] = "pt"
-    tmp = Path(tempfile.mkdtemp(prefix=".qformats-write-", dir=target))
-    try:
-        shards, total = _write_shards(tmp, _pairs(tensors), limit, st_meta, dtypes or {})
-        report = WriteReport(total_size=total, tensors=sum(len(names) for _, names in shards))
-        final = _final_names(len(shards))
-        weight_map: dict[str, str] = {}
-        for (temp_name, names), final_name in zip(shards, final, strict=True):
-            (tmp / temp_name).rename(tmp / final_name)
-            weight_map.update(dict.fromkeys(names, final_name))
-        report.files = list(final)
-        if len(shards) > 1:
-            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-            (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            report.files.append(INDEX_NAME)
-        report.files.extend(_write_configs(tmp, quantize_config, model_config))
-        if validate and quantize_config is not None:
-            _validate_written(tmp, quantize_config)
-        _publish(tmp, target, report.files)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if created and not any(target.iterdir()):
-            target.rmdir()
-        raise
-    shutil.rmtree(tmp, ignore_errors=True)
+    shards, total = _write_shards(tmp, _pairs(tensors), limit, st_meta, dtypes or {})
+    report = WriteReport(total_size=total, tensors=sum(len(names) for _, names in shards))
+    final = _final_names(len(shards))
+    weight_map: dict[str, str] = {}
+    for (temp_name, names), final_name in zip(shards, final, strict=True):
+        (tmp / temp_name).rename(tmp / final_name)
+        reach("stage.shard_named")
+        weight_map.update(dict.fromkeys(names, final_name))
+    report.files = list(final)
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        write_file_durable(tmp / INDEX_NAME, _json_bytes(index, sort_keys=True))
+        report.files.append(INDEX_NAME)
+    report.files.extend(_write_configs(tmp, quantize_config, model_config))
+    if validate and quantize_config is not None:
+        _validate_written(tmp, quantize_config)
     return report
+
+
+def _json_bytes(data: object, *, sort_keys: bool = False) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=sort_keys) + "\n").encode("utf-8")
 
 
 def _final_names(count: int) -> list[str]:
@@ -145,13 +171,13 @@ def _write_configs(
 ) -> list[str]:
     written = []
     if quantize_config is not None:
-        (tmp / "quantize_config.json").write_text(json.dumps(dict(quantize_config), indent=2) + "\n", encoding="utf-8")
+        write_file_durable(tmp / "quantize_config.json", _json_bytes(dict(quantize_config)))
         written.append("quantize_config.json")
     if model_config is not None or quantize_config is not None:
         cfg = dict(model_config or {})
         if quantize_config is not None:
             cfg["quantization_config"] = dict(quantize_config)
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+        write_file_durable(tmp / "config.json", _json_bytes(cfg))
         written.append("config.json")
     return written
 
@@ -163,13 +189,3 @@ def _validate_written(tmp: Path, quantize_config: Mapping[str, object]) -> None:
     if problems:
         lines = "; ".join(f"{prefix}: " + ", ".join(str(v) for v in found) for prefix, found in problems.items())
         raise CheckpointFormatError(f"refusing to write a checkpoint whose modules break their layout: {lines}")
-
-
-def _publish(tmp: Path, target: Path, files: list[str]) -> None:
-    """Rename the new files into ``target`` and remove stale weights/index of an earlier write."""
-    for name in files:
-        os.replace(tmp / name, target / name)
-    keep = set(files)
-    for stale in [*target.glob("model*.safetensors"), target / INDEX_NAME]:
-        if stale.name not in keep and stale.is_file():
-            stale.unlink()

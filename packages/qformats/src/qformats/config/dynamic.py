@@ -6,7 +6,8 @@ prefixed ``+:`` or unprefixed is *positive*: its override dict (``bits``, ``grou
 expression matched from the **start** of the full dotted module name (``re.match``, like the
 reference), e.g. ``model.layers.3.mlp.down_proj``. Lookups try every negative rule before any
 positive one, then the first match wins in file order. The rules are written back in the order
-they were read, so a round trip never reorders first-match rules.
+they were read, so a round trip never reorders first-match rules. Patterns are compiled through
+:mod:`~qformats.config.pattern_guard`, which refuses those that could backtrack catastrophically.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from .pattern_guard import compile_rule_pattern
 
 NEGATIVE_PREFIX = "-:"
 POSITIVE_PREFIX = "+:"
@@ -44,10 +46,7 @@ def _rule(key: object, value: object) -> DynamicRule:
         raise ConfigError(f"dynamic: expected non-empty string patterns, found {key!r}")
     negative = key.startswith(NEGATIVE_PREFIX)
     pattern = key[2:] if negative or key.startswith(POSITIVE_PREFIX) else key
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ConfigError(f"dynamic[{key!r}]: invalid regular expression ({exc})") from None
+    regex = compile_rule_pattern(key, pattern)
     if value is None:
         value = {}
     if not isinstance(value, Mapping):

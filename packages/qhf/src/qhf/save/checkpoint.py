@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,37 +138,45 @@ def save_checkpoint(
     max_shard_size: int | str = "4GB",
     summary: dict[str, Any] | None = None,
     dense_dtype: torch.dtype | None = None,
+    before_publish: Callable[[Path, list[Path]], None] | None = None,
 ) -> list[Path]:
-    """Write the checkpoint (see the module docstring); returns the weight shard paths.
+    """Write the checkpoint (see the module docstring); returns the weight shard paths (in ``directory``).
 
     ``dense_dtype``: the dtype of the non-quantized floating tensors and of ``config.json``'s ``dtype``
     (:mod:`qhf.save.dense_dtype`; None keeps each tensor's stored dtype and the source config's value).
 
-    Weights and both config files go through qformats' checkpoint writer: size-bounded shards and the
-    index, written into a temporary directory, every quantized module validated against its layout,
-    then renamed into place (stale shards removed).
+    Everything -- weights and both config files through qformats' checkpoint writer (size-bounded shards
+    and the index, every quantized module validated against its layout), tokenizer, carried-over files
+    and the report -- is written into a sibling staging directory; ``before_publish(staging, shards)``
+    (e.g. a reload-and-compare that rewrites the report) runs there; only then is the staging directory
+    swapped in for ``directory`` atomically (``qformats.checkpoint.publish``). Any failure leaves
+    ``directory`` as it was.
     """
-    from qformats.checkpoint import write_checkpoint
+    from qformats.checkpoint.publish import staged_directory
+    from qformats.checkpoint.writer import write_checkpoint_files
 
     directory = Path(directory)
     packed = packed_tensors(results, settings)
     entries = tensor_entries(source, model, results, packed, dense_dtype)
     config = config_dict(source, settings, dense_dtype)
     quantization = config.pop("quantization_config")
-    written = write_checkpoint(
-        directory,
-        numpy_stream(entries),
-        quantize_config=quantization,
-        model_config=config,
-        max_shard_size=max_shard_size,
-        metadata={"quantizer": quantization["meta"]["quantizer"][0]},
-        dtypes=bf16_names(entries),
-    )
-    shards = [directory / name for name in written.files if name.endswith(".safetensors")]
-    if tokenizer is not None:
-        tokenizer.save_pretrained(str(directory))
-    for name, path in source.extra_files.items():
-        if not (directory / name).exists():
-            shutil.copyfile(path, directory / name)
-    write_report(directory, results, dict(summary or {}))
-    return shards
+    with staged_directory(directory) as staging:
+        written = write_checkpoint_files(
+            staging,
+            numpy_stream(entries),
+            quantize_config=quantization,
+            model_config=config,
+            max_shard_size=max_shard_size,
+            metadata={"quantizer": quantization["meta"]["quantizer"][0]},
+            dtypes=bf16_names(entries),
+        )
+        names = [name for name in written.files if name.endswith(".safetensors")]
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(staging))
+        for name, path in source.extra_files.items():
+            if not (staging / name).exists():
+                shutil.copyfile(path, staging / name)
+        write_report(staging, results, dict(summary or {}))
+        if before_publish is not None:
+            before_publish(staging, [staging / name for name in names])
+    return [directory / name for name in names]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingFileError, SourceFormatError
+from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -41,8 +42,11 @@ def read_config(path: Path) -> Any:
     if not config_file.is_file():
         raise MissingFileError(f"{path}: config.json is missing (expected a Hugging Face model directory)")
     try:
-        return AutoConfig.from_pretrained(str(path), local_files_only=True)
+        return AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=TRUST_REMOTE_CODE)
     except (ValueError, KeyError, OSError, json.JSONDecodeError) as exc:
+        refusal = refuse_remote_code(path, exc)
+        if refusal is not None:
+            raise refusal from None
         raise SourceFormatError(f"{config_file}: transformers cannot read this config: {exc}") from exc
 
 

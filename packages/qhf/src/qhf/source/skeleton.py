@@ -49,15 +49,20 @@ def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     from ..architectures.fused_experts import unfuse_experts
+    from .remote_code import TRUST_REMOTE_CODE
 
     with _parameters_on_meta():
         try:
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=dtype, attn_implementation="sdpa", trust_remote_code=TRUST_REMOTE_CODE
+            )
         except ValueError as error:  # a family without an SDPA path (Gemma 2, GPT-OSS, BLOOM) runs eager
             if "attention implementation" not in str(error):
                 raise
             logger.info("%s: no SDPA attention in transformers, using eager attention", config.model_type)
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=dtype, attn_implementation="eager", trust_remote_code=TRUST_REMOTE_CODE
+            )
     unfuse_experts(model)
     return model.eval()
 

@@ -1,0 +1,90 @@
+"""Checks of a checkpoint's values and names beyond each layout's shape/dtype rules.
+
+Rule ids (reported by :meth:`Checkpoint.validate` and so by ``inspect``; a load refuses the first two
+kinds of module by name):
+
+* ``VALUE-SCALES``      a module's scales hold NaN, Inf or 0 (dequantization would give NaN/Inf/0 rows).
+* ``VALUE-SYM-ZEROS``   a module under a ``sym`` config whose true zeros are not ``2**(bits-1)``.
+* ``CONFIG-LAYERS``     ``config.json``'s ``num_hidden_layers`` disagrees with the layer indices of the tensors.
+
+:func:`unknown_tensors` lists tensors of a quantized module that are neither layout tensors nor its
+``bias`` (the reader would otherwise ignore them silently); the reader records them as warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ..logical import QuantizedWeight
+from ..violations import Violation
+from .modules import LAYOUT_SUFFIXES, split_name
+
+SCALES_RULE = "VALUE-SCALES"
+SYM_ZEROS_RULE = "VALUE-SYM-ZEROS"
+LAYERS_RULE = "CONFIG-LAYERS"
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def weight_value_violations(weight: QuantizedWeight) -> list[Violation]:
+    """Non-finite or zero scales, and zeros that break ``sym``, of one logical weight."""
+    found = []
+    scales = np.asarray(weight.scales, dtype=np.float32)
+    bad = ~np.isfinite(scales)
+    if bad.any():
+        found.append(Violation(SCALES_RULE, "scales", "finite values", f"{int(bad.sum())} NaN/Inf value(s)"))
+    zero = scales == 0
+    if zero.any():
+        found.append(Violation(SCALES_RULE, "scales", "non-zero values", f"{int(zero.sum())} zero value(s)"))
+    if weight.sym:
+        mid = 1 << (weight.bits - 1)
+        off = np.asarray(weight.zeros) != mid
+        if off.any():
+            found.append(
+                Violation(SYM_ZEROS_RULE, "qzeros", f"every true zero {mid} (sym config)", f"{int(off.sum())} other")
+            )
+    return found
+
+
+def unknown_tensors(names: Iterable[str], module_prefixes: Iterable[str]) -> list[str]:
+    """Tensors under a quantized module's prefix that are neither layout tensors nor ``bias``."""
+    prefixes = set(module_prefixes)
+    return [
+        name
+        for name in names
+        if split_name(name)[0] in prefixes and split_name(name)[1] not in LAYOUT_SUFFIXES | {"bias"}
+    ]
+
+
+def layer_count_violation(root: Path, names: Iterable[str]) -> Violation | None:
+    """``CONFIG-LAYERS`` when ``config.json``'s ``num_hidden_layers`` disagrees with the tensors' layers."""
+    path = root / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None  # the config reader reports an unreadable config.json by name
+    declared = _declared_layers(data)
+    indices = {int(m.group(1)) for name in names for m in [_LAYER_INDEX.search(name)] if m}
+    if declared is None or not indices:
+        return None
+    held = max(indices) + 1
+    if held == declared:
+        return None
+    return Violation(
+        LAYERS_RULE, "config.json:num_hidden_layers", f"{held} (layers 0..{held - 1} in the tensors)", str(declared)
+    )
+
+
+def _declared_layers(data: object) -> int | None:
+    if not isinstance(data, Mapping):
+        return None
+    value = data.get("num_hidden_layers")
+    if value is None and isinstance(data.get("text_config"), Mapping):
+        value = data["text_config"].get("num_hidden_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
