@@ -76,7 +76,51 @@ class QuantizedCheckpoint:
         self._entries = {entry.prefix: entry for entry in self.modules.modules()}
 
     def is_quantized(self, module: str) -> bool:
+        if self.settings.weight_only:
+            from .weight_only import marker_suffix
+
+            return f"{module}.{marker_suffix(self.settings)}" in self.reader
         return module in self._entries
+
+    def weight_only_tensors(self, module: str) -> dict[str, np.ndarray]:
+        """A weight-only module's stored tensors keyed by suffix (``weight``, ``weight_scale_inv`` ...) plus
+        its ``bias`` if stored (qformats' ``Checkpoint`` does not group these families)."""
+        from .weight_only import is_module_tensor
+
+        prefix = module + "."
+        tensors = {}
+        for name in self.reader.names():
+            suffix = name[len(prefix) :]
+            if name.startswith(prefix) and "." not in suffix and (is_module_tensor(suffix) or suffix == "bias"):
+                tensors[suffix] = _numpy(self.reader.get(name))
+        return tensors
+
+    def weight_only_logical(self, module: str, in_features: int, out_features: int) -> Any:
+        """The module's FP8 / bitsandbytes / GGUF logical weight read from the files (names the module)."""
+        from qkernels.errors import KernelInputError
+
+        from .weight_only import weight_only_logical
+
+        tensors = {k: v for k, v in self.weight_only_tensors(module).items() if k != "bias"}
+        try:
+            return weight_only_logical(self.settings, tensors, in_features, out_features)
+        except (KernelInputError, QFormatsError) as exc:
+            raise SourceFormatError(f"{self.directory.path}: module {module!r}: {exc}") from None
+
+    def build_module(
+        self, module: str, in_features: int, out_features: int, *, backend: str, dtype: torch.dtype
+    ) -> torch.nn.Module:
+        """The qkernels module of quantized ``module``: ``quant_linear`` for registry layouts,
+        ``weight_only_linear`` for FP8 / bitsandbytes / GGUF checkpoints."""
+        if self.settings.weight_only:
+            from .weight_only import weight_only_module
+
+            tensors = self.weight_only_tensors(module)
+            return weight_only_module(self.settings, tensors, in_features, out_features, backend=backend, dtype=dtype)
+        from qkernels import quant_linear
+
+        fmt, tensors, meta = self.kernel_inputs(module, in_features, out_features)
+        return quant_linear(fmt, tensors, meta, backend=backend, dtype=dtype)
 
     def entry(self, module: str) -> ModuleEntry:
         """The qformats module entry (layout key, metadata, tensor names) of quantized ``module``."""
