@@ -278,9 +278,14 @@ def run(args: argparse.Namespace) -> int:
         f"time         {time.perf_counter() - wall:.1f} s (calibration {summary.get('calibration_seconds', 0):.1f} s, "
         f"quantize {summary.get('quantize_seconds', 0):.1f} s, save {saved.get('seconds', 0):.1f} s)"
     )
+    from qformats.errors import QFormatsError
+
     from .engine_lines import directory_verdicts, engines_text
 
-    print(engines_text(directory_verdicts(args.out)))
+    try:
+        print(engines_text(directory_verdicts(args.out)))
+    except QFormatsError as exc:  # qformats.inspect does not resolve GGUF-method module dimensions
+        print(f"engines      not assessed: qformats cannot inspect this {settings.method} directory ({exc})")
     print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
     if args.plot is not None:
         from .plots import plot_module_losses
