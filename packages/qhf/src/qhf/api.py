@@ -106,12 +106,12 @@ class QuantModel:
         blocks of ``length`` tokens cut from the bundled docs' calibration slice plus ``samples`` rows the
         model samples itself with a fixed seed), a ``DefaultCalibration`` to change that mixture, or anything
         qlooper's ``prepare_calibration`` accepts (strings, token-id lists, dicts with ``input_ids``, chat
-        messages). RTN and the weight-only methods (FP8, bitsandbytes, GGUF) need none and ignore it. The summary's ``calibration_seconds`` (building the
-        calibration, generation included) is apart from ``quantize_seconds``. ``checkpoint``: a
-        ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of the
-        in-memory quantized modules. ``lockstep``: GPTQ runs each layer once per batch, paused before every
-        group (qlooper ``LoopOptions.lockstep``: same numbers, about 3x fewer layer forwards, every batch's
-        activations live at once); ``False`` for per-group forwards when memory is tighter than time.
+        messages). RTN and the weight-only methods (FP8, bitsandbytes, GGUF) need none and ignore it. The summary's
+        ``calibration_seconds`` (building the calibration, generation included) is apart from ``quantize_seconds``.
+        ``checkpoint``: a ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of
+        the in-memory quantized modules. ``lockstep``: GPTQ runs each layer once per batch, paused before every group
+        (qlooper ``LoopOptions.lockstep``: same numbers, about 3x fewer layer forwards, every batch's activations live
+        at once); ``False`` for per-group forwards when memory is tighter than time.
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import make_processor, quantize_model

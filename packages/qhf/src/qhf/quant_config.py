@@ -246,7 +246,8 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
         if (fmt == "int8") != (bits == 8):
             raise QuantConfigError(f"format: bitsandbytes {fmt!r} does not store {bits}-bit weights")
     if fmt not in METHOD_FORMATS[method]:
-        raise QuantConfigError(f"format: method {method!r} writes one of {', '.join(METHOD_FORMATS[method])}, found {fmt!r}")
+        choices = ", ".join(METHOD_FORMATS[method])
+        raise QuantConfigError(f"format: method {method!r} writes one of {choices}, found {fmt!r}")
     known = {}
     for name in ("weight_scale_method", "weight_block_size", "block_size", "compress_statistics", "lm_head"):
         if name in raw:
@@ -259,8 +260,10 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     raw.pop("weight_scale_semantics", None)
     block = known.get("weight_block_size")
     if block is not None:
-        if not isinstance(block, (list, tuple)) or len(block) != 2 or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in block
+        if (
+            not isinstance(block, (list, tuple))
+            or len(block) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in block)
         ):
             raise QuantConfigError(f"weight_block_size: expected [rows, cols] of positive integers, found {block!r}")
         known["weight_block_size"] = (int(block[0]), int(block[1]))

@@ -124,9 +124,7 @@ def weight_only_module(
     )
 
 
-def weight_only_logical(
-    settings: QuantSettings, tensors: dict[str, Any], in_features: int, out_features: int
-) -> Any:
+def weight_only_logical(settings: QuantSettings, tensors: dict[str, Any], in_features: int, out_features: int) -> Any:
     """The family's qformats logical weight read from one module's stored tensors (raises naming the tensor)."""
     from qkernels.weight_only import load_weight_only
 

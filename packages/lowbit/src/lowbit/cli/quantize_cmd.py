@@ -210,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
     if target_line is not None:
         print(target_line, flush=True)
     if settings.weight_only:
-        print(f"quantize     {settings.method} {settings.bits}-bit -> format {settings.format} (weight-only)", flush=True)
+        line = f"quantize     {settings.method} {settings.bits}-bit -> format {settings.format} (weight-only)"
+        print(line, flush=True)
     else:
         print(
             f"quantize     {settings.method} {settings.bits}-bit group {settings.group_size} "
