@@ -45,10 +45,16 @@ def test_quantize_checks_paths_and_flags_before_loading(tiny_llama: Path, tmp_pa
     assert png.returncode == 2 and "expected a .png file name" in png.stderr
 
 
-def test_a_method_qhf_does_not_provide_is_refused_with_what_it_does(tiny_llama: Path, tmp_path: Path) -> None:
-    result = run_lowbit("quantize", str(tiny_llama), "--out", str(tmp_path / "o"), "--method", "nf4")
+def test_integer_quantizer_flags_with_a_weight_only_method_are_refused(tiny_llama: Path, tmp_path: Path) -> None:
+    result = run_lowbit("quantize", str(tiny_llama), "--out", str(tmp_path / "o"), "--method", "nf4", "--asym")
     assert result.returncode == 2
-    assert "--method nf4" in result.stderr and "gptq, awq, rtn" in result.stderr
+    assert "--method nf4: --asym not used by a weight-only method" in result.stderr
+    fp8 = run_lowbit("quantize", str(tiny_llama), "--out", str(tmp_path / "o"), "--method", "fp8", "--bits", "4")
+    assert fp8.returncode == 2 and "bits: FP8 stores 8-bit weights, found 4" in fp8.stderr
+    block = run_lowbit(
+        "quantize", str(tiny_llama), "--out", str(tmp_path / "o"), "--method", "gguf", "--fp8-block", "32,32"
+    )
+    assert block.returncode == 2 and "--fp8-scale/--fp8-block: only for --method fp8" in block.stderr
     assert not (tmp_path / "o").exists()
 
 

@@ -115,3 +115,14 @@ def test_failed_write_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(CheckpointFormatError, match="'bad'"):
         write_safetensors(tmp_path / "x.safetensors", {"ok": np.zeros(2), "bad": np.zeros(2, np.complex64)})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scalar_tensor_keeps_shape_empty_like_the_reference_library(tmp_path: Path) -> None:
+    """An FP8 per-tensor ``weight_scale_inv`` is 0-d; it must not come back as shape (1,)."""
+    from safetensors.numpy import load_file, save_file
+
+    scalar = {"m.weight_scale_inv": np.array(np.float32(2.5))}
+    save_file(scalar, str(tmp_path / "ref.safetensors"))
+    write_safetensors(tmp_path / "ours.safetensors", scalar)
+    assert (tmp_path / "ours.safetensors").read_bytes() == (tmp_path / "ref.safetensors").read_bytes()
+    assert load_file(str(tmp_path / "ours.safetensors"))["m.weight_scale_inv"].shape == ()

@@ -107,12 +107,12 @@ class QuantModel:
         blocks of ``length`` tokens cut from the bundled docs' calibration slice plus ``samples`` rows the
         model samples itself with a fixed seed), a ``DefaultCalibration`` to change that mixture, or anything
         qlooper's ``prepare_calibration`` accepts (strings, token-id lists, dicts with ``input_ids``, chat
-        messages). RTN needs none and ignores it. The summary's ``calibration_seconds`` (building the
-        calibration, generation included) is apart from ``quantize_seconds``. ``checkpoint``: a
-        ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of the
-        in-memory quantized modules. ``lockstep``: GPTQ runs each layer once per batch, paused before every
-        group (qlooper ``LoopOptions.lockstep``: same numbers, about 3x fewer layer forwards, every batch's
-        activations live at once); ``False`` for per-group forwards when memory is tighter than time.
+        messages). RTN and the weight-only methods (FP8, bitsandbytes, GGUF) need none and ignore it. The summary's
+        ``calibration_seconds`` (building the calibration, generation included) is apart from ``quantize_seconds``.
+        ``checkpoint``: a ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of
+        the in-memory quantized modules. ``lockstep``: GPTQ runs each layer once per batch, paused before every group
+        (qlooper ``LoopOptions.lockstep``: same numbers, about 3x fewer layer forwards, every batch's activations live
+        at once); ``False`` for per-group forwards when memory is tighter than time.
         ``executor``: where the forwards and solves run (qlooper ``LoopOptions.executor``, e.g. a
         ``qlooper.ray_executor.RayExecutor``; same numbers as one process); None runs in this process. The
         summary's ``executor`` says which ran and names any worker that was lost and replaced.
@@ -131,13 +131,14 @@ class QuantModel:
         spec = quant_spec(settings)
         cal = None
         calibration_seconds = 0.0
-        if settings.method != "rtn":
+        if settings.needs_calibration:
             cal = self._calibration(calibration, samples, length, batch_size, progress)
             self.summary["calibration"] = {"rows": cal.rows, "tokens": cal.total_tokens, "dropped": cal.dropped}
             calibration_seconds = time.perf_counter() - start
             self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
-        processor = LazyLayerProcessor(make_processor(settings.method, spec), self.source)
+        method = "weight_only" if settings.weight_only else settings.method
+        processor = LazyLayerProcessor(make_processor(method, spec), self.source)
         options = LoopOptions(
             true_sequential=settings.true_sequential,
             lockstep=lockstep,

@@ -69,14 +69,66 @@ class QuantizedCheckpoint:
     settings: QuantSettings
     settings_file: str
     reader: TensorReader
-    modules: Checkpoint
+    modules: Checkpoint | None  # None for FP8 / bitsandbytes / GGUF (read by qhf.weight_only)
     _entries: dict[str, ModuleEntry] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self._entries = {entry.prefix: entry for entry in self.modules.modules()}
+        if self.modules is not None:
+            self._entries = {entry.prefix: entry for entry in self.modules.modules()}
+
+    def _layout_modules(self) -> Checkpoint:
+        if self.modules is None:
+            raise SourceFormatError(
+                f"{self.directory.path}: a {self.settings.method} checkpoint has no registry-layout modules"
+            )
+        return self.modules
 
     def is_quantized(self, module: str) -> bool:
+        if self.settings.weight_only:
+            from .weight_only import marker_suffix
+
+            return f"{module}.{marker_suffix(self.settings)}" in self.reader
         return module in self._entries
+
+    def weight_only_tensors(self, module: str) -> dict[str, np.ndarray]:
+        """A weight-only module's stored tensors keyed by suffix (``weight``, ``weight_scale_inv`` ...) plus
+        its ``bias`` if stored (qformats' ``Checkpoint`` does not group these families)."""
+        from .weight_only import is_module_tensor
+
+        prefix = module + "."
+        tensors = {}
+        for name in self.reader.names():
+            suffix = name[len(prefix) :]
+            if name.startswith(prefix) and "." not in suffix and (is_module_tensor(suffix) or suffix == "bias"):
+                tensors[suffix] = _numpy(self.reader.get(name))
+        return tensors
+
+    def weight_only_logical(self, module: str, in_features: int, out_features: int) -> Any:
+        """The module's FP8 / bitsandbytes / GGUF logical weight read from the files (names the module)."""
+        from qkernels.errors import KernelInputError
+
+        from .weight_only import weight_only_logical
+
+        tensors = {k: v for k, v in self.weight_only_tensors(module).items() if k != "bias"}
+        try:
+            return weight_only_logical(self.settings, tensors, in_features, out_features)
+        except (KernelInputError, QFormatsError) as exc:
+            raise SourceFormatError(f"{self.directory.path}: module {module!r}: {exc}") from None
+
+    def build_module(
+        self, module: str, in_features: int, out_features: int, *, backend: str, dtype: torch.dtype
+    ) -> torch.nn.Module:
+        """The qkernels module of quantized ``module``: ``quant_linear`` for registry layouts,
+        ``weight_only_linear`` for FP8 / bitsandbytes / GGUF checkpoints."""
+        if self.settings.weight_only:
+            from .weight_only import weight_only_module
+
+            tensors = self.weight_only_tensors(module)
+            return weight_only_module(self.settings, tensors, in_features, out_features, backend=backend, dtype=dtype)
+        from qkernels import quant_linear
+
+        fmt, tensors, meta = self.kernel_inputs(module, in_features, out_features)
+        return quant_linear(fmt, tensors, meta, backend=backend, dtype=dtype)
 
     def entry(self, module: str) -> ModuleEntry:
         """The qformats module entry (layout key, metadata, tensor names) of quantized ``module``."""
@@ -87,7 +139,7 @@ class QuantizedCheckpoint:
 
     def module_tensors(self, module: str) -> dict[str, np.ndarray]:
         """The module's layout tensors keyed by suffix (``qweight``, ``scales``, ...) plus its ``bias`` if stored."""
-        tensors = self.modules.module_tensors(self.entry(module))
+        tensors = self._layout_modules().module_tensors(self.entry(module))
         if f"{module}.bias" in self.reader:
             tensors["bias"] = _numpy(self.reader.get(f"{module}.bias"))
         return tensors
@@ -110,7 +162,7 @@ class QuantizedCheckpoint:
                 f"the stored tensors give {found}"
             )
         try:
-            return self.modules.unpack(entry)
+            return self._layout_modules().unpack(entry)
         except QFormatsError as exc:
             raise SourceFormatError(str(exc)) from None
 
@@ -124,7 +176,7 @@ class QuantizedCheckpoint:
         meta = self.layout_meta(in_features, out_features)
         tensors: dict[str, Any] = self.module_tensors(module)
         entry = self.entry(module)
-        if entry.layout != "gptq" or "qzeros" not in tensors or not self.modules.written_by_reference():
+        if entry.layout != "gptq" or "qzeros" not in tensors or not self._layout_modules().written_by_reference():
             return self.settings.format, tensors, meta
         weight = self.logical_weight(module, in_features, out_features)
         if not weight.meta.get("v1_reference_borrow_fields"):
@@ -142,10 +194,12 @@ def open_quantized_checkpoint(path: str | Path) -> QuantizedCheckpoint:
     path = Path(path)
     directory = open_hf_directory(path)
     settings, settings_file = read_quant_settings(path)
-    try:
-        modules = Checkpoint(path)
-    except QFormatsError as exc:
-        raise SourceFormatError(str(exc)) from None
+    modules = None
+    if not settings.weight_only:
+        try:
+            modules = Checkpoint(path)
+        except QFormatsError as exc:
+            raise SourceFormatError(str(exc)) from None
     return QuantizedCheckpoint(directory, settings, settings_file, TensorReader(directory.weight_map), modules)
 
 

@@ -1,7 +1,8 @@
 """``load_quantized(dir, backend=AUTO)``: a transformers model whose quantized linears are qkernels modules.
 
 The skeleton is built on the meta device from ``config.json``; every module stored in layout tensors
-(``<module>.qweight`` ...) becomes a qkernels module chosen by ``select`` for the requested backend;
+(``<module>.qweight`` ...; FP8 / bitsandbytes / GGUF modules through ``qkernels.weight_only_linear``)
+becomes a qkernels module chosen by ``select`` for the requested backend;
 everything else is read from the shards. The result can ``generate``.
 """
 
@@ -67,8 +68,6 @@ def build_quantized_model(
     ``shared(name)`` may return a tensor already proven bit-identical to the stored one (verify-after-save
     uses it to avoid a second copy of the embeddings); ``None`` reads the file.
     """
-    from qkernels import quant_linear
-
     config = checkpoint.directory.config
     model = meta_skeleton(config, dtype)
     embed, head = embedding_names(model)
@@ -78,8 +77,7 @@ def build_quantized_model(
         if not checkpoint.is_quantized(name):
             continue
         dense = model.get_submodule(name)
-        fmt, tensors, meta = checkpoint.kernel_inputs(name, dense.in_features, dense.out_features)
-        module = quant_linear(fmt, tensors, meta, backend=backend, dtype=dtype)
+        module = checkpoint.build_module(name, dense.in_features, dense.out_features, backend=backend, dtype=dtype)
         _install(model, name, module)
         selection = getattr(module, "selection", None)
         backends[name] = str(getattr(selection, "backend", type(module).__name__))

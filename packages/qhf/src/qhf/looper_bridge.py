@@ -19,8 +19,14 @@ from .source.opened_source import OpenedSource
 
 
 def quant_spec(settings: QuantSettings) -> Any:
-    """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact."""
+    """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact.
+    Weight-only methods (FP8, bitsandbytes, GGUF) get their ``WeightOnlySpec`` (:mod:`qhf.weight_only`)."""
     from qalgos.spec import QuantSpec
+
+    if settings.weight_only:
+        from .weight_only import weight_only_spec
+
+        return weight_only_spec(settings)
 
     return QuantSpec(
         bits=settings.bits,
@@ -67,10 +73,16 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str) -
     from qformats.layouts.registry import LayoutMeta
     from qkernels import quant_linear
 
+    from .weight_only import weight_only_module
+
     def replace(name: str, dense: nn.Module, done: Any) -> nn.Module:
         tensors = dict(done.tensors())
         if done.bias is not None:
             tensors["bias"] = done.bias
+        if settings.weight_only:
+            return weight_only_module(
+                settings, tensors, dense.in_features, dense.out_features, backend=backend, dtype=dtype
+            )
         weight = done.weight
         meta = LayoutMeta(
             bits=weight.bits,
@@ -91,6 +103,7 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
     the configured bits/group size against ``get_layout(format).cannot_represent``; e.g. AWQ's GEMM
     layout needs ``in_features`` divisible by ``group_size``, while the GPTQ layouts hold a partial group.
+    Weight-only methods hold any shape except FP8 block scaling (the block must divide ``[out, in]``).
     """
     import numpy as np
     from qformats.layouts.registry import get_layout
@@ -98,8 +111,9 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     from qlooper.definition import resolve_groups
 
     from .errors import QHFError
+    from .weight_only import fp8_block_problem
 
-    layout = get_layout(settings.format)
+    layout = None if settings.weight_only else get_layout(settings.format)
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -111,6 +125,11 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
         if (out_features, in_features) in seen:
             continue
         seen.add((out_features, in_features))
+        if layout is None:  # weight-only: only FP8 block scaling constrains the shape
+            problem = fp8_block_problem(settings, out_features, in_features)
+            if problem is not None:
+                raise QHFError(f"method 'fp8' cannot hold {resolved.full_name}: {problem}")
+            continue
         groups = group_count(in_features, settings.group_size)
         zero = 1 << (settings.bits - 1)
         probe = QuantizedWeight(

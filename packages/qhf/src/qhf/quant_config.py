@@ -20,8 +20,14 @@ METHOD_FORMATS = {
     "gptq": ("gptq", "gptq_v2", "gptq_p"),
     "awq": ("gemm", "gemv", "gemv_fast", "llm-awq"),
     "rtn": ("gptq", "gptq_v2", "gptq_p", "gemm", "gemv", "gemv_fast", "llm-awq"),
+    "fp8": ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"),
+    "bitsandbytes": ("fp4", "nf4", "int8"),
+    "gguf": ("q_0", "q_k", "q_k_s", "q_k_m"),
 }
-DEFAULT_FORMAT = {"gptq": "gptq", "awq": "gemm", "rtn": "gptq"}
+DEFAULT_FORMAT = {"gptq": "gptq", "awq": "gemm", "rtn": "gptq", "fp8": "float8_e4m3fn", "bitsandbytes": "fp4"}
+#: Weight-only methods (:mod:`qhf.weight_only`): no calibration, no groups, no act-order.
+WEIGHT_ONLY = ("fp8", "bitsandbytes", "gguf")
+FP8_SCALE_METHODS = ("tensor", "row", "block")
 QUANTIZER = f"lowbit-qhf:{__version__}"
 
 
@@ -53,6 +59,12 @@ class QuantSettings:
     true_sequential: bool = True
     pack_dtype: str = "int32"
     lm_head: bool = False
+    #: FP8 only: ``row`` | ``tensor`` | ``block`` (``block`` needs ``weight_block_size`` ``(rows, cols)``).
+    weight_scale_method: str = "row"
+    weight_block_size: tuple[int, int] | None = None
+    #: bitsandbytes 4-bit only: values per absmax block and nested (8-bit) absmax statistics.
+    block_size: int = 64
+    compress_statistics: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     #: The run's calibration record (set by ``QuantModel.quantize`` for the default mixture), written to
     #: ``meta.calibration``; not a setting: never parsed from a user's config.
@@ -69,13 +81,46 @@ class QuantSettings:
         object.__setattr__(self, "act_group_aware", bool(gar))
 
     @property
+    def weight_only(self) -> bool:
+        """FP8 / bitsandbytes / GGUF: quantized from the weight alone (:mod:`qhf.weight_only`)."""
+        return self.method in WEIGHT_ONLY
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.method != "rtn" and not self.weight_only
+
+    @property
     def checkpoint_method(self) -> str:
         """The method written to the checkpoint: RTN exports as the family its format belongs to."""
         if self.method != "rtn":
             return self.method
         return "awq" if self.format in METHOD_FORMATS["awq"] else "gptq"
 
+    def _weight_only_dict(self) -> dict[str, Any]:
+        """The reference's serialized FP8 / bitsandbytes / GGUF config (GGUF drops group_size, desc_act,
+        pack_dtype; FP8 and bitsandbytes write them as -1, False, int32)."""
+        out: dict[str, Any] = {"bits": self.bits}
+        if self.method != "gguf":
+            out.update(group_size=-1, desc_act=False)
+        out.update(
+            lm_head=self.lm_head, method=self.method, quant_method=self.method,
+            format=self.format, checkpoint_format=self.format,
+        )  # fmt: skip
+        if self.method != "gguf":
+            out["pack_dtype"] = self.pack_dtype
+        out["meta"] = {"quantizer": [QUANTIZER], "algorithm": self.method}
+        if self.method == "fp8":
+            out["weight_scale_method"] = self.weight_scale_method
+            if self.weight_block_size is not None:
+                out["weight_block_size"] = list(self.weight_block_size)
+            out["weight_scale_semantics"] = "inverse"
+        elif self.method == "bitsandbytes":
+            out.update(block_size=self.block_size, compress_statistics=self.compress_statistics)
+        return out
+
     def to_checkpoint_dict(self) -> dict[str, Any]:
+        if self.weight_only:
+            return self._weight_only_dict()
         method = self.checkpoint_method
         out: dict[str, Any] = {
             "bits": self.bits,
@@ -114,6 +159,10 @@ _ALIASES = {
     "q_group_size": "group_size",
     "quant_method": "method",
     "version": "format",
+    "bnb_quant_type": "format",
+    "bnb_block_size": "block_size",
+    "bnb_compress_statistics": "compress_statistics",
+    "fmt": "format",
 }
 
 
@@ -151,6 +200,8 @@ def parse_settings(config: Any) -> QuantSettings:
         method = str(meta["algorithm"])
     if method not in METHOD_FORMATS:
         raise QuantConfigError(f"method: expected one of {', '.join(METHOD_FORMATS)}, found {method!r}")
+    if method in WEIGHT_ONLY:
+        return _weight_only_settings(method, raw)
     fmt = str(raw.pop("format", DEFAULT_FORMAT[method])).lower()
     if fmt not in METHOD_FORMATS[method]:
         raise QuantConfigError(
@@ -168,3 +219,87 @@ def parse_settings(config: Any) -> QuantSettings:
     if not isinstance(group_size, int) or (group_size != -1 and group_size <= 0):
         raise QuantConfigError(f"group_size: expected -1 or a positive integer, found {group_size!r}")
     return settings
+
+
+def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
+    """FP8 / bitsandbytes / GGUF settings with the reference's forced fields (group_size -1, sym, no
+    act-order) and its defaults: FP8 8-bit ``float8_e4m3fn`` row scaling; bitsandbytes 4-bit ``fp4`` (8-bit
+    ``int8``), block 64, nested statistics; GGUF ``bits`` + public format (``q4_k_m`` style aliases too)."""
+    for name in ("group_size", "sym", "desc_act", "pack_dtype", "damp_percent", "damp_auto_increment",
+                 "static_groups", "true_sequential", "mse", "act_group_aware"):  # fmt: skip
+        raw.pop(name, None)  # forced or meaningless without calibration (the reference drops them too)
+    bits = raw.pop("bits", 8 if method == "fp8" else 4)
+    if isinstance(bits, bool) or not isinstance(bits, (int, str)):
+        raise QuantConfigError(f"bits: expected an integer, found {bits!r}")
+    fmt = raw.pop("format", None)
+    fmt = None if fmt is None else str(fmt).lower()
+    if method == "gguf":
+        bits, fmt = _gguf_bits_format(bits, fmt)
+    elif method == "fp8":
+        if bits != 8:
+            raise QuantConfigError(f"bits: FP8 stores 8-bit weights, found {bits!r}")
+        fmt = fmt or "float8_e4m3fn"
+    else:
+        if bits not in (4, 8):
+            raise QuantConfigError(f"bits: bitsandbytes stores 4-bit (nf4/fp4) or 8-bit (int8), found {bits!r}")
+        fmt = fmt or ("int8" if bits == 8 else DEFAULT_FORMAT["bitsandbytes"])
+        if (fmt == "int8") != (bits == 8):
+            raise QuantConfigError(f"format: bitsandbytes {fmt!r} does not store {bits}-bit weights")
+    if fmt not in METHOD_FORMATS[method]:
+        choices = ", ".join(METHOD_FORMATS[method])
+        raise QuantConfigError(f"format: method {method!r} writes one of {choices}, found {fmt!r}")
+    known = {}
+    for name in ("weight_scale_method", "weight_block_size", "block_size", "compress_statistics", "lm_head"):
+        if name in raw:
+            known[name] = raw.pop(name)
+    if raw.get("weight_scale_semantics", "inverse") != "inverse":
+        raise QuantConfigError(
+            f"weight_scale_semantics: lowbit writes FP8 scales as 'inverse' (the reference's), "
+            f"found {raw['weight_scale_semantics']!r}"
+        )
+    raw.pop("weight_scale_semantics", None)
+    block = known.get("weight_block_size")
+    if block is not None:
+        if (
+            not isinstance(block, (list, tuple))
+            or len(block) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in block)
+        ):
+            raise QuantConfigError(f"weight_block_size: expected [rows, cols] of positive integers, found {block!r}")
+        known["weight_block_size"] = (int(block[0]), int(block[1]))
+        known.setdefault("weight_scale_method", "block")
+    scale_method = known.get("weight_scale_method", "row")
+    if scale_method not in FP8_SCALE_METHODS:
+        raise QuantConfigError(f"weight_scale_method: expected one of {FP8_SCALE_METHODS}, found {scale_method!r}")
+    if (scale_method == "block") != (known.get("weight_block_size") is not None):
+        raise QuantConfigError(
+            f"weight_scale_method {scale_method!r} with weight_block_size {known.get('weight_block_size')!r}: "
+            "'block' needs weight_block_size [rows, cols], the other methods take none"
+        )
+    size = known.get("block_size", 64)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 32 or size > 4096 or size & (size - 1):
+        raise QuantConfigError(f"block_size: expected a power of two in 32..4096, found {size!r}")
+    return QuantSettings(
+        method=method, bits=int(bits), group_size=-1, sym=True, desc_act=False, format=fmt,
+        act_group_aware=False, extra=raw, **known,
+    )  # fmt: skip
+
+
+def _gguf_bits_format(bits: int | str, fmt: str | None) -> tuple[int, str]:
+    """``(bits, public format)`` from ``bits`` (an int or a ``q4_k_m`` style alias) and ``format``."""
+    from qformats.errors import ConfigError
+    from qformats.layouts.gguf import alias_for
+
+    if isinstance(bits, str) or (fmt is not None and fmt not in ("gguf",) and not fmt.startswith("q_")):
+        alias_source: int | str = bits if isinstance(bits, str) else str(fmt)
+        try:
+            alias = alias_for(alias_source)
+        except ConfigError as exc:
+            raise QuantConfigError(str(exc)) from None
+        digits = alias[1:].split("_", 1)
+        return int(digits[0]), "q_" + digits[1]
+    try:
+        alias = alias_for(int(bits), fmt)
+    except ConfigError as exc:
+        raise QuantConfigError(str(exc)) from None
+    return int(bits), "q_" + alias[1:].split("_", 1)[1]

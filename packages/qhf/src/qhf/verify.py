@@ -80,7 +80,11 @@ def verify_checkpoint(
     for name, result in results.items():
         weight = result.weight
         try:
-            back = checkpoint.logical_weight(name, weight.in_features, weight.out_features)
+            if checkpoint.settings.weight_only:  # FP8 / bitsandbytes / GGUF logical objects
+                live = model.get_submodule(name)
+                back = checkpoint.weight_only_logical(name, live.in_features, live.out_features)
+            else:
+                back = checkpoint.logical_weight(name, weight.in_features, weight.out_features)
         except (ValueError, KeyError) as exc:
             report.problems.append(f"{name}: cannot unpack the saved tensors: {exc}")
             continue

@@ -49,8 +49,10 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="quantize a model (HF directory or llama .gguf) and save the checkpoint")
     p.add_argument("source", help="Hugging Face model directory or llama .gguf file")
     p.add_argument("--method", choices=METHODS, default="gptq", help="quantization method (default: gptq)")
-    p.add_argument("--bits", type=int, default=4, help="code width, 2..8 (default: 4)")
-    p.add_argument("--group-size", type=_group_size, default=128, help="columns per group, -1 per channel")
+    p.add_argument("--bits", type=int, default=None, help="code width, 2..8 (default: 4; fp8: 8; nf4 with 8: int8)")
+    p.add_argument(
+        "--group-size", type=_group_size, default=None, help="columns per group, -1 per channel (default: 128)"
+    )
     p.add_argument("--asym", action="store_true", help="asymmetric zero points (default: symmetric)")
     p.add_argument("--desc-act", action="store_true", help="GPTQ act-order (columns by descending Hessian)")
     p.add_argument("--damp-percent", type=float, default=None, help="GPTQ damping (default: qhf's, 0.05)")
@@ -68,7 +70,19 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         help="GPTQ recipe: reference (GPT-QModel's defaults) or best (act-order, MSE range search); "
         "flags given explicitly override it",
     )
-    p.add_argument("--format", default=None, help="checkpoint layout (default: gptq for gptq/rtn, gemm for awq)")
+    p.add_argument(
+        "--format",
+        default=None,
+        help="checkpoint layout (default: gptq for gptq/rtn, gemm for awq); fp8: float8_e4m3fn (default) or "
+        "float8_e5m2; nf4: nf4 (default), fp4 or int8; gguf: q_0 (default), q_k, q_k_s, q_k_m or an alias like q4_k",
+    )
+    p.add_argument(
+        "--fp8-scale",
+        choices=("row", "tensor", "block"),
+        default=None,
+        help="fp8 scale granularity (default: row; block needs --fp8-block)",
+    )
+    p.add_argument("--fp8-block", type=_int_list, default=None, metavar="ROWS,COLS", help="fp8 block scaling size")
     p.add_argument("--calibration", default="builtin", metavar="FILE|builtin", help="calibration text")
     p.add_argument("--samples", type=_positive_int, default=128, help="calibration blocks (default: 128)")
     p.add_argument("--length", type=_positive_int, default=256, help="tokens per calibration block (default: 256)")

@@ -63,12 +63,57 @@ def _check_out_empty(out_arg: str) -> None:
         raise UsageError(f"--out {out_arg}: exists and is not an empty directory; choose a new output directory")
 
 
+#: ``--method`` of a weight-only family -> qhf's method (qhf.weight_only).
+WEIGHT_ONLY_METHODS = {"fp8": "fp8", "nf4": "bitsandbytes", "gguf": "gguf"}
+_INTEGER_ONLY_FLAGS = {
+    "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
+    "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
+    "preset": "--preset",
+}  # fmt: skip
+
+
+def qhf_method(method: str) -> str:
+    """qhf's method name for a ``--method`` value (``nf4`` is qhf's ``bitsandbytes``)."""
+    return WEIGHT_ONLY_METHODS.get(method, method)
+
+
+def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
+    """FP8 / bitsandbytes / GGUF: refuse the integer-quantizer flags, map --format/--bits/--fp8-*."""
+    given = [flag for name, flag in _INTEGER_ONLY_FLAGS.items() if getattr(args, name) not in (None, False)]
+    if given:
+        raise UsageError(
+            f"--method {args.method}: {', '.join(given)} not used by a weight-only method "
+            "(no groups, zero points or calibration)"
+        )
+    if args.method != "fp8" and (args.fp8_scale is not None or args.fp8_block is not None):
+        raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")
+    config: dict[str, Any] = {"method": qhf_method(args.method)}
+    if args.bits is not None:
+        config["bits"] = args.bits
+    fmt = args.format
+    if args.method == "nf4" and fmt is None:
+        fmt = "int8" if args.bits == 8 else "nf4"
+    if fmt is not None:
+        config["format"] = fmt
+    if args.fp8_block is not None:
+        if len(args.fp8_block) != 2:
+            raise UsageError(f"--fp8-block: expected ROWS,COLS, found {args.fp8_block}")
+        config["weight_block_size"] = list(args.fp8_block)
+    if args.fp8_scale is not None:
+        config["weight_scale_method"] = args.fp8_scale
+    return config
+
+
 def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     """The qhf quantization config dict the flags describe."""
+    if args.method in WEIGHT_ONLY_METHODS:
+        return _weight_only_config(args)
+    if args.fp8_scale is not None or args.fp8_block is not None:
+        raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")
     config: dict[str, Any] = {
         "method": args.method,
-        "bits": args.bits,
-        "group_size": args.group_size,
+        "bits": 4 if args.bits is None else args.bits,
+        "group_size": 128 if args.group_size is None else args.group_size,
         "sym": not args.asym,
     }
     flags = {
@@ -130,7 +175,8 @@ def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> 
 
     from .engine_lines import target_changes_text
 
-    plan = plan_target(planned_facts(qm, args.dtype), args.target, formats=METHOD_FORMATS[args.method])
+    formats = METHOD_FORMATS[qhf_method(args.method)]
+    plan = plan_target(planned_facts(qm, args.dtype), args.target, formats=formats)
     line = target_changes_text(args.target, plan)
     changes = dict(plan.changes)
     if "dtype" in changes:
@@ -171,7 +217,7 @@ def _run(args: argparse.Namespace) -> int:
     from qhf.quant_config import METHOD_FORMATS
     from qlooper.errors import RunStopped
 
-    if args.method not in METHOD_FORMATS:
+    if qhf_method(args.method) not in METHOD_FORMATS:
         raise UnsupportedRequestError(
             f"--method {args.method}: whole-model quantization with {args.method} is not available in the installed "
             f"qhf (it quantizes models with: {', '.join(METHOD_FORMATS)})"
@@ -192,13 +238,17 @@ def _run(args: argparse.Namespace) -> int:
     settings = qm.settings
     if target_line is not None:
         print(target_line, flush=True)
-    print(
-        f"quantize     {settings.method} {settings.bits}-bit group {settings.group_size} "
-        f"{'sym' if settings.sym else 'asym'} -> format {settings.format}",
-        flush=True,
-    )
+    if settings.weight_only:
+        line = f"quantize     {settings.method} {settings.bits}-bit -> format {settings.format} (weight-only)"
+        print(line, flush=True)
+    else:
+        print(
+            f"quantize     {settings.method} {settings.bits}-bit group {settings.group_size} "
+            f"{'sym' if settings.sym else 'asym'} -> format {settings.format}",
+            flush=True,
+        )
     calibration, described = None, "none (rtn needs no calibration)"
-    if settings.method != "rtn":
+    if settings.needs_calibration:
         calibration, described = calibration_rows(
             args.calibration, qm.tokenizer, samples=args.samples, length=args.length
         )
@@ -242,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print(render_table(PER_LAYER_HEADERS, per_layer_rows(rows)))
     print()
-    if settings.method != "rtn":
+    if settings.needs_calibration:
         print(f"calibration  {_describe_calibration(summary, described)}")
     if summary.get("resumed_from"):
         print(f"resumed      from plan step {summary['resumed_from']} ({args.checkpoint_dir})")
@@ -269,9 +319,14 @@ def _run(args: argparse.Namespace) -> int:
         f"time         {time.perf_counter() - wall:.1f} s (calibration {summary.get('calibration_seconds', 0):.1f} s, "
         f"quantize {summary.get('quantize_seconds', 0):.1f} s, save {saved.get('seconds', 0):.1f} s)"
     )
+    from qformats.errors import QFormatsError
+
     from .engine_lines import directory_verdicts, engines_text
 
-    print(engines_text(directory_verdicts(args.out)))
+    try:
+        print(engines_text(directory_verdicts(args.out)))
+    except QFormatsError as exc:  # qformats.inspect does not resolve GGUF-method module dimensions
+        print(f"engines      not assessed: qformats cannot inspect this {settings.method} directory ({exc})")
     print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
     if args.plot is not None:
         from .plots import plot_module_losses

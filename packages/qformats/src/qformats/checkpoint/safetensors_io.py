@@ -231,7 +231,7 @@ def encode_safetensors(
         else:
             st_dtype = safetensors_dtype(arr, name)
             data = arr
-        data = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<"))
+        data = np.asarray(data, dtype=data.dtype.newbyteorder("<"), order="C")  # keeps a 0-d tensor 0-d
         entries.append((name, st_dtype, data))
     entries.sort(key=lambda e: (-DTYPE_RANK[e[1]], e[0]))
     if checksums:

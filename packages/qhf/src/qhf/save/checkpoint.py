@@ -29,13 +29,18 @@ _CONFIG_DROP = ("_attn_implementation", "_attn_implementation_autoset", "attn_im
 
 
 def packed_tensors(results: QuantizedModules, settings: QuantSettings) -> dict[str, dict[str, np.ndarray]]:
-    """Module name -> its layout tensors (``qweight``, ``qzeros``, ``scales``, ``g_idx`` ...)."""
-    layout = get_layout(settings.format)
+    """Module name -> its layout tensors (``qweight``, ``qzeros``, ``scales``, ``g_idx`` ...; a weight-only
+    method's tensors as the loop packed them, e.g. FP8 ``weight`` + ``weight_scale_inv``)."""
     packed = {}
     for name, result in results.items():
         if result.packed is not None:
             packed[name] = result.packed
             continue
+        if settings.weight_only:
+            from ..errors import QHFError
+
+            raise QHFError(f"{name}: a {settings.method} module must come with its packed tensors")
+        layout = get_layout(settings.format)
         reason = layout.cannot_represent(result.weight)
         if reason is not None:
             from ..errors import QHFError
@@ -169,6 +174,7 @@ def save_checkpoint(
             max_shard_size=max_shard_size,
             metadata={"quantizer": quantization["meta"]["quantizer"][0]},
             dtypes=bf16_names(entries),
+            validate=not settings.weight_only,  # qformats' layouts do not describe these families; verify reads them
         )
         names = [name for name in written.files if name.endswith(".safetensors")]
         if tokenizer is not None:

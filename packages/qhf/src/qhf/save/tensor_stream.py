@@ -46,7 +46,7 @@ def numpy_stream(entries: Sequence[TensorEntry]) -> Iterator[tuple[str, np.ndarr
                     raise ValueError(f"tensor {entry.name!r} is bfloat16 but its entry does not say so")
                 value = value.to(torch.float32)
             value = value.contiguous().numpy()
-        yield entry.name, np.ascontiguousarray(value)
+        yield entry.name, np.asarray(value, order="C")  # (ascontiguousarray would make a 0-d scale 1-d)
 
 
 def write_atomic_json(path: Path, data: object) -> None:

@@ -1,0 +1,150 @@
+"""Whole-model weight-only families: FP8, bitsandbytes (NF4 / FP4 / int8) and GGUF block types.
+
+These are not ``scales * (codes - zeros)`` integer layouts, so they bypass qformats' layout registry: the
+loop quantizes each linear with qalgos' ``quantize_weight_only`` (no calibration) and packs it with the
+family's packer; the in-memory module, the reloaded module and verify-after-save all go through
+``qkernels.weight_only_linear``. This module maps :class:`~qhf.quant_config.QuantSettings` onto those
+pieces:
+
+* ``method="fp8"``: ``format`` is the FP8 dtype name (``float8_e4m3fn`` default); ``weight_scale_method``
+  ``row`` (default) / ``tensor`` / ``block`` with ``weight_block_size [rows, cols]``. Tensors per module:
+  ``weight`` (FP8 bit patterns, stored uint8 ``[out, in]``) and ``weight_scale_inv`` float32 (``inverse``
+  semantics: dequantized = codes / scale_inv).
+* ``method="bitsandbytes"``: ``format`` ``nf4`` / ``fp4`` (bits 4, ``block_size`` 64 default,
+  ``compress_statistics`` True default) or ``int8`` (bits 8). Tensors: ``weight`` plus ``weight_absmax``,
+  ``weight_quant_map``, ``weight_nested_*``, ``weight_quant_state`` (4-bit) or ``weight_scb`` (8-bit).
+* ``method="gguf"``: ``bits`` + public ``format`` (``q_0``, ``q_k``, ``q_k_s``, ``q_k_m``) name the ggml
+  type (``4 + q_0`` -> Q4_0, ``4 + q_k_m`` -> Q4_K, ``8 + q_0`` -> Q8_0). Tensor: ``qweight`` uint8
+  ``[out, row_bytes]`` (llama.cpp block bytes per output row).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .quant_config import QuantSettings
+
+WEIGHT_ONLY_METHODS = ("fp8", "bitsandbytes", "gguf")
+
+#: The tensor suffix whose presence marks a stored module of each loader family.
+MARKER_SUFFIX = {"fp8": "weight_scale_inv", "bnb4": "weight_quant_map", "int8": "weight_scb", "gguf": "qweight"}
+
+
+def is_weight_only(settings: QuantSettings) -> bool:
+    return settings.method in WEIGHT_ONLY_METHODS
+
+
+def spec_family(settings: QuantSettings) -> str:
+    """qalgos ``WeightOnlySpec.family``: ``fp8``, ``bnb4``, ``int8`` or ``gguf``."""
+    if settings.method == "bitsandbytes":
+        return "int8" if settings.format == "int8" else "bnb4"
+    return settings.method
+
+
+def gguf_type_name(settings: QuantSettings) -> str:
+    """The ggml type stored for a GGUF config's ``bits`` + public ``format`` (``Q4_0``, ``Q4_K``, ``Q8_0`` ...)."""
+    from qformats.layouts.gguf import tensor_type
+
+    return str(tensor_type(settings.bits, settings.format).name)
+
+
+def weight_only_spec(settings: QuantSettings) -> Any:
+    """The qalgos ``WeightOnlySpec`` these settings describe."""
+    from qalgos.weight_only import WeightOnlySpec
+
+    family = spec_family(settings)
+    if family == "fp8":
+        block = tuple(settings.weight_block_size) if settings.weight_block_size is not None else None
+        return WeightOnlySpec(
+            "fp8", fp8_format=settings.format, scale_method=settings.weight_scale_method, block_size=block
+        )
+    if family == "bnb4":
+        return WeightOnlySpec(
+            "bnb4",
+            quant_type=settings.format,
+            block_size=settings.block_size,
+            compress_statistics=settings.compress_statistics,
+        )
+    if family == "int8":
+        return WeightOnlySpec("int8")
+    return WeightOnlySpec("gguf", gguf_type=gguf_type_name(settings))
+
+
+def kernel_family(settings: QuantSettings) -> str:
+    """``qkernels.weight_only_linear``'s family name: ``fp8``, ``bitsandbytes`` or ``gguf``."""
+    return settings.method
+
+
+def fp8_config(settings: QuantSettings) -> dict[str, Any]:
+    """The FP8 scheme fields qformats' ``unpack_fp8`` reads (format, scale method, block, semantics)."""
+    config: dict[str, Any] = {
+        "format": settings.format,
+        "weight_scale_method": settings.weight_scale_method,
+        "weight_scale_semantics": "inverse",
+    }
+    if settings.weight_block_size is not None:
+        config["weight_block_size"] = list(settings.weight_block_size)
+    return config
+
+
+def marker_suffix(settings: QuantSettings) -> str:
+    return MARKER_SUFFIX[spec_family(settings)]
+
+
+def is_module_tensor(suffix: str) -> bool:
+    """Whether a tensor suffix belongs to a weight-only module's stored form (not its dense ``bias``)."""
+    return suffix == "qweight" or suffix == "weight" or suffix.startswith("weight_")
+
+
+def weight_only_module(
+    settings: QuantSettings,
+    tensors: dict[str, Any],
+    in_features: int,
+    out_features: int,
+    *,
+    backend: str,
+    dtype: torch.dtype,
+) -> torch.nn.Module:
+    """A qkernels module for one stored weight-only module (``tensors`` may include ``bias``)."""
+    from qkernels import weight_only_linear
+
+    family = kernel_family(settings)
+    return weight_only_linear(
+        family,
+        tensors,
+        in_features=in_features,
+        out_features=out_features,
+        config=fp8_config(settings) if family == "fp8" else None,
+        qtype=gguf_type_name(settings) if family == "gguf" else None,
+        backend=backend,
+        dtype=dtype,
+    )
+
+
+def weight_only_logical(settings: QuantSettings, tensors: dict[str, Any], in_features: int, out_features: int) -> Any:
+    """The family's qformats logical weight read from one module's stored tensors (raises naming the tensor)."""
+    from qkernels.weight_only import load_weight_only
+
+    family = kernel_family(settings)
+    loaded = load_weight_only(
+        family,
+        tensors,
+        in_features=in_features,
+        out_features=out_features,
+        config=fp8_config(settings) if family == "fp8" else None,
+        qtype=gguf_type_name(settings) if family == "gguf" else None,
+    )
+    return loaded.logical
+
+
+def fp8_block_problem(settings: QuantSettings, out_features: int, in_features: int) -> str | None:
+    """Why FP8 block scaling cannot hold an ``[out, in]`` weight (both dims must divide), else None."""
+    if settings.method != "fp8" or settings.weight_block_size is None:
+        return None
+    rows, cols = settings.weight_block_size
+    if out_features % rows or in_features % cols:
+        return f"weight_block_size {[rows, cols]} must divide [out, in] = [{out_features}, {in_features}]"
+    return None

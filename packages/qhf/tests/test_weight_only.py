@@ -1,0 +1,149 @@
+"""Whole-model weight-only runs (FP8, bitsandbytes NF4/FP4/int8, GGUF Q4_0/Q8_0/Q4_K): quantize, save with
+the reference's config fields, verify, reload through qkernels' weight-only modules, evaluate perplexity."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import qhf
+import torch
+from qhf.checkpoint_reader import open_quantized_checkpoint
+from qhf.errors import QHFError
+from qhf.quant_config import QuantConfigError, parse_settings
+from safetensors.numpy import load_file
+
+WINDOW = 32
+
+#: (config, expected quantization_config fields, largest relative weight error, largest relative change of
+#: perplexity against the dense model)
+CASES = {
+    "fp8-row": (
+        {"method": "fp8"},
+        {"bits": 8, "group_size": -1, "method": "fp8", "quant_method": "fp8", "format": "float8_e4m3fn",
+         "checkpoint_format": "float8_e4m3fn", "weight_scale_method": "row", "weight_scale_semantics": "inverse"},
+        0.05, 0.02,
+    ),
+    "fp8-block": (
+        {"method": "fp8", "weight_block_size": [32, 32]},
+        {"format": "float8_e4m3fn", "weight_scale_method": "block", "weight_block_size": [32, 32]},
+        0.05, 0.02,
+    ),
+    "nf4": (
+        {"method": "bitsandbytes", "format": "nf4"},
+        {"bits": 4, "group_size": -1, "method": "bitsandbytes", "format": "nf4", "block_size": 64,
+         "compress_statistics": True},
+        0.15, 0.10,
+    ),
+    "int8": (
+        {"method": "bitsandbytes", "bits": 8},
+        {"bits": 8, "method": "bitsandbytes", "format": "int8"},
+        0.02, 0.01,
+    ),
+    "gguf-q4_0": ({"method": "gguf", "bits": 4}, {"bits": 4, "method": "gguf", "format": "q_0"}, 0.15, 0.10),
+    "gguf-q8_0": ({"method": "gguf", "bits": 8}, {"bits": 8, "method": "gguf", "format": "q_0"}, 0.02, 0.01),
+    "gguf-q4_k_m": (
+        {"method": "gguf", "bits": 4, "format": "q_k_m"},
+        {"bits": 4, "method": "gguf", "format": "q_k_m"},
+        0.15, 0.10,
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_dirs):
+    return tiny_dirs("llama")
+
+
+@pytest.fixture(scope="module")
+def dense_perplexity(llama) -> float:
+    qm = qhf.load(llama, {"method": "rtn"})
+    qm.source.materialize_base()
+    for index in range(qm.source.num_layers):
+        qm.source.materialize_layer(index)
+    return float(qm.perplexity(window=WINDOW, max_windows=4).perplexity)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_quantize_save_reload_and_evaluate(case, llama, dense_perplexity, tmp_path) -> None:
+    config, fields, weight_bound, ppl_bound = CASES[case]
+    qm = qhf.load(llama, config)
+    assert qm.settings.weight_only and not qm.settings.needs_calibration
+    summary = qm.quantize()
+    assert "calibration" not in summary  # weight-only: no calibration built
+    out = tmp_path / case
+    summary = qm.save(out)
+    assert summary["verification"]["passed"], summary["verification"]["problems"]
+    assert summary["verification"]["modules_checked"] == len(qm.results) == 14
+
+    written = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert {k: written[k] for k in fields} == fields
+    assert json.loads((out / "quantize_config.json").read_text()) == written
+    if config["method"] == "gguf":  # the reference's GGUF config drops these
+        assert not {"group_size", "desc_act", "pack_dtype"} & set(written)
+
+    source = load_file(str(llama / "model.safetensors"))
+    checkpoint = open_quantized_checkpoint(out)
+    assert checkpoint.settings == parse_settings(written)
+    for name, result in qm.results.items():
+        original = source[f"{name}.weight"]
+        back = checkpoint.weight_only_logical(name, original.shape[1], original.shape[0])
+        dequantized = np.asarray(back.dequantize(), dtype=np.float32).reshape(original.shape)
+        assert np.array_equal(dequantized, np.asarray(result.weight.dequantize()).reshape(original.shape))
+        relative = np.linalg.norm(dequantized - original) / np.linalg.norm(original)
+        assert 0 < relative < weight_bound, f"{name}: relative weight error {relative:.4f}"
+
+    lm = qhf.load_quantized(out)
+    linears = [n for n, m in lm.model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+    assert linears == [], f"left dense: {linears}"
+    assert len(lm.backends) == 14
+    reloaded = float(qhf.evaluate(lm.model, lm.tokenizer, window=WINDOW, max_windows=4).perplexity)
+    in_memory = float(qm.perplexity(window=WINDOW, max_windows=4).perplexity)
+    assert reloaded == pytest.approx(in_memory, rel=1e-5)
+    change = abs(reloaded - dense_perplexity) / dense_perplexity
+    assert change < ppl_bound, f"perplexity {reloaded:.3f} vs dense {dense_perplexity:.3f}"
+
+
+def test_fp8_tensors_have_the_reference_shapes(llama, tmp_path) -> None:
+    qm = qhf.load(llama, {"method": "fp8", "weight_scale_method": "tensor"})
+    qm.quantize()
+    qm.save(tmp_path / "t")
+    tensors = load_file(str(tmp_path / "t" / "model.safetensors"))
+    name = "model.layers.0.mlp.down_proj"
+    assert tensors[f"{name}.weight"].dtype == np.uint8 and tensors[f"{name}.weight"].shape == (64, 128)
+    assert tensors[f"{name}.weight_scale_inv"].dtype == np.float32
+    assert tensors[f"{name}.weight_scale_inv"].shape == ()
+
+
+def test_fp8_block_that_does_not_divide_a_module_is_refused_before_work(llama) -> None:
+    qm = qhf.load(llama, {"method": "fp8", "weight_block_size": [48, 48]})
+    with pytest.raises(QHFError, match=r"model\.layers\.0\..*weight_block_size \[48, 48\] must divide"):
+        qm.quantize()
+    assert qm.results is None
+
+
+def test_settings_follow_the_reference_fields_and_defaults() -> None:
+    assert parse_settings({"method": "fp8"}).bits == 8
+    bnb = parse_settings({"quant_method": "bitsandbytes", "bnb_quant_type": "nf4", "bnb_block_size": 128})
+    assert (bnb.format, bnb.block_size, bnb.bits) == ("nf4", 128, 4)
+    assert parse_settings({"method": "bitsandbytes"}).format == "fp4"  # the reference's 4-bit default
+    alias = parse_settings({"method": "gguf", "format": "q4_k_m"})
+    assert (alias.bits, alias.format) == (4, "q_k_m")
+    assert parse_settings({"method": "gguf", "bits": 8}).format == "q_0"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"method": "fp8", "bits": 4}, "bits: FP8 stores 8-bit weights"),
+        ({"method": "gguf", "bits": 3}, "no default subtype for 3-bit"),
+        ({"method": "bitsandbytes", "format": "nf4", "bits": 8}, "'nf4' does not store 8-bit"),
+        ({"method": "fp8", "weight_scale_method": "block"}, "'block' needs weight_block_size"),
+        ({"method": "fp8", "weight_scale_semantics": "multiplier"}, "weight_scale_semantics"),
+        ({"method": "bitsandbytes", "block_size": 48}, "block_size: expected a power of two"),
+    ],
+)
+def test_bad_weight_only_settings_name_the_field(config, message) -> None:
+    with pytest.raises(QuantConfigError, match=message):
+        parse_settings(config)
