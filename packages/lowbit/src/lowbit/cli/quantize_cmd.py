@@ -47,7 +47,8 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.resume and args.checkpoint_dir is None:
         raise UsageError("--resume needs --checkpoint-dir (the directory the stopped run committed its checkpoint to)")
     _check_out_empty(args.out)
-    check_output(args.out, args.checkpoint_dir, args.source, args.bits)
+    code_bits = args.bits if args.bits is not None else (8 if args.method == "fp8" else 4)  # the methods' defaults
+    check_output(args.out, args.checkpoint_dir, args.source, code_bits)
     if args.ray is not None and args.method == "rtn":
         raise UsageError("--ray: rtn runs no calibration forwards and no spread solves; drop --ray")
     if args.plot is not None:
