@@ -1,8 +1,9 @@
 """``load_quantized(dir, backend=AUTO)``: a transformers model whose quantized linears are qkernels modules.
 
 The skeleton is built on the meta device from ``config.json``; every module stored in layout tensors
-(``<module>.qweight`` ...) becomes a qkernels module chosen by ``select`` for the requested backend;
-everything else is read from the shards. The result can ``generate``.
+(``<module>.qweight`` ...) becomes a qkernels module chosen by ``select`` for the requested backend (QQQ,
+ParoQuant, VPTQ and EXL3 modules: ``qkernels.weight_only_linear``, served by the torch reference backend
+from the dense equivalent weight); everything else is read from the shards. The result can ``generate``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from qformats.checkpoint.family_modules import is_family
 from torch import nn
 
 from .checkpoint_reader import QuantizedCheckpoint, open_quantized_checkpoint
@@ -67,7 +69,7 @@ def build_quantized_model(
     ``shared(name)`` may return a tensor already proven bit-identical to the stored one (verify-after-save
     uses it to avoid a second copy of the embeddings); ``None`` reads the file.
     """
-    from qkernels import quant_linear
+    from qkernels import quant_linear, weight_only_linear
 
     config = checkpoint.directory.config
     model = meta_skeleton(config, dtype)
@@ -78,8 +80,15 @@ def build_quantized_model(
         if not checkpoint.is_quantized(name):
             continue
         dense = model.get_submodule(name)
-        fmt, tensors, meta = checkpoint.kernel_inputs(name, dense.in_features, dense.out_features)
-        module = quant_linear(fmt, tensors, meta, backend=backend, dtype=dtype)
+        if is_family(checkpoint.entry(name).layout):
+            family, arrays, fields = checkpoint.weight_only_inputs(name, dense.in_features, dense.out_features)
+            module = weight_only_linear(
+                family, arrays, in_features=dense.in_features, out_features=dense.out_features, config=fields,
+                backend=backend, dtype=dtype,
+            )  # fmt: skip
+        else:
+            fmt, tensors, meta = checkpoint.kernel_inputs(name, dense.in_features, dense.out_features)
+            module = quant_linear(fmt, tensors, meta, backend=backend, dtype=dtype)
         _install(model, name, module)
         selection = getattr(module, "selection", None)
         backends[name] = str(getattr(selection, "backend", type(module).__name__))
