@@ -23,10 +23,18 @@ CONFIGS: dict[str, dict[str, object]] = {
     "qqq": {"bits": 4, "group_size": -1, "sym": True, "wbits": 4, **COMMON},
     "paroquant": {"bits": 4, "group_size": 32, "zero_point": False, "krot": 2, **COMMON},
     "vptq": {
-        "bits": 2, "group_size": -1, "vector_lens": [-1, 4], "num_centroids": [-1, 16],
-        "num_res_centroids": [-1, 4], "npercent": 0.0, "group_num": 2, "enable_norm": True, "norm_dim": 0,
-        "enable_perm": True, **COMMON,
-    },  # fmt: skip
+        "bits": 2,
+        "group_size": -1,
+        "vector_lens": [-1, 4],
+        "num_centroids": [-1, 16],
+        "num_res_centroids": [-1, 4],
+        "npercent": 0.0,
+        "group_num": 2,
+        "enable_norm": True,
+        "norm_dim": 0,
+        "enable_perm": True,
+        **COMMON,
+    },
     "exl3": {"bits": 2.5, "group_size": -1, "out_scales": "auto", "codebook": "mcg", **COMMON},
 }
 METHODS = {"qqq": "qqq", "paroquant": "paroquant", "vptq": "vptq", "exl3": "exl3"}

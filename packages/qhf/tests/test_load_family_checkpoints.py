@@ -38,7 +38,8 @@ CONFIGS: dict[str, dict[str, object]] = {
 def _pack(family: str, rng: np.random.Generator, out: int, in_: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """One random module of ``family``: its tensors and its dense float32 ``[out, in]`` weight."""
     if family == "qqq":
-        w = QQQWeight(rng.integers(1, 16, (out, in_)).astype(np.uint8), None, (rng.random(out) * 0.01).astype(np.float32))
+        codes = rng.integers(1, 16, (out, in_)).astype(np.uint8)
+        w = QQQWeight(codes, None, (rng.random(out) * 0.01).astype(np.float32))
         return pack_qqq(w), w.dequantize()
     if family == "paroquant":
         groups = in_ // 32

@@ -137,9 +137,7 @@ def _dims(entry: ModuleEntry) -> tuple[int, int] | None:
     return None if UNKNOWN_DIMS in (meta.in_features, meta.out_features) else (meta.in_features, meta.out_features)
 
 
-def family_violations(
-    entry: ModuleEntry, tensors: Mapping[str, np.ndarray], config: QuantizeConfig
-) -> list[Violation]:
+def family_violations(entry: ModuleEntry, tensors: Mapping[str, np.ndarray], config: QuantizeConfig) -> list[Violation]:
     """The family's violations for one module (local tensor names); ``SHAPE-UNKNOWN`` for unknown dims
     (callers that can go on without them check :func:`dims_known` first)."""
     spec = config.for_module(entry.prefix)

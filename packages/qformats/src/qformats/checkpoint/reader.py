@@ -190,9 +190,7 @@ class Checkpoint:
             self._modules = self._settle_marlin_labels(entries)
         return self._modules
 
-    def _resolved(
-        self, shapes: Mapping[str, tuple[tuple[int, ...], str]]
-    ) -> list[tuple[str, ModuleEntry | None]]:
+    def _resolved(self, shapes: Mapping[str, tuple[tuple[int, ...], str]]) -> list[tuple[str, ModuleEntry | None]]:
         """``(marker tensor name, entry or None when kept dense)`` for every module, registry or family."""
         key = self.fields.layout
         if not is_family(key):

@@ -105,12 +105,12 @@ def resolve(
     notes = notes if notes is not None else []
     alias = gguf_bits(bits)
     if alias is not None:
-        width, public = alias
+        gguf_width, public = alias
         if fmt is not None and format_subtype_family(fmt) is not FORMAT.GGUF and str(fmt).lower() != "gguf":
             raise ConfigError(f"bits: GGUF bits alias {bits!r} requires format gguf, found format {fmt!r}")
         if fmt is not None and str(fmt).lower() not in ("gguf", public) and gguf_bits(fmt) != alias:
             raise ConfigError(f"format: {fmt!r} disagrees with GGUF bits alias {bits!r}")
-        return Resolved(METHOD.GGUF, public, width, FORMAT.GGUF)
+        return Resolved(METHOD.GGUF, public, gguf_width, FORMAT.GGUF)
     width = _bits(bits, exl3=_names_exl3(method, fmt)) if bits is not None else 4
     if isinstance(backend, str) and backend.strip().lower() == "llm-awq":
         notes.append("backend 'llm-awq': method awq, format llm-awq, pack_dtype int16")
@@ -130,7 +130,7 @@ def resolve(
         width = 8
     public = str(fmt).strip().lower() if family.value != str(fmt).strip().lower() else family.value
     if family in (FORMAT.GGUF, FORMAT.FP8, FORMAT.BITSANDBYTES):
-        public = _subtype(family, public, width)
+        public = _subtype(family, public, int(width))
     if meth is METHOD.AWQ and family not in METHOD_FORMATS[METHOD.AWQ]:
         notes.append(f"method awq cannot produce format {fmt!r}: format fixed to 'gemm'")
         family, public = FORMAT.GEMM, FORMAT.GEMM.value
