@@ -234,7 +234,9 @@ class Checkpoint:
         """The module's logical weight (raises :class:`CheckpointFormatError` naming the module).
 
         The layout's ``unpack`` runs its ``validate`` first and refuses tensors with any violation
-        (the message lists every rule id), so no unvalidated tensor becomes a logical weight.
+        (the message lists every rule id), so no unvalidated tensor becomes a logical weight. QQQ and
+        ParoQuant modules give their exact scalar weight (per-channel or exactly-grouped QQQ,
+        identity-transform ParoQuant) or raise saying why; VPTQ and EXL3 modules raise (use :meth:`dense`).
         """
         data = self.module_tensors(entry) if tensors is None else tensors
         if is_family(entry.layout):
