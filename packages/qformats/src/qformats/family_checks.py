@@ -1,10 +1,11 @@
-"""Checkpoint-level checks for the layout families outside the registry: QQQ, ParoQuant, VPTQ.
+"""Checkpoint-level checks for the layout families outside the registry: QQQ, ParoQuant, VPTQ, EXL3.
 
 ``qformats.validate`` uses :data:`FAMILIES` when a config's layout key names one of them. Each family
 says which tensor marks one of its modules (``marker``), which of its local tensor names hold a dot
 (VPTQ's ``centroids.weight``), and how to check one module's tensors under the module's settings.
-A check returns the family's violations (``QQQ-*``, ``PARO-*``/``AWQ-GEMM-*``, ``VPTQ-*``); dims it cannot
-infer raise :class:`LayoutError` (reported as ``SHAPE-UNKNOWN``).
+A check returns the family's violations (``QQQ-*``, ``PARO-*``/``AWQ-GEMM-*``, ``VPTQ-*``, ``EXL3-*``); dims it
+cannot infer raise :class:`LayoutError` (reported as ``SHAPE-UNKNOWN``). EXL3 dims come from the ``trellis``
+shape ``[in/16, out/16, 16*b]`` (its bits from the same shape, whatever the config's bits-per-weight says).
 
 VPTQ dims cannot be read from the tensors (the index rows pad ``out``, the groups pad ``in``): pass
 ``shapes`` to ``qformats.validate``.
@@ -19,7 +20,7 @@ import numpy as np
 
 from .config.model import ModuleSpec, QuantizeConfig
 from .errors import ConfigError, LayoutError
-from .layouts import paroquant, qqq, vptq
+from .layouts import exl3, paroquant, qqq, vptq
 from .violations import Violation
 
 Dims = tuple[int, int] | None
@@ -59,8 +60,24 @@ def _vptq(local: Mapping[str, np.ndarray], _: ModuleSpec, config: QuantizeConfig
     return vptq.validate_vptq(local, spec)
 
 
+def exl3_dims(local: Mapping[str, np.ndarray]) -> tuple[int, int]:
+    """``(in, out)`` of an EXL3 module from its ``trellis [in/16, out/16, 16*b]`` (raises naming the tensor)."""
+    trellis = local.get("trellis")
+    if trellis is None or np.ndim(trellis) != 3:
+        found = "absent" if trellis is None else f"shape {tuple(np.shape(trellis))}"
+        raise LayoutError(f"EXL3: 'trellis' must be 3-D [in/16, out/16, 16*b] to read the dims, found {found}")
+    shape = np.shape(trellis)
+    return int(shape[0]) * 16, int(shape[1]) * 16
+
+
+def _exl3(local: Mapping[str, np.ndarray], _: ModuleSpec, __: QuantizeConfig, dims: Dims) -> list[Violation]:
+    in_features, out_features = exl3_dims(local) if dims is None else dims
+    return exl3.validate_exl3(local, in_features, out_features)
+
+
 FAMILIES: dict[str, ModuleFamily] = {
     "qqq": ModuleFamily("B", (), _qqq),
     "paroquant": ModuleFamily("qweight", (), _paroquant),
     "vptq": ModuleFamily("indices", ("centroids.weight", "res_centroids.weight", "outlier_centroids.weight"), _vptq),
+    "exl3": ModuleFamily("trellis", (), _exl3),
 }

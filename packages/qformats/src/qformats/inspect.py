@@ -24,6 +24,12 @@ from .zero_convention import detect_zero_convention
 
 GPTQ_FAMILY = ("gptq", "gptq_v2", "gptq_p")
 ZERO_PROBE_MODULES = 4
+FAMILY_ZEROS = {
+    "qqq": "QQQ codes are symmetric around the fixed zero 8 (no stored zeros)",
+    "paroquant": "ParoQuant stores AWQ GEMM true zeros (AWQ-005) behind its input transform",
+    "vptq": "VPTQ indices address codebooks (no zero point)",
+    "exl3": "EXL3 trellis symbols decode through a codebook (no zero point)",
+}
 
 
 @dataclass
@@ -91,6 +97,8 @@ def _zero_convention(ck: Checkpoint) -> dict[str, object]:
             "label": layout,
             "label_disagrees": agree and best.label_disagrees,
         }
+    if layout in FAMILY_ZEROS:
+        return {"convention": "n/a", "confidence": "certain", "evidence": FAMILY_ZEROS[layout]}
     if layout == "marlin":
         return {"convention": "implicit", "confidence": "certain", "evidence": "GPTQ Marlin zero is 2**(bits-1)"}
     return {

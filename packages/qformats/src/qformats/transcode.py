@@ -6,7 +6,8 @@
 When the target cannot represent the source (act-order ``g_idx`` into a layout without ``g_idx``,
 asymmetric zeros into a symmetric-only layout, a partial group into a layout that needs divisibility,
 an unsupported bit width, ...) it raises :class:`~qformats.errors.TranscodeError` naming the reason;
-it never returns an approximation under an exact name.
+it never returns an approximation under an exact name. QQQ and ParoQuant modules take part where they
+are exactly a scalar weight (:mod:`qformats.family_transcode`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .errors import LayoutError, TranscodeError, UnsupportedLayoutError
+from .family_transcode import FAMILY_LAYOUTS, family_source_weight, pack_family
 from .layouts.registry import Layout, LayoutMeta, get_layout
 from .logical import QuantizedWeight
 
@@ -34,6 +36,9 @@ SCALAR_LAYOUTS: tuple[str, ...] = (
     "awq_marlin",
 )
 
+# Every layout ``transcode`` reads or writes (the scalar ones plus the exact family bridges).
+TRANSCODE_LAYOUTS: tuple[str, ...] = (*SCALAR_LAYOUTS, *FAMILY_LAYOUTS)
+
 # Word dtype each target packs by default (the rest use int32).
 DEFAULT_PACK_DTYPES: dict[str, str] = {"gemv_fast": "int16", "llm-awq": "int16"}
 
@@ -49,7 +54,7 @@ class TranscodeResult:
 
 def _scalar_layout(key: str, role: str) -> Layout:
     if str(key) not in SCALAR_LAYOUTS:
-        known = ", ".join(SCALAR_LAYOUTS)
+        known = ", ".join((*SCALAR_LAYOUTS, *FAMILY_LAYOUTS))
         raise TranscodeError(f"{role} layout {key!r} is not a scalar-code layout; transcodable layouts: {known}")
     try:
         return get_layout(str(key))
@@ -59,6 +64,9 @@ def _scalar_layout(key: str, role: str) -> Layout:
 
 def transcode_weight(weight: QuantizedWeight, to: str, *, pack_dtype: str | None = None) -> TranscodeResult:
     """Pack a logical weight into layout ``to`` losslessly, or raise :class:`TranscodeError` saying why not."""
+    if str(to) in FAMILY_LAYOUTS:
+        tensors, meta = pack_family(weight, str(to))
+        return TranscodeResult(tensors=tensors, meta=meta, weight=weight)
     target = _scalar_layout(to, "target")
     reason = target.cannot_represent(weight)
     if reason is not None:
@@ -87,11 +95,7 @@ def transcode(
     ``verify`` the packed target is unpacked again and compared field by field with the source's
     logical weight; a difference raises :class:`TranscodeError` instead of returning a wrong result.
     """
-    source = _scalar_layout(from_, "source")
-    try:
-        weight = source.unpack(tensors, meta)
-    except (LayoutError, UnsupportedLayoutError) as exc:
-        raise TranscodeError(f"cannot read the source as {from_!r}: {exc}") from exc
+    weight = _read_source(tensors, str(from_), meta)
     if str(to) == "marlin" and not weight.sym:
         # GPTQ Marlin is symmetric by construction; an asymmetric-labelled weight whose zeros all equal
         # the midpoint is still exactly representable, so the label follows the data.
@@ -100,7 +104,18 @@ def transcode(
             weight = replace(weight, sym=True)
     result = transcode_weight(weight, to, pack_dtype=pack_dtype)
     if verify:
-        back = get_layout(str(to)).unpack(result.tensors, result.meta)
+        back = _read_source(result.tensors, str(to), result.meta)
         if not back.equals(result.weight, compare_sym=False):
             raise TranscodeError(f"transcode {from_!r} -> {to!r} did not round-trip bit exactly (a layout bug)")
     return result
+
+
+def _read_source(tensors: Mapping[str, np.ndarray], key: str, meta: LayoutMeta) -> QuantizedWeight:
+    """The logical weight of one module's tensors in layout ``key`` (scalar or family bridge)."""
+    if key in FAMILY_LAYOUTS:
+        return family_source_weight(tensors, key, meta)
+    source = _scalar_layout(key, "source")
+    try:
+        return source.unpack(tensors, meta)
+    except (LayoutError, UnsupportedLayoutError) as exc:
+        raise TranscodeError(f"cannot read the source as {key!r}: {exc}") from exc

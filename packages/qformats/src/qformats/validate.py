@@ -4,7 +4,7 @@
 Modules are found by their layout's marker tensor (``qweight`` unless the layout says otherwise);
 each module is checked with the settings the config gives it (dynamic overrides included) by the
 layout registered for the config's layout key (``QuantizeConfig.layout``), or, for the families outside
-the registry (``qqq``, ``paroquant``, ``vptq``), by their checks in :mod:`qformats.family_checks`.
+the registry (``qqq``, ``paroquant``, ``vptq``, ``exl3``), by their checks in :mod:`qformats.family_checks`.
 Findings carry the full tensor key.
 
 Rule ids added here (the layouts add their own, e.g. ``GPTQ-SHAPE``):

@@ -6,6 +6,8 @@ Config priority follows the reference: ``quantize_config.json``, then ``quant_co
 Quantized modules are found and decoded by :class:`qformats.checkpoint.Checkpoint` (one implementation of
 the layouts, including GPT-QModel's v1 zero arithmetic: a checkpoint whose ``meta.quantizer`` names
 ``gptqmodel`` stores a true zero of 0 as the field ``2**bits - 1`` with a borrow from the next field).
+QQQ, ParoQuant, VPTQ and EXL3 checkpoints are read through qformats' config parser (:func:`family_settings`)
+and their modules handed to ``qkernels.weight_only_linear`` (:meth:`QuantizedCheckpoint.weight_only_inputs`).
 Dense tensors (embeddings, norms, biases) are read lazily as torch tensors by :class:`TensorReader`.
 """
 
@@ -19,13 +21,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from qformats.checkpoint import Checkpoint, ModuleEntry
+from qformats.checkpoint import Checkpoint, ModuleEntry, QuantFields
+from qformats.checkpoint.family_modules import is_family
 from qformats.errors import QFormatsError
 from qformats.layouts.registry import LayoutMeta
 from qformats.logical import QuantizedWeight
 
 from .errors import MissingFileError, SourceFormatError
-from .quant_config import QuantSettings, parse_settings
+from .quant_config import QuantConfigError, QuantSettings, parse_settings
 from .source.hf_directory import HFDirectory, open_hf_directory
 from .source.tensor_reader import TensorReader
 
@@ -119,13 +122,21 @@ class QuantizedCheckpoint:
         self, module: str, in_features: int, out_features: int, *, backend: str, dtype: torch.dtype
     ) -> torch.nn.Module:
         """The qkernels module of quantized ``module``: ``quant_linear`` for registry layouts,
-        ``weight_only_linear`` for FP8 / bitsandbytes / GGUF checkpoints."""
+        ``weight_only_linear`` for FP8 / bitsandbytes / GGUF checkpoints and for QQQ / ParoQuant / VPTQ / EXL3
+        modules."""
         if self.settings.weight_only:
             from .weight_only import weight_only_module
 
             tensors = self.weight_only_tensors(module)
             return weight_only_module(self.settings, tensors, in_features, out_features, backend=backend, dtype=dtype)
-        from qkernels import quant_linear
+        from qkernels import quant_linear, weight_only_linear
+
+        if is_family(self.entry(module).layout):  # QQQ / ParoQuant / VPTQ / EXL3
+            family, arrays, fields = self.weight_only_inputs(module, in_features, out_features)
+            return weight_only_linear(
+                family, arrays, in_features=in_features, out_features=out_features, config=fields,
+                backend=backend, dtype=dtype,
+            )  # fmt: skip
 
         fmt, tensors, meta = self.kernel_inputs(module, in_features, out_features)
         return quant_linear(fmt, tensors, meta, backend=backend, dtype=dtype)
@@ -166,6 +177,27 @@ class QuantizedCheckpoint:
         except QFormatsError as exc:
             raise SourceFormatError(str(exc)) from None
 
+    def weight_only_inputs(
+        self, module: str, in_features: int, out_features: int
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """``(family, tensors, config)`` for ``qkernels.weight_only_linear`` of a QQQ / ParoQuant / VPTQ / EXL3
+        module (config: the family fields plus the module's bits and group size after dynamic overrides).
+
+        Raises :class:`SourceFormatError` naming the module when the dims its tensors pin differ from the
+        model's ``[out_features, in_features]``.
+        """
+        entry = self.entry(module)
+        found = (entry.meta.in_features, entry.meta.out_features)
+        if 0 not in found and found != (in_features, out_features):
+            raise SourceFormatError(
+                f"{self.directory.path}: module {module!r}: expected (in, out) = {(in_features, out_features)}, "
+                f"the stored tensors give {found}"
+            )
+        config = self._layout_modules().fields.config
+        settings = dict(config.settings) if config is not None else {}
+        settings.update(bits=entry.meta.bits, group_size=entry.meta.group_size)
+        return entry.layout, self.module_tensors(module), settings
+
     def kernel_inputs(self, module: str, in_features: int, out_features: int) -> tuple[str, dict[str, Any], LayoutMeta]:
         """``(format, tensors, meta)`` to build the module's kernel from.
 
@@ -190,16 +222,49 @@ class QuantizedCheckpoint:
         return "gptq_v2", packed, meta
 
 
+def family_settings(fields: QuantFields) -> QuantSettings:
+    """Settings describing a QQQ / ParoQuant / VPTQ / EXL3 checkpoint (method and format: the family key).
+
+    qhf's own settings parser knows the families it quantizes to (GPTQ, AWQ, RTN); these were parsed
+    and checked by qformats' config parser, and their fields (VPTQ's codebook sizes ...) are in ``extra``.
+    """
+    config = fields.config
+    extra = dict(config.settings) if config is not None else {}
+    if config is not None and isinstance(config.bits, float):
+        extra["bits_per_weight"] = config.bits  # EXL3's float bits-per-weight (``bits`` holds its ceiling)
+    return QuantSettings(
+        method=fields.layout,
+        format=fields.layout,
+        bits=fields.bits,
+        group_size=fields.group_size,
+        sym=fields.sym,
+        pack_dtype=fields.pack_dtype,
+        extra=extra,
+    )
+
+
 def open_quantized_checkpoint(path: str | Path) -> QuantizedCheckpoint:
     path = Path(path)
     directory = open_hf_directory(path)
-    settings, settings_file = read_quant_settings(path)
-    modules = None
-    if not settings.weight_only:
+    modules: Checkpoint | None = None
+    settings: QuantSettings | None = None
+    settings_file = ""
+    settings_error: QuantConfigError | None = None
+    try:
+        settings, settings_file = read_quant_settings(path)
+    except QuantConfigError as exc:  # qhf's parser knows GPTQ/AWQ/RTN/weight-only; the families are qformats'
+        settings_error = exc
+    if settings is None or not settings.weight_only:  # FP8 / bitsandbytes / GGUF are read by qhf.weight_only
         try:
             modules = Checkpoint(path)
         except QFormatsError as exc:
+            if settings_error is not None:
+                raise settings_error from None  # a malformed config is reported as such first
             raise SourceFormatError(str(exc)) from None
+        if is_family(modules.fields.layout):
+            settings, settings_file = family_settings(modules.fields), modules.fields.source_file
+    if settings is None:
+        raise settings_error if settings_error is not None else SourceFormatError(f"{path}: no quantization settings")
     return QuantizedCheckpoint(directory, settings, settings_file, TensorReader(directory.weight_map), modules)
 
 

@@ -1,9 +1,10 @@
 """``load_quantized(dir, backend=AUTO)``: a transformers model whose quantized linears are qkernels modules.
 
 The skeleton is built on the meta device from ``config.json``; every module stored in layout tensors
-(``<module>.qweight`` ...; FP8 / bitsandbytes / GGUF modules through ``qkernels.weight_only_linear``)
-becomes a qkernels module chosen by ``select`` for the requested backend;
-everything else is read from the shards. The result can ``generate``.
+(``<module>.qweight`` ...) becomes a qkernels module chosen by ``select`` for the requested backend (FP8 /
+bitsandbytes / GGUF, QQQ, ParoQuant, VPTQ and EXL3 modules: ``qkernels.weight_only_linear``, the last four
+served by the torch reference backend from the dense equivalent weight); everything else is read from the
+shards. The result can ``generate``.
 """
 
 from __future__ import annotations

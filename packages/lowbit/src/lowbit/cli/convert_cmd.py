@@ -1,6 +1,7 @@
 """``lowbit convert PATH --to FORMAT --out DIR``: rewrite a quantized checkpoint in another layout.
 
-The exact path is ``qformats.checkpoint.transcode_checkpoint`` (every module bit exact, verified round trip).
+The exact path is ``qformats.checkpoint.transcode_checkpoint`` (every module bit exact, verified round trip;
+QQQ and ParoQuant take part where they are exactly a scalar weight, see ``qformats.family_transcode``).
 When the target cannot hold a module exactly, nothing is written and the error lists each such module
 with the reason (what would be lost). With ``--allow-lossy`` those modules are dequantized and
 requantized by round-to-nearest (``qalgos.quantize_rtn``, same bits, group size and symmetry, natural
@@ -83,7 +84,7 @@ def _refusal_message(refused: list[tuple[str, str]], total: int, to: str) -> str
 
 def _lossy_modules(checkpoint: Any, to: str, refused: list[tuple[str, str]]) -> tuple[dict[str, Any], dict]:
     """Every module in layout ``to``: transcoded when possible, else requantized (with its added error)."""
-    from qformats.errors import TranscodeError
+    from qformats.errors import CheckpointFormatError, TranscodeError
     from qformats.transcode import transcode
 
     reasons = dict(refused)
@@ -97,7 +98,7 @@ def _lossy_modules(checkpoint: Any, to: str, refused: list[tuple[str, str]]) -> 
             continue
         try:
             converted[entry.prefix], errors[entry.prefix] = _requantize(checkpoint.unpack(entry), to)
-        except TranscodeError as exc:
+        except (TranscodeError, CheckpointFormatError) as exc:  # VPTQ / EXL3: no scalar weight to requantize
             raise LossyConversionError(
                 f"{entry.prefix}: even requantized, {to!r} cannot hold it: {exc} "
                 f"(it was refused because: {reasons[entry.prefix]})"
@@ -120,12 +121,12 @@ def run(args: argparse.Namespace) -> int:
     from qformats.checkpoint import open_checkpoint, transcode_checkpoint, write_checkpoint
     from qformats.checkpoint.dequantize import model_config_without_quantization
     from qformats.errors import TranscodeError
-    from qformats.transcode import SCALAR_LAYOUTS
+    from qformats.transcode import TRANSCODE_LAYOUTS
     from qhf.tokenizer import TOKENIZER_FILES
 
     source, out = Path(args.path), Path(args.out)
-    if args.to not in SCALAR_LAYOUTS:
-        raise UsageError(f"--to: expected one of {', '.join(SCALAR_LAYOUTS)}, found {args.to!r}")
+    if args.to not in TRANSCODE_LAYOUTS:
+        raise UsageError(f"--to: expected one of {', '.join(TRANSCODE_LAYOUTS)}, found {args.to!r}")
     if not source.is_dir():
         raise UsageError(f"convert: {args.path!r} is not a checkpoint directory")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -3,7 +3,8 @@
 Memory stays bounded by one shard's quantized modules (see :mod:`.streaming`): every dense weight is
 yielded as soon as its module is complete. ``prefix.weight`` = the module's dequantized ``[out, in]``
 weight (``scales[g_idx[i], o] * (codes[o, i] - zeros[g_idx[i], o])`` in float32, then cast to
-``dtype``); every other tensor (biases, norms, embeddings) passes through unchanged.
+``dtype``; QQQ, ParoQuant, VPTQ and EXL3 modules: their family's float32 dequantization, then cast);
+every other tensor (biases, norms, embeddings) passes through unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..logical import QuantizedWeight
+from .family_modules import is_family
 from .modules import ModuleEntry
 from .reader import Checkpoint
 from .streaming import stream_converted
@@ -36,6 +38,9 @@ def iter_dense_tensors(checkpoint: Checkpoint, *, dtype: str = "float16") -> Ite
     """Yield ``(name, array)`` of the dense state dict, shard by shard (see the module docstring)."""
 
     def dense(entry: ModuleEntry, tensors: dict[str, np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
+        if is_family(entry.layout):
+            yield f"{entry.prefix}.weight", checkpoint.dense(entry, tensors).astype(dtype)
+            return
         yield f"{entry.prefix}.weight", dense_weight(checkpoint.unpack(entry, tensors), dtype)
 
     return stream_converted(checkpoint, dense)

@@ -15,13 +15,26 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CheckpointFormatError, LayoutError
+from ..config.model import QuantizeConfig
+from ..errors import CheckpointFormatError, LayoutError, TranscodeError
+from ..family_checks import FAMILIES
+from ..layouts.exl3 import EXL3Weight
 from ..layouts.registry import get_layout
+from ..layouts.vptq import VPTQWeight
 from ..logical import QuantizedWeight
 from ..violations import Violation
 from .config_files import QuantFields, find_quant_config, read_quant_fields
 from .contained import inside_directory
 from .dtypes import SAFETENSORS_DTYPES
+from .family_modules import (
+    dims_known,
+    family_dense,
+    family_violations,
+    family_weight,
+    group_family_modules,
+    is_family,
+    resolve_family_module,
+)
 from .modules import ModuleEntry, group_modules, resolve_module, split_name
 from .publish import INCOMPLETE_MARKER
 from .safetensors_io import SafetensorsFile
@@ -45,9 +58,19 @@ def refuse_pickle(path: Path) -> CheckpointFormatError:
 
 
 class Checkpoint:
-    """A read-only view of a quantized checkpoint directory (headers parsed eagerly, tensors on demand)."""
+    """A read-only view of a quantized checkpoint directory (headers parsed eagerly, tensors on demand).
 
-    def __init__(self, path: str | Path, *, fields: QuantFields | None = None) -> None:
+    QQQ, ParoQuant, VPTQ and EXL3 checkpoints are read through :mod:`.family_modules`; ``shapes``
+    (``{module prefix: (in_features, out_features)}``) gives dims their tensors do not pin (VPTQ).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        fields: QuantFields | None = None,
+        shapes: Mapping[str, tuple[int, int]] | None = None,
+    ) -> None:
         root = Path(path)
         if root.is_file():
             if root.suffix in PICKLE_SUFFIXES:
@@ -70,6 +93,7 @@ class Checkpoint:
             inside_directory(root, config_path.name)
             fields = read_quant_fields(raw, source_file=config_path.name)
         self.fields = fields
+        self.shapes = dict(shapes or {})
         self._modules: list[ModuleEntry] | None = None
         self._excluded_quantized: list[str] = []
         self._reference_writer: bool | None = None
@@ -168,10 +192,9 @@ class Checkpoint:
             shapes = {name: self.shape_of(name) for name in self.weight_map}
             entries = []
             excluded = []
-            for prefix, members in group_modules(self.weight_map).items():
-                entry = resolve_module(prefix, members, shapes, self.fields)
+            for marker, entry in self._resolved(shapes):
                 if entry is None:
-                    excluded.append(members["qweight"])
+                    excluded.append(marker)
                 else:
                     entries.append(entry)
             self._excluded_quantized = excluded
@@ -185,6 +208,25 @@ class Checkpoint:
                 log.warning(message)
                 self.warnings.append(message)
         return self._modules
+
+    def _resolved(self, shapes: Mapping[str, tuple[tuple[int, ...], str]]) -> list[tuple[str, ModuleEntry | None]]:
+        """``(marker tensor name, entry or None when kept dense)`` for every module, registry or family."""
+        key = self.fields.layout
+        if not is_family(key):
+            groups = group_modules(self.weight_map)
+            return [(m["qweight"], resolve_module(p, m, shapes, self.fields)) for p, m in groups.items()]
+        config = self._family_config()
+        marker = FAMILIES[key].marker
+        found = []
+        for prefix, members in group_family_modules(key, self.weight_map).items():
+            entry = resolve_family_module(prefix, members, shapes, config, key, self.shapes.get(prefix))
+            found.append((members[marker], entry))
+        return found
+
+    def _family_config(self) -> QuantizeConfig:
+        if self.fields.config is None:
+            raise CheckpointFormatError(f"{self.root}: a {self.fields.layout} checkpoint needs its parsed config")
+        return self.fields.config
 
     def _settle_marlin_labels(self, entries: list[ModuleEntry]) -> list[ModuleEntry]:
         """``format: marlin`` modules with GPTQ-layout tensors: pick v1/v2 from the zero words, and say so."""
@@ -213,9 +255,13 @@ class Checkpoint:
         The layout's ``unpack`` runs its ``validate`` first and refuses tensors with any violation
         (the message lists every rule id), so no unvalidated tensor becomes a logical weight; scales
         that are NaN/Inf/0 and zeros that break a ``sym`` config are refused too
-        (:mod:`~qformats.checkpoint.value_checks`).
+        (:mod:`~qformats.checkpoint.value_checks`). QQQ and ParoQuant modules give their exact scalar
+        weight (per-channel or exactly-grouped QQQ, identity-transform ParoQuant) or raise saying why; VPTQ
+        and EXL3 modules raise (use :meth:`dense`).
         """
         data = self.module_tensors(entry) if tensors is None else tensors
+        if is_family(entry.layout):
+            return self._family_as_scalar(entry, data)
         try:
             weight = self._unpack_unchecked(entry, data)
         except LayoutError as exc:
@@ -224,6 +270,26 @@ class Checkpoint:
         if problems:
             raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: " + "; ".join(str(v) for v in problems))
         return weight
+
+    def _family_as_scalar(self, entry: ModuleEntry, data: Mapping[str, np.ndarray]) -> QuantizedWeight:
+        """QQQ (per-channel, or grouped when exact) and identity-transform ParoQuant as a scalar weight."""
+        weight = family_weight(entry, data, self._family_config())
+        if isinstance(weight, (VPTQWeight, EXL3Weight)):
+            raise CheckpointFormatError(
+                f"{self.root}: module {entry.prefix!r}: {entry.layout} is not a scales * (codes - zeros) weight; "
+                "read its dense weight with Checkpoint.dense"
+            )
+        try:
+            return weight.to_quantized_weight()
+        except TranscodeError as exc:
+            raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: {exc}") from None
+
+    def dense(self, entry: ModuleEntry, tensors: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """float32 ``[out, in]``: the module's dense equivalent weight, for every layout and family."""
+        data = self.module_tensors(entry) if tensors is None else tensors
+        if is_family(entry.layout):
+            return family_dense(entry, data, self._family_config())
+        return self.unpack(entry, data).dequantize()
 
     def written_by_reference(self) -> bool:
         """True when the config's ``meta.quantizer`` names GPT-QModel (the reference implementation)."""
@@ -265,7 +331,8 @@ class Checkpoint:
         Besides each module's layout rules and value rules (``VALUE-SCALES``, ``VALUE-SYM-ZEROS``), a
         ``qweight`` under a prefix that a negative dynamic rule keeps dense is reported as
         ``CONFIG-EXCLUDED`` (the rule id :func:`qformats.validate` uses) and a ``config.json`` layer count
-        that disagrees with the tensors as ``CONFIG-LAYERS`` under the key ``"<config>"``.
+        that disagrees with the tensors as ``CONFIG-LAYERS`` under the key ``"<config>"``. A VPTQ module
+        whose dims are unknown (see :mod:`.family_modules`) is skipped with a warning.
         """
         found: dict[str, list[Violation]] = {}
         for name in self.excluded_quantized():
@@ -276,10 +343,19 @@ class Checkpoint:
         if layers is not None:
             found["<config>"] = [layers]
         for entry in self.modules():
+            if is_family(entry.layout) and not dims_known(entry):
+                self._warn(
+                    f"{self.root}: module {entry.prefix!r} ({entry.layout}): in/out are not recoverable from its "
+                    "tensors, so it was not checked; pass shapes= (qhf.load_quantized checks it against the model)"
+                )
+                continue
             tensors = self.module_tensors(entry)
-            problems = get_layout(entry.layout).validate(tensors, entry.meta)
-            if not problems:
-                problems = weight_value_violations(self._unpack_unchecked(entry, tensors))
+            if is_family(entry.layout):
+                problems = family_violations(entry, tensors, self._family_config())
+            else:
+                problems = get_layout(entry.layout).validate(tensors, entry.meta)
+                if not problems:
+                    problems = weight_value_violations(self._unpack_unchecked(entry, tensors))
             if problems:
                 found[entry.prefix] = problems
         return found
@@ -289,6 +365,11 @@ class Checkpoint:
         if entry.layout == "gptq" and "qzeros" in data and self.written_by_reference():
             return self._unpack_reference_v1(entry, data)
         return get_layout(entry.layout).unpack(data, entry.meta)
+
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            log.warning(message)
+            self.warnings.append(message)
 
     def excluded_quantized(self) -> list[str]:
         """``qweight`` names of modules a negative dynamic rule keeps dense (a file that breaks its config)."""
@@ -311,6 +392,6 @@ class Checkpoint:
         return [name for name in self.weight_map if name not in owned]
 
 
-def open_checkpoint(path: str | Path) -> Checkpoint:
+def open_checkpoint(path: str | Path, *, shapes: Mapping[str, tuple[int, int]] | None = None) -> Checkpoint:
     """Open and check a checkpoint directory (see :class:`Checkpoint`)."""
-    return Checkpoint(path)
+    return Checkpoint(path, shapes=shapes)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .modules import ModuleEntry, split_name
+from .modules import ModuleEntry
 from .reader import Checkpoint
 
 ModuleConverter = Callable[[ModuleEntry, dict[str, np.ndarray]], Iterable[tuple[str, np.ndarray]]]
@@ -25,6 +25,7 @@ def stream_converted(checkpoint: Checkpoint, convert: ModuleConverter) -> Iterat
     checkpoint.dense_names()
     modules = {entry.prefix: entry for entry in checkpoint.modules()}
     owner = {name: entry.prefix for entry in modules.values() for name in entry.tensors.values()}
+    local = {name: suffix for entry in modules.values() for suffix, name in entry.tensors.items()}
     pending: dict[str, dict[str, np.ndarray]] = {}
     for shard in sorted(set(checkpoint.weight_map.values())):
         handle = checkpoint.files[shard]
@@ -35,7 +36,7 @@ def stream_converted(checkpoint: Checkpoint, convert: ModuleConverter) -> Iterat
                 continue
             entry = modules[prefix]
             got = pending.setdefault(prefix, {})
-            got[split_name(name)[1]] = handle.load(name)
+            got[local[name]] = handle.load(name)
             if len(got) == len(entry.tensors):
                 del pending[prefix]
                 yield from convert(entry, got)

@@ -4,7 +4,8 @@ Every quantized module goes through :func:`qformats.transcode.transcode` (so an 
 raises :class:`~qformats.errors.TranscodeError` naming it, and nothing is written); every other tensor
 passes through. The quantization config is rewritten for the target: method family (``gptq`` for
 GPTQ/Marlin targets, ``awq`` for AWQ targets), ``format``/``checkpoint_format`` (and AWQ's ``version``,
-``zero_point``), ``pack_dtype``; other fields (``dynamic``, ``meta``, ...) are kept.
+``zero_point``), ``pack_dtype``; QQQ / ParoQuant targets get their own method and ``wbits`` / ``krot``;
+other fields (``dynamic``, ``meta``, ...) are kept.
 """
 
 from __future__ import annotations
@@ -24,12 +25,23 @@ from .streaming import stream_converted
 from .writer import WriteReport, write_checkpoint
 
 AWQ_TARGETS = {"gemm", "gemv", "gemv_fast", "llm-awq", "awq_marlin"}
+# Fields the reference writes for a QQQ / ParoQuant target (``wbits``: the name vLLM's QQQ loader reads).
+# ParoQuant's AWQ part always stores explicit zeros; like the reference it writes ``zero_point: false``, no ``sym``.
+FAMILY_CONFIGS: dict[str, dict[str, object]] = {
+    "qqq": {"wbits": 4, "sym": True},
+    "paroquant": {"krot": 8, "zero_point": False},
+}
+FAMILY_KEYS = ("wbits", "krot", "sym")
 ALIAS_KEYS = ("method", "quant_method", "format", "checkpoint_format", "version", "zero_point", "backend", "pack_dtype")
 
 
 def target_config(raw: dict[str, object], to: str, sym: bool) -> dict[str, object]:
     """The quantization config for layout ``to``, keeping every non-layout field of ``raw``."""
-    cfg = {k: v for k, v in raw.items() if str(k).lower() not in ALIAS_KEYS}
+    cfg = {k: v for k, v in raw.items() if str(k).lower() not in (*ALIAS_KEYS, *FAMILY_KEYS)}
+    if to in FAMILY_CONFIGS:
+        cfg.update({"method": to, "quant_method": to, "format": to, "checkpoint_format": to, "pack_dtype": "int32"})
+        cfg.update(FAMILY_CONFIGS[to])
+        return cfg
     method = "awq" if to in AWQ_TARGETS else "gptq"
     fmt = "marlin" if to in ("marlin", "awq_marlin") else to
     cfg.update({"method": method, "quant_method": method, "format": fmt, "checkpoint_format": fmt, "sym": sym})

@@ -9,6 +9,7 @@ does not model are kept in ``settings``; unrecognized fields are kept in ``unkno
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -48,7 +49,7 @@ def _bool(name: str, value: object) -> bool:
 class QuantizeConfig:
     """One quantization config (reference field names; see the module docstring)."""
 
-    bits: int | str | None = None  # None: the family default (8 for FP8, else 4)
+    bits: int | float | str | None = None  # None: the family default (8 for FP8, else 4); float: EXL3 bpw
     group_size: int = 128
     sym: bool = True
     desc_act: bool | None = False
@@ -146,7 +147,10 @@ class QuantizeConfig:
 
     @property
     def width(self) -> int:
-        """``bits`` as an int (after construction ``bits`` is always the integer code width)."""
+        """``bits`` as an int (after construction ``bits`` is the integer code width; EXL3's float
+        bits-per-weight, e.g. ``2.5``, rounds up: its modules read their own width from the trellis)."""
+        if isinstance(self.bits, float):
+            return math.ceil(self.bits)
         return int(self.bits) if self.bits is not None else 4
 
     def for_module(self, module: str) -> ModuleSpec | None:

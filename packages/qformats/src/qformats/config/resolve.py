@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -49,7 +50,7 @@ class Resolved:
 
     method: METHOD
     format: str
-    bits: int
+    bits: int | float
     family: FORMAT
 
 
@@ -72,7 +73,18 @@ def gguf_bits_alias(bits: int, public_format: str) -> str:
     return f"{head}{bits}_{rest}"
 
 
-def _bits(value: object) -> int:
+def _names_exl3(method: object | None, fmt: object | None) -> bool:
+    """True when the method or the format names EXL3 (the one family whose ``bits`` may be a float)."""
+    names = {str(getattr(v, "value", v)).strip().lower() for v in (method, fmt) if v is not None}
+    return METHOD.EXL3.value in names or FORMAT.EXL3.value in names
+
+
+def _bits(value: object, *, exl3: bool = False) -> int | float:
+    """The config's ``bits``: an integer; for EXL3 also a float bits-per-weight (``3.0``, ``2.5``)."""
+    if exl3 and isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"bits: expected a finite EXL3 bits-per-weight, found {value!r}")
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and value.strip().isdigit():
             return int(value.strip())
@@ -93,13 +105,13 @@ def resolve(
     notes = notes if notes is not None else []
     alias = gguf_bits(bits)
     if alias is not None:
-        width, public = alias
+        gguf_width, public = alias
         if fmt is not None and format_subtype_family(fmt) is not FORMAT.GGUF and str(fmt).lower() != "gguf":
             raise ConfigError(f"bits: GGUF bits alias {bits!r} requires format gguf, found format {fmt!r}")
         if fmt is not None and str(fmt).lower() not in ("gguf", public) and gguf_bits(fmt) != alias:
             raise ConfigError(f"format: {fmt!r} disagrees with GGUF bits alias {bits!r}")
-        return Resolved(METHOD.GGUF, public, width, FORMAT.GGUF)
-    width = _bits(bits) if bits is not None else 4
+        return Resolved(METHOD.GGUF, public, gguf_width, FORMAT.GGUF)
+    width = _bits(bits, exl3=_names_exl3(method, fmt)) if bits is not None else 4
     if isinstance(backend, str) and backend.strip().lower() == "llm-awq":
         notes.append("backend 'llm-awq': method awq, format llm-awq, pack_dtype int16")
         return Resolved(METHOD.AWQ, FORMAT.LLM_AWQ.value, width, FORMAT.LLM_AWQ)
@@ -118,7 +130,7 @@ def resolve(
         width = 8
     public = str(fmt).strip().lower() if family.value != str(fmt).strip().lower() else family.value
     if family in (FORMAT.GGUF, FORMAT.FP8, FORMAT.BITSANDBYTES):
-        public = _subtype(family, public, width)
+        public = _subtype(family, public, int(width))
     if meth is METHOD.AWQ and family not in METHOD_FORMATS[METHOD.AWQ]:
         notes.append(f"method awq cannot produce format {fmt!r}: format fixed to 'gemm'")
         family, public = FORMAT.GEMM, FORMAT.GEMM.value
@@ -173,8 +185,13 @@ def _default_subtype(family: FORMAT, bits: int) -> str:
 
 
 def check_bits(resolved: Resolved) -> None:
-    """Bits allowed per family (GPTQ-style 2..8, planar 2..8, GGUF 1..8, FP8 8, BitsAndBytes 4/8)."""
+    """Bits allowed per family (GPTQ-style 2..8, planar 2..8, GGUF 1..8, FP8 8, BitsAndBytes 4/8, EXL3 any
+    bits-per-weight in 1..8, a float allowed)."""
     bits, family = resolved.bits, resolved.family
+    if family is FORMAT.EXL3:
+        if not 1 <= bits <= 8:
+            raise ConfigError(f"bits: format 'exl3' allows bits per weight in 1..8, found {bits}")
+        return
     allowed: tuple[int, ...]
     if family is FORMAT.FP8:
         allowed = (8,)
