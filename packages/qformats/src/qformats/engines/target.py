@@ -53,7 +53,8 @@ def _rule(kernel: EngineKernel, kind: type) -> object | None:
 
 def _candidates(kernel: EngineKernel, facts: CheckpointFacts, formats: Sequence[str]) -> list[CheckpointFacts]:
     fmt_rule = _rule(kernel, FormatIn)
-    fmts = [facts.format] + [f for f in formats if f != facts.format and (fmt_rule is None or f in fmt_rule.formats)]
+    allowed_fmts = fmt_rule.formats if isinstance(fmt_rule, FormatIn) else None
+    fmts = [facts.format] + [f for f in formats if f != facts.format and (allowed_fmts is None or f in allowed_fmts)]
     groups_rule = _rule(kernel, GroupSizeIn)
     allowed = groups_rule.values if isinstance(groups_rule, GroupSizeIn) else DEFAULT_GROUPS
     ordered = sorted((g for g in allowed if g != -1), reverse=True) + ([-1] if -1 in allowed else [])
