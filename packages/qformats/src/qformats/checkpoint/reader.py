@@ -199,7 +199,7 @@ class Checkpoint:
                     entries.append(entry)
             self._excluded_quantized = excluded
             self._modules = self._settle_marlin_labels(entries)
-            unknown = unknown_tensors(self.weight_map, [e.prefix for e in self._modules])
+            unknown = unknown_tensors(self.weight_map, self._modules)
             if unknown:
                 message = (
                     f"{self.root}: {len(unknown)} unknown tensor(s) inside quantized modules, ignored by readers: "

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..logical import QuantizedWeight
 from ..violations import Violation
-from .modules import LAYOUT_SUFFIXES, split_name
+from .modules import ModuleEntry, split_name
 
 SCALES_RULE = "VALUE-SCALES"
 SYM_ZEROS_RULE = "VALUE-SYM-ZEROS"
@@ -50,13 +50,14 @@ def weight_value_violations(weight: QuantizedWeight) -> list[Violation]:
     return found
 
 
-def unknown_tensors(names: Iterable[str], module_prefixes: Iterable[str]) -> list[str]:
-    """Tensors under a quantized module's prefix that are neither layout tensors nor ``bias``."""
-    prefixes = set(module_prefixes)
+def unknown_tensors(names: Iterable[str], modules: Iterable[ModuleEntry]) -> list[str]:
+    """Tensors under a quantized module's prefix that are neither that module's tensors (its layout's, or
+    its family's: QQQ, ParoQuant, VPTQ, EXL3) nor ``bias``."""
+    owned = {entry.prefix: set(entry.tensors.values()) for entry in modules}
     return [
         name
         for name in names
-        if split_name(name)[0] in prefixes and split_name(name)[1] not in LAYOUT_SUFFIXES | {"bias"}
+        if split_name(name)[0] in owned and split_name(name)[1] != "bias" and name not in owned[split_name(name)[0]]
     ]
 
 
