@@ -84,24 +84,28 @@ class GPTQProcessor:
             else:
                 # a solve reads a float32 copy of the shared sum; the last reader frees the sum
                 result = task.quantize(weight, release_statistics=remaining[mod.input_key] == 0)
-            replace_weight(mod.module, result.dequantized)
-            results.append(
-                ModuleResult(
-                    mod.full_name,
-                    ctx.index,
-                    self.method,
-                    result,
-                    tokens,
-                    mod.expert,
-                    fallback="rtn" if result.fallback else None,
-                    fallback_reason=result.fallback,
-                    seconds=time.perf_counter() - start,
-                )
-            )
+            results.append(self._finished(ctx, mod, result, tokens, time.perf_counter() - start))
         for key, count in remaining.items():
             if count == 0:
                 self._tasks.pop(key, None)
         return results
+
+    def _finished(
+        self, ctx: LayerContext, mod: ResolvedModule, result: Any, tokens: int, seconds: float
+    ) -> ModuleResult:
+        """Install ``result``'s dequantized weight in the module and report it (both solve paths)."""
+        replace_weight(mod.module, result.dequantized)
+        return ModuleResult(
+            mod.full_name,
+            ctx.index,
+            self.method,
+            result,
+            tokens,
+            mod.expert,
+            fallback="rtn" if result.fallback else None,
+            fallback_reason=result.fallback,
+            seconds=seconds,
+        )
 
     def _process_spread(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
         """One :func:`solve_shared_input` job per input key (its non-fallback modules, in group order), run by
@@ -128,20 +132,7 @@ class GPTQProcessor:
                 result, seconds = fall_back(mod.weight.detach(), self.spec, reason, tokens), 0.0
             else:
                 result, seconds = by_name[mod.full_name]
-            replace_weight(mod.module, result.dequantized)
-            results.append(
-                ModuleResult(
-                    mod.full_name,
-                    ctx.index,
-                    self.method,
-                    result,
-                    tokens,
-                    mod.expert,
-                    fallback="rtn" if result.fallback else None,
-                    fallback_reason=result.fallback,
-                    seconds=seconds + time.perf_counter() - start,
-                )
-            )
+            results.append(self._finished(ctx, mod, result, tokens, seconds + time.perf_counter() - start))
         for mod in group.modules:
             self._tasks.pop(mod.input_key, None)
         return results
