@@ -84,12 +84,15 @@ class GPTQ:
             return fall_back(weight, self.spec, reason, n)
         return self._solve(weight, release_statistics)
 
-    def _factor(self) -> tuple[torch.Tensor, ColumnPlan, DampedInverse]:
+    def _factor(self, release_statistics: bool = False) -> tuple[torch.Tensor, ColumnPlan, DampedInverse]:
         """Dead columns, column plan and damped inverse factor of the current Hessian. They depend on the
         Hessian alone, so modules sharing this accumulator (q/k/v, gate/up) reuse one factorisation; any
-        new statistics drop it."""
+        new statistics drop it. ``release_statistics``: free the float64 sum as soon as the float32 Hessian
+        is formed, before the factorisation's work matrices exist (the last reader of this input)."""
         if self._prepared is None:
             hessian = self._acc.hessian()
+            if release_statistics:
+                self._acc.release()
             dead = torch.diagonal(hessian) == 0
             if bool(dead.any()):
                 hessian[dead, dead] = 1.0
@@ -107,11 +110,12 @@ class GPTQ:
 
     def _solve(self, weight: torch.Tensor, release_statistics: bool = False) -> QuantResult:
         spec = self.spec
-        dead, plan, inverse = self._factor()
+        dead, plan, inverse = self._factor(release_statistics)
         if release_statistics:  # the last module reading this input: nothing more to share
             self._release()
-        w = weight.detach().to(device="cpu", dtype=torch.float32).clone()  # the solve runs on the CPU
+        w = weight.detach().to(device="cpu", dtype=torch.float32)  # the solve runs on the CPU, on a copy (wt)
         if bool(dead.any()):
+            w = w.clone()
             w[:, dead] = 0.0
         if spec.group_size == -1:
             scale, zero = gptq_params(w, spec)
@@ -125,7 +129,8 @@ class GPTQ:
         if inverse.upper is None:
             reason = f"Hessian unusable: Cholesky failed for every damping tried ({inverse.attempts} attempts)"
             return fall_back(weight, spec, reason, self.nsamples)
-        wt = w[:, plan.perm].T.contiguous()
+        wt = (w if plan.is_identity() else w[:, plan.perm]).T.clone(memory_format=torch.contiguous_format)
+        del w  # the solve works on wt alone
         out = solve(wt, inverse.upper, plan, spec, scales, zeros)
         loss = out.loss_sum / self.nsamples
         if not math.isfinite(loss):

@@ -29,7 +29,7 @@ INNER_WIDTH = 16
 
 @dataclass(frozen=True)
 class SolveOutput:
-    """Solve results in visiting order: ``codes_t`` ``[in, out]`` float32, per-group
+    """Solve results in visiting order: ``codes_t`` ``[in, out]`` uint8, per-group
     ``scales``/``zeros`` ``[G, out]`` float32, and ``loss_sum`` = ``sum((w - q)**2 / d**2) / 2``."""
 
     codes_t: torch.Tensor
@@ -81,7 +81,8 @@ def _solve(
 ) -> SolveOutput:
     in_, out = wt.shape
     maxq = spec.maxq
-    codes_t = torch.empty(in_, out, dtype=torch.float32)
+    codes_t = torch.empty(in_, out, dtype=torch.uint8)  # a quarter of float32 codes' memory
+    q = torch.empty(out, dtype=torch.float32)
     diag = torch.diagonal(upper).tolist()
     group_of = plan.group_of.tolist()
     seg_end = {s: e for s, e, _ in plan.segments} if plan.dynamic else {}
@@ -97,9 +98,9 @@ def _solve(
                 g = group_of[j]
                 scale, zero = scales[g], zeros[g]
                 w = wt[j]
-                q = codes_t[j]
                 torch.div(w, scale, out=q)
                 q.round_().add_(zero).clamp_(0, maxq)
+                codes_t[j].copy_(q)
                 torch.sub(q, zero, out=deq).mul_(scale)
                 err = block_err[j - b0]
                 torch.sub(w, deq, out=err).div_(diag[j])
