@@ -111,3 +111,15 @@ def test_released_statistics_refuse_further_use() -> None:
         HessianAccumulator(8).load_state_dict(
             {"hessian_sum": torch.zeros(8, 8), "nsamples": 1, "in_features": 8, "pending": torch.zeros(3, 9)}
         )
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 64, 513])
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 18])
+def test_reverse_in_place_equals_flip_of_both_axes(n: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import qalgos.hessian_inverse as hinv
+
+    monkeypatch.setattr(hinv, "REVERSE_CHUNK", chunk)
+    matrix = torch.randn(n, n, generator=torch.Generator().manual_seed(n))
+    want = matrix.flip(0, 1).clone()
+    hinv.reverse_in_place(matrix)
+    assert torch.equal(matrix, want)

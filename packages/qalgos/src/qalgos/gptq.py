@@ -97,8 +97,11 @@ class GPTQ:
             if bool(dead.any()):
                 hessian[dead, dead] = 1.0
             plan = plan_columns(torch.diagonal(hessian), self.spec)
-            if not plan.is_identity():
-                hessian = hessian[plan.perm][:, plan.perm]
+            if not plan.is_identity():  # rows, then columns: two [in, in] matrices live at most, not three
+                rows = hessian.index_select(0, plan.perm)
+                del hessian
+                hessian = rows.index_select(1, plan.perm)
+                del rows
             inverse = damped_inverse(hessian, self.spec.damp_percent, self.spec.damp_auto_increment)
             self._prepared = (dead, plan, inverse)
         return self._prepared

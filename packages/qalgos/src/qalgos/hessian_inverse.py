@@ -110,6 +110,23 @@ def cholesky_with_inverse(
     return (work.tril_() if lower else None), inverse
 
 
+REVERSE_CHUNK = 1 << 18
+
+
+def reverse_in_place(matrix: torch.Tensor) -> None:
+    """``matrix.copy_(matrix.flip(0, 1))`` for a contiguous ``[n, n]`` matrix, with a work space of
+    :data:`REVERSE_CHUNK` elements instead of a second matrix: flipping both axes of a row-major matrix
+    reverses its flat storage, done as swaps of mirrored chunks."""
+    flat = matrix.view(-1)
+    total = flat.numel()
+    half = total // 2
+    for start in range(0, half, REVERSE_CHUNK):
+        count = min(REVERSE_CHUNK, half - start)
+        head = flat[start : start + count].clone()
+        flat[start : start + count] = flat[total - start - count : total - start].flip(0)
+        flat[total - start - count : total - start] = head.flip(0)
+
+
 def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
     """Upper Cholesky factor of ``(H + add·I)⁻¹`` (float32), or None when ``H + add·I`` is not positive definite.
 
@@ -122,10 +139,9 @@ def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
     del damped  # the work space: three [in, in] float32 matrices live at most (H, work, L⁻¹)
     if factors is None:
         return None
-    inverse = factors[1]
+    upper = factors[1]
     del factors
-    upper = inverse.flip(0, 1)  # a copy; the work space is gone by now
-    del inverse
+    reverse_in_place(upper)  # flip(0, 1) without a second [in, in] matrix
     if not bool(torch.isfinite(upper).all()):
         return None
     return upper
