@@ -106,3 +106,22 @@ def test_freed_heap_is_returned_on_glibc() -> None:
     from qlooper.allocator import release_free_memory
 
     assert release_free_memory() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_layer_over_the_lockstep_budget_runs_per_group_with_the_same_numbers(both) -> None:
+    (_, run_l, _), (_, _, calls_s) = both
+    model = ToyDecoder()
+    calls = []
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(lambda *a: calls.append(1))
+    options = LoopOptions(lockstep=True, lockstep_budget=1)
+    run = quantize_model(model, DENSE, toy_calibration(), SPEC, "gptq", options=options)
+    assert len(calls) == calls_s  # per-group capture forwards plus the replay, as with lockstep=False
+    assert sorted(run.lockstep_skipped) == [f"model.layers.{i}" for i in range(4)]
+    assert all("lockstep budget" in why for why in run.lockstep_skipped.values())
+    for name, done in run.modules.items():
+        assert np.array_equal(done.tensors()["qweight"], run_l.modules[name].tensors()["qweight"]), name
+    roomy = quantize_model(
+        ToyDecoder(), DENSE, toy_calibration(), SPEC, "gptq", options=LoopOptions(lockstep_budget=2**40)
+    )
+    assert roomy.lockstep_skipped == {}

@@ -99,6 +99,7 @@ class QuantModel:
         progress: bool = False,
         backend: str = AUTO,
         lockstep: bool = True,
+        lockstep_budget: int | None = None,
         executor: Any = None,
     ) -> dict[str, Any]:
         """Quantize every linear of every decoder layer, layer by layer; returns the run summary.
@@ -112,7 +113,9 @@ class QuantModel:
         ``checkpoint``: a ``qcheckpoint.CheckpointConfig`` for resumable runs. ``backend``: the qkernels backend of
         the in-memory quantized modules. ``lockstep``: GPTQ runs each layer once per batch, paused before every group
         (qlooper ``LoopOptions.lockstep``: same numbers, about 3x fewer layer forwards, every batch's activations live
-        at once); ``False`` for per-group forwards when memory is tighter than time.
+        at once); ``False`` for per-group forwards when memory is tighter than time. ``lockstep_budget``: bytes
+        the parked activations may take; a layer over it runs per-group forwards (same numbers), listed in the
+        summary's ``lockstep_skipped`` (qlooper ``LoopOptions.lockstep_budget``; None: no limit).
         ``executor``: where the forwards and solves run (qlooper ``LoopOptions.executor``, e.g. a
         ``qlooper.ray_executor.RayExecutor``; same numbers as one process); None runs in this process. The
         summary's ``executor`` says which ran and names any worker that was lost and replaced.
@@ -142,6 +145,7 @@ class QuantModel:
         options = LoopOptions(
             true_sequential=settings.true_sequential,
             lockstep=lockstep,
+            lockstep_budget=lockstep_budget,
             pack_dtype=settings.pack_dtype,
             replace_module=kernel_replacer(settings, self.source.dtype, backend),
             progress=progress,
@@ -194,6 +198,7 @@ class QuantModel:
                 "resumed_from": run.resumed_from,
                 "quantize_seconds": round(time.perf_counter() - start - calibration_seconds, 3),
                 "largest_layer_bytes": processor.peak_layer_bytes,
+                "lockstep_skipped": dict(run.lockstep_skipped),
             }
         )
         if executor is not None:

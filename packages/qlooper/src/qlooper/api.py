@@ -29,7 +29,8 @@ DEFAULT_FORMATS = {"gptq": "gptq", "awq": "gemm", "rtn": "gptq"}
 class QuantizationRun:
     """What a run gives back: per module name the finalized module (logical weight, packed tensors) and report.
 
-    ``resumed_from`` is the plan cursor restored from a checkpoint (0 for a fresh run).
+    ``resumed_from`` is the plan cursor restored from a checkpoint (0 for a fresh run). ``lockstep_skipped``:
+    layer name -> why it ran per-group forwards instead of lockstep (``LoopOptions.lockstep_budget``).
     """
 
     modules: dict[str, FinalizedModule]
@@ -38,6 +39,7 @@ class QuantizationRun:
     format: str
     resumed_from: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    lockstep_skipped: dict[str, str] = field(default_factory=dict)
 
     def report_for(self, name: str) -> ModuleReport:
         for row in self.report:
@@ -104,4 +106,11 @@ def quantize_model(
         state = run_with_checkpoint(loop, calibration, checkpoint, list(options.extensions))
     else:
         state = loop.run(calibration)
-    return QuantizationRun(dict(state.finalized), list(state.reports), state.plan, fmt, state.start_cursor)
+    return QuantizationRun(
+        dict(state.finalized),
+        list(state.reports),
+        state.plan,
+        fmt,
+        state.start_cursor,
+        lockstep_skipped=dict(state.lockstep_skipped),
+    )

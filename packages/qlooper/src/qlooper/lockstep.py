@@ -54,6 +54,19 @@ def lockstep_supported(groups: Sequence[ResolvedGroup]) -> str | None:
     return None
 
 
+def parked_bytes(cache: InputCache, groups: Sequence[ResolvedGroup]) -> int:
+    """Estimated bytes every batch holds while parked: per token, two residual-stream vectors (the layer
+    input and the residual) plus the widest group input, in the cached hidden state's dtype."""
+    widest = max((int(m.weight.shape[1]) for g in groups for m in g.modules), default=0)
+    total = 0
+    for args in cache.layer_inputs:
+        hidden = args[0]
+        width = int(hidden.shape[-1]) if hidden.ndim else 1
+        tokens = hidden.numel() // max(width, 1)
+        total += tokens * (2 * width + widest) * hidden.element_size()
+    return total
+
+
 class _Worker:
     """One cached batch's forward in its own greenlet (a stack of its own on the caller's OS thread)."""
 

@@ -16,6 +16,7 @@ Weight-only processors (``needs_calibration = False``) skip capture, hooks and r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -35,10 +36,12 @@ from .errors import ProcessorError
 from .executor import InProcessExecutor
 from .finalize import FinalizedModule, finalize_module
 from .input_cache import InputCache
-from .lockstep import lockstep_forward, lockstep_supported
+from .lockstep import lockstep_forward, lockstep_supported, parked_bytes
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
 from .processors.base import LayerContext, ModuleResult, first_tensor
 from .report import ModuleReport, Progress, notes_text
+
+logger = logging.getLogger(__name__)
 
 ReplaceModule = Callable[[str, nn.Module, FinalizedModule], "nn.Module | None"]
 
@@ -53,6 +56,9 @@ class LoopOptions:
     * ``lockstep``: with ``true_sequential``, a processor that can ``observe`` and groups that each read one
       input, run each layer as one lockstep forward (:mod:`qlooper.lockstep`: same numbers, one forward
       per layer instead of one per group plus a replay; every batch's activations live at once).
+    * ``lockstep_budget``: bytes the parked activations of a lockstep forward may take
+      (:func:`qlooper.lockstep.parked_bytes`); a layer over it runs the per-group forwards instead (same
+      numbers, more forward time), logged and listed in ``LoopState.lockstep_skipped``. None: no limit.
     * ``finalizer_workers``: threads packing/offloading/replacing finished modules.
     * ``pack_dtype``: word dtype passed to the layout's ``pack``.
     * ``offload_dir``: write each finished module to ``<dir>/<module name>/module.safetensors`` and drop it
@@ -73,6 +79,7 @@ class LoopOptions:
     true_sequential: bool = True
     early_stop: bool = True
     lockstep: bool = True
+    lockstep_budget: int | None = None
     finalizer_workers: int = 2
     pack_dtype: str = "int32"
     offload_dir: str | Path | None = None
@@ -96,6 +103,7 @@ class LoopState:
     reports: list[ModuleReport] = field(default_factory=list)
     cursor: int = 0
     start_cursor: int = 0
+    lockstep_skipped: dict[str, str] = field(default_factory=dict)
 
 
 def _tokens_in(ctx: LayerContext, x: torch.Tensor) -> int:
@@ -237,8 +245,8 @@ class LayerLoop:
                 if reason is not None:
                     ctx.fallback[mod.full_name] = reason
 
-    def _lockstep(self, groups: list[ResolvedGroup]) -> bool:
-        return (
+    def _lockstep(self, name: str, groups: list[ResolvedGroup]) -> bool:
+        usable = (
             self.options.lockstep
             and self.executor.supports_lockstep
             and self.options.true_sequential
@@ -247,6 +255,16 @@ class LayerLoop:
             and callable(getattr(self.processor, "observe", None))
             and lockstep_supported(groups) is None
         )
+        budget = self.options.lockstep_budget
+        if not usable or budget is None or self.state.cache is None:
+            return usable
+        need = parked_bytes(self.state.cache, groups)
+        if need <= budget:
+            return True
+        reason = f"parked activations {need / 2**20:.0f} MiB > lockstep budget {budget / 2**20:.0f} MiB"
+        logger.info("layer %s: per-group forwards (%s)", name, reason)
+        self.state.lockstep_skipped[name] = reason
+        return False
 
     def _run_lockstep(self, ctx: LayerContext, groups: list[ResolvedGroup], solved: list[ModuleResult]) -> InputCache:
         """One lockstep forward of the layer (see :mod:`qlooper.lockstep`); returns the next layer's cache."""
@@ -281,7 +299,7 @@ class LayerLoop:
         groups = resolve_groups(layer, name, self.definition)
         modules = {m.full_name: m for g in groups for m in g.modules}
         solved: list[ModuleResult] = []
-        lockstep = self._lockstep(groups)
+        lockstep = self._lockstep(name, groups)
         with torch.no_grad():
             self.processor.start_layer(ctx)
             if self.processor.needs_calibration:
