@@ -5,8 +5,8 @@ entry per method with the per-layer ``LayerTimes`` of qlooper's sharded executor
 
 1. measured: median per layer of forward (slowest worker), reduce (driver feeding the statistics in batch
    order), solve (spread jobs), transfer (forward calls' wall minus compute) and layer shipping, the bytes
-   moved (of them the changed parameters sent with the calls), with the rates they imply on this machine (effective GFLOP/s of forwards, of the Hessian reduce, of the solves;
-   MB/s of the transfers);
+   moved (of them the changed parameters sent with the calls), with the rates they imply on this machine
+   (effective GFLOP/s of forwards, of the Hessian reduce, of the solves; MB/s of the transfers);
 2. projected: the same structure (what runs on N workers, what stays serial on the driver, bytes per call)
    for a 70B dense and a 600B MoE model on N GPUs, with the GPU rates of ASSUMPTIONS (not measured here).
 

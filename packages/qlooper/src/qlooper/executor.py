@@ -13,14 +13,14 @@ The loop asks its executor (``LoopOptions.executor``) for four things per layer:
 :class:`InProcessExecutor` is the loop as it was (and allows lockstep). :class:`ShardedExecutor` splits the
 cached batches into contiguous shards, one per worker (:class:`~qlooper.shard_worker.LayerWorker`); each
 worker runs a copy of the layer (shipped once per layer; each call then carries only the parameters the
-driver's solves changed since the previous call) and records what the hooked modules received; the driver then calls its own hooks with those recordings, batch by batch in
-batch order. Every statistic is therefore accumulated in the same order, from the same tensors, as in one
-process: GPTQ's Hessian buffer and chunking, AWQ's concatenated inputs and its inspect calls come out bit
-for bit the same (the workers' forwards give the same bits as the driver's on the same CPU and torch:
-measured by the ``ray`` nox session). Forward hooks replayed this way receive ``None`` as the output and
-pre-hooks' return values are ignored (the built-in processors use neither). Solves are spread round-robin
-over the workers. :class:`LocalShardExecutor` keeps its workers in this process (tests, no Ray);
-:class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
+driver's solves changed since the previous call) and records what the hooked modules received; the driver then
+calls its own hooks with those recordings, batch by batch in batch order. Every statistic is therefore
+accumulated in the same order, from the same tensors, as in one process: GPTQ's Hessian buffer and chunking,
+AWQ's concatenated inputs and its inspect calls come out bit for bit the same (the workers' forwards give the
+same bits as the driver's on the same CPU and torch: measured by the ``ray`` nox session). Forward hooks
+replayed this way receive ``None`` as the output and pre-hooks' return values are ignored (the built-in
+processors use neither). Solves are spread round-robin over the workers. :class:`LocalShardExecutor` keeps its
+workers in this process (tests, no Ray); :class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
 """
 
 from __future__ import annotations

@@ -107,8 +107,9 @@ class LayerWorker:
         hooked: Sequence[HookedModule],
         stop_after: str | None,
     ) -> tuple[list[list[Event]], float]:
-        """Apply ``changed`` (see :meth:`update`), run ``calls`` (this shard's batches, in order; may be empty), recording the ``hooked`` modules' calls; each
-        forward ends after module ``stop_after`` returns when given. Returns (events per batch, seconds)."""
+        """Apply ``changed`` (see :meth:`update`), run ``calls`` (this shard's batches, in order; may be
+        empty), recording the ``hooked`` modules' calls; each forward ends after module ``stop_after``
+        returns when given. Returns (events per batch, seconds)."""
         start = time.perf_counter()
         layer = self._loaded(key, changed)
         modules = dict(layer.named_modules())
