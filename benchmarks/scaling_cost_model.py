@@ -182,6 +182,9 @@ def measured(data: dict) -> dict[str, float]:
         "layer wall (1 process)",
     ]
     print(table(headers, rows))
+    if not rates:
+        print("\nNo GPTQ run in the file: no implied rates (the CPU-worker projection needs them)\n")
+        return rates
     print(
         "\nImplied rates on this machine (GPTQ run): "
         f"forward {rates['forward'] / 1e9:.1f} GFLOP/s per worker, reduce {rates['reduce'] / 1e9:.1f} GFLOP/s, "
@@ -254,6 +257,8 @@ def main() -> None:
         "1 GPU hours",
     ]
     print(table(headers, rows))
+    if not rates:
+        return
     print("\nThe same on CPU workers at this machine's measured rates (forward per worker, reduce, solve)\n")
     rows = [project(shape, n, rates) for shape in (DENSE_70B, MOE_600B) for n in (8, 32, 128)]
     headers[1], headers[-1] = "CPU workers", "1 worker hours"
