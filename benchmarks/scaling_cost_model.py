@@ -4,9 +4,9 @@ Input: ``ray_smollm2_times.json`` written by tests-ray/test_ray_smollm2.py (the 
 entry per method with the per-layer ``LayerTimes`` of qlooper's sharded executor. Output (stdout, tables):
 
 1. measured: median per layer of forward (slowest worker), reduce (driver feeding the statistics in batch
-   order), solve (spread jobs), transfer (forward calls' wall minus compute) and layer shipping, with the
-   rates they imply on this machine (effective GFLOP/s of forwards, of the Hessian reduce, of the solves;
-   MB/s of the transfers);
+   order), solve (spread jobs), transfer (forward calls' wall minus compute) and layer shipping, the bytes
+   moved (of them the changed parameters sent with the calls), with the rates they imply on this machine
+   (effective GFLOP/s of forwards, of the Hessian reduce, of the solves; MB/s of the transfers);
 2. projected: the same structure (what runs on N workers, what stays serial on the driver, bytes per call)
    for a 70B dense and a 600B MoE model on N GPUs, with the GPU rates of ASSUMPTIONS (not measured here).
 
@@ -88,7 +88,8 @@ class Shape:
         ]
 
     def calls_per_layer(self) -> int:
-        """Sharded forward calls per layer: one capture per group plus the replay (each ships the layer state)."""
+        """Sharded forward calls per layer: one capture per group plus the replay (before changed-only
+        shipping, each of them carried the whole layer state to every worker)."""
         return len(self.solve_groups()) + 1
 
     def activation_bytes_per_token(self, dtype_bytes: int) -> float:
@@ -142,6 +143,8 @@ def measured(data: dict) -> dict[str, float]:
         tokens = run.get("tokens") or run["rows"] * run["length"]
         parts = {k: median(layers, k) for k in ("forward", "reduce", "solve", "transfer", "layer_ship")}
         moved = median(layers, "bytes_out") + median(layers, "bytes_back")
+        changed = median(layers, "bytes_changed")
+        layer_mb = median(layers, "layer_bytes") / 1e6
         wall = run["ray_seconds"] / len(layers)
         rows.append(
             [
@@ -149,6 +152,8 @@ def measured(data: dict) -> dict[str, float]:
                 str(tokens),
                 *(f"{parts[k] * 1e3:.0f}" for k in parts),
                 f"{moved / 1e6:.1f}",
+                f"{changed / 1e6:.1f}",
+                f"{layer_mb * workers * shape.calls_per_layer():.1f}",
                 f"{wall * 1e3:.0f}",
                 f"{run['one_process_seconds'] / len(layers) * 1e3:.0f}",
             ]
@@ -171,10 +176,15 @@ def measured(data: dict) -> dict[str, float]:
         "transfer",
         "layer ship",
         "MB moved",
+        "of which changed params",
+        "params if sent every call",
         "layer wall (ray)",
         "layer wall (1 process)",
     ]
     print(table(headers, rows))
+    if not rates:
+        print("\nNo GPTQ run in the file: no implied rates (the CPU-worker projection needs them)\n")
+        return rates
     print(
         "\nImplied rates on this machine (GPTQ run): "
         f"forward {rates['forward'] / 1e9:.1f} GFLOP/s per worker, reduce {rates['reduce'] / 1e9:.1f} GFLOP/s, "
@@ -186,7 +196,9 @@ def measured(data: dict) -> dict[str, float]:
 def project(shape: Shape, gpus: int, rates: dict[str, float] | None = None) -> list[str]:
     """Seconds per layer on ``gpus`` workers as built: forwards split over the workers; the Hessian reduce
     serial on the driver; each group's solve jobs in waves over the workers; every hooked input sent back
-    to the driver over one link; the whole layer state sent to every worker with every forward call.
+    to the driver over one link; the layer sent once to every worker, then each solved weight once more to
+    every worker (changed-only shipping: every linear weight of a layer is solved once), both over the
+    driver's link (no broadcast tree assumed).
     ``rates`` (flop/s of ``forward`` per worker, ``reduce``, ``solve``): default the GPU ASSUMPTIONS."""
     a = ASSUMPTIONS
     rates = rates or {"forward": a["gpu_forward_flops"], "reduce": a["gpu_reduce_flops"], "solve": a["gpu_solve_flops"]}
@@ -199,7 +211,7 @@ def project(shape: Shape, gpus: int, rates: dict[str, float] | None = None) -> l
         solve += sum(max(jobs[i : i + gpus]) for i in range(0, len(jobs), gpus)) / rates["solve"]
     back = shape.activation_bytes_per_token(a["dtype_bytes"]) * tokens / a["link_bytes_per_s"]
     layer_bytes = shape.layer_params() * a["dtype_bytes"]
-    ship = layer_bytes * gpus * shape.calls_per_layer() / a["link_bytes_per_s"]
+    ship = layer_bytes * gpus * 2 / a["link_bytes_per_s"]
     solves = sum(sum(g) for g in shape.solve_groups()) / rates["solve"]
     one = shape.forward_flops_per_token() * tokens / rates["forward"] + reduce + solves
     total = forward + reduce + solve + back + ship
@@ -245,6 +257,8 @@ def main() -> None:
         "1 GPU hours",
     ]
     print(table(headers, rows))
+    if not rates:
+        return
     print("\nThe same on CPU workers at this machine's measured rates (forward per worker, reduce, solve)\n")
     rows = [project(shape, n, rates) for shape in (DENSE_70B, MOE_600B) for n in (8, 32, 128)]
     headers[1], headers[-1] = "CPU workers", "1 worker hours"

@@ -1,5 +1,6 @@
-"""The Ray executor on a local 2-worker cluster: GPTQ and AWQ on the toy decoders, bit for bit against one
-process; a worker killed mid-layer is reported by name, replaced, and the run still gives the same bits."""
+"""The Ray executor on the session's local 2-worker cluster (conftest ``executor``): GPTQ and AWQ on the toy
+decoders, bit for bit against one process; a worker killed mid-layer is reported by name, replaced, and the
+run still gives the same bits; a driver killed mid-run resumes from its checkpoint to the same bits."""
 
 import os
 import signal
@@ -8,20 +9,11 @@ import pytest
 from qalgos.spec import QuantSpec
 from qlooper import LoopOptions, quantize_model
 from qlooper.processors.gptq import GPTQProcessor
-from qlooper.ray_executor import RayExecutor
 from test_executor import assert_same_run
 from toy_models import DENSE, MOE, ToyDecoder, toy_calibration
 
 GPTQ_SPEC = QuantSpec(bits=4, group_size=32)
 AWQ_SPEC = QuantSpec(bits=4, group_size=32, sym=False)
-
-
-@pytest.fixture(scope="module")
-def executor():
-    with RayExecutor("local", workers=2) as ray_executor:
-        assert [w["name"] for w in ray_executor.identities] == ["lowbit-worker-0", "lowbit-worker-1"]
-        assert len({w["pid"] for w in ray_executor.identities} | {os.getpid()}) == 3  # two worker processes
-        yield ray_executor
 
 
 @pytest.mark.parametrize(

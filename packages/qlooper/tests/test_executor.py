@@ -6,7 +6,7 @@ import torch
 from qalgos.fallback import FallbackPolicy
 from qalgos.spec import QuantSpec
 from qlooper import LoopOptions, quantize_model
-from qlooper.executor import LocalShardExecutor, feed_hooks, hooked_modules, shard_ranges
+from qlooper.executor import LocalShardExecutor, feed_hooks, hooked_modules, same_bits, shard_ranges
 from torch import nn
 from toy_models import DENSE, MOE, ToyDecoder, toy_calibration
 
@@ -64,6 +64,27 @@ def test_sharded_gptq_matches_in_process_lockstep(workers: int) -> None:
     run = quantize_model(shard_model, DENSE, cal, GPTQ_SPEC, "gptq", options=LoopOptions(executor=executor))
     assert_same_run(ref, run, ref_model, shard_model)
     assert len(executor.times) == 4 and all(t.calls > 0 and t.solve > 0 for t in executor.times)
+
+
+def test_sharded_run_ships_only_changed_parameters_and_keeps_idle_workers_current() -> None:
+    cal = toy_calibration(n=4, batch_size=2)  # 2 batches over 3 workers: one worker gets empty calls
+    ref_model, shard_model = ToyDecoder(), ToyDecoder()
+    ref = quantize_model(ref_model, DENSE, cal, GPTQ_SPEC, "gptq")
+    executor = LocalShardExecutor(3)
+    run = quantize_model(shard_model, DENSE, cal, GPTQ_SPEC, "gptq", options=LoopOptions(executor=executor))
+    assert_same_run(ref, run, ref_model, shard_model)
+    for times in executor.times:  # each solved weight goes to each worker once, not the layer with every call
+        assert 0 < times.bytes_changed < times.layer_bytes * 3 < times.layer_bytes * 3 * times.calls
+    idle, busy = (executor._workers[i].layer.state_dict() for i in (2, 0))  # the last layer's quantized weights
+    assert idle.keys() == busy.keys() and all(same_bits(v, busy[k]) for k, v in idle.items())
+
+
+def test_same_bits_tells_signed_zeros_apart_and_a_nan_from_itself_not() -> None:
+    nan = torch.tensor([float("nan"), 1.0])
+    assert same_bits(nan, nan.clone()) and not torch.equal(nan, nan.clone())
+    zero, minus_zero = torch.tensor([0.0]), torch.tensor([-0.0])
+    assert not same_bits(zero, minus_zero) and torch.equal(zero, minus_zero)
+    assert not same_bits(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
 
 
 def test_sharded_awq_matches_in_process() -> None:

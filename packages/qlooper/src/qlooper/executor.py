@@ -12,15 +12,15 @@ The loop asks its executor (``LoopOptions.executor``) for four things per layer:
 
 :class:`InProcessExecutor` is the loop as it was (and allows lockstep). :class:`ShardedExecutor` splits the
 cached batches into contiguous shards, one per worker (:class:`~qlooper.shard_worker.LayerWorker`); each
-worker runs a copy of the layer (the driver's current parameters sent with every call) and records what the
-hooked modules received; the driver then calls its own hooks with those recordings, batch by batch in
-batch order. Every statistic is therefore accumulated in the same order, from the same tensors, as in one
-process: GPTQ's Hessian buffer and chunking, AWQ's concatenated inputs and its inspect calls come out bit
-for bit the same (the workers' forwards give the same bits as the driver's on the same CPU and torch:
-measured by the ``ray`` nox session). Forward hooks replayed this way receive ``None`` as the output and
-pre-hooks' return values are ignored (the built-in processors use neither). Solves are spread round-robin
-over the workers. :class:`LocalShardExecutor` keeps its workers in this process (tests, no Ray);
-:class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
+worker runs a copy of the layer (shipped once per layer; each call then carries only the parameters the
+driver's solves changed since the previous call) and records what the hooked modules received; the driver then
+calls its own hooks with those recordings, batch by batch in batch order. Every statistic is therefore
+accumulated in the same order, from the same tensors, as in one process: GPTQ's Hessian buffer and chunking,
+AWQ's concatenated inputs and its inspect calls come out bit for bit the same (the workers' forwards give the
+same bits as the driver's on the same CPU and torch: measured by the ``ray`` nox session). Forward hooks
+replayed this way receive ``None`` as the output and pre-hooks' return values are ignored (the built-in
+processors use neither). Solves are spread round-robin over the workers. :class:`LocalShardExecutor` keeps its
+workers in this process (tests, no Ray); :class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
 """
 
 from __future__ import annotations
@@ -123,8 +123,10 @@ class LayerTimes:
     ``transfer``: those calls' wall time minus ``forward`` (serialization, shipping, scheduling);
     ``reduce``: the driver feeding recordings to the hooks (statistics accumulated in batch order);
     ``solve``: wall time of the spread solve calls; ``layer_ship``: sending the layer copy to the workers;
-    ``bytes_out``/``bytes_back``: tensor bytes of the forward calls' arguments (the layer state counted once
-    per worker) and of their results (recordings, outputs).
+    ``bytes_out``/``bytes_back``: tensor bytes of the forward calls' arguments (batches, and the changed
+    parameters counted once per worker) and of their results (recordings, outputs); ``bytes_changed``: of
+    those arguments, the changed parameters (once per worker); ``layer_bytes``: the layer's state-dict bytes
+    (shipped once per worker in ``layer_ship``; every call carried all of them before changed-only shipping).
     """
 
     layer: int
@@ -136,6 +138,8 @@ class LayerTimes:
     calls: int = 0
     bytes_out: int = 0
     bytes_back: int = 0
+    bytes_changed: int = 0
+    layer_bytes: int = 0
 
 
 @dataclass
@@ -155,7 +159,9 @@ class ShardedExecutor:
     """Batches sharded over workers, statistics reduced in batch order, solves spread (module docstring).
 
     Subclasses provide ``_call(method, per_worker_args) -> [result per worker]`` (each worker's call of
-    the :class:`LayerWorker` method with its args, results in worker order) and ``_ship(layer)``.
+    the :class:`LayerWorker` method with its args, results in worker order) and ``_ship(layer)``. The
+    driver keeps a copy of the layer state the workers hold (``_held``, one layer of memory) to find what
+    its solves changed: a parameter is re-sent when any of its bytes differ.
     """
 
     workers: int
@@ -165,6 +171,7 @@ class ShardedExecutor:
     lost: list[LostWorker] = field(default_factory=list)
     _key: str = ""
     _index: int = -1
+    _held: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def solve_map(self) -> SolveMap:
@@ -183,11 +190,20 @@ class ShardedExecutor:
     def begin_layer(self, index: int, name: str, layer: nn.Module) -> None:
         start = time.perf_counter()
         self._index, self._key = index, f"{index}:{name}"
+        self._held = {k: v.clone() for k, v in _state(layer).items()}
         self._ship(self._key, layer)
-        self.times.append(LayerTimes(index, layer_ship=time.perf_counter() - start))
+        ship = LayerTimes(index, layer_ship=time.perf_counter() - start, layer_bytes=tensor_bytes(self._held))
+        self.times.append(ship)
 
-    def _state(self, layer: nn.Module) -> dict[str, torch.Tensor]:
-        return {k: v.detach() for k, v in layer.state_dict(keep_vars=True).items()}
+    def _changed(self, layer: nn.Module) -> dict[str, torch.Tensor]:
+        """The state entries of ``layer`` whose bytes differ from what the workers hold (``_held``)."""
+        state = _state(layer)
+        if state.keys() != self._held.keys():
+            raise ValueError(
+                f"layer {self._key}: its state entries changed during the layer "
+                f"(added {sorted(state.keys() - self._held.keys())}, gone {sorted(self._held.keys() - state.keys())})"
+            )
+        return {k: v for k, v in state.items() if not same_bits(v, self._held[k])}
 
     def _timed_calls(self, method: str, per_worker: list[tuple[Any, ...]], during: str) -> list[Any]:
         start = time.perf_counter()
@@ -200,6 +216,9 @@ class ShardedExecutor:
         times.calls += 1
         times.bytes_out += sum(tensor_bytes(args) for args in per_worker)  # the state: once per worker
         times.bytes_back += tensor_bytes([out for out, _ in results])
+        changed = per_worker[0][1] if per_worker else {}
+        times.bytes_changed += tensor_bytes(changed) * len(per_worker)
+        self._held.update({k: v.clone() for k, v in changed.items()})  # every worker holds them now
         return [out for out, _ in results]
 
     def capture(self, ctx: LayerContext, stop_after: nn.Module | None) -> None:
@@ -209,10 +228,10 @@ class ShardedExecutor:
         names = {module: name for name, module in ctx.layer.named_modules()}
         stop = names.get(stop_after) if stop_after is not None else None
         hooked = hooked_modules(ctx.layer)
-        state = self._state(ctx.layer)
-        ranges = shard_ranges(len(cache), self.workers)
+        changed = self._changed(ctx.layer)
+        ranges = self._every_worker_ranges(len(cache))
         per_worker = [
-            (self._key, state, [_call_of(cache, b) for b in range(lo, hi)], hooked, stop) for lo, hi in ranges
+            (self._key, changed, [_call_of(cache, b) for b in range(lo, hi)], hooked, stop) for lo, hi in ranges
         ]
         recorded = self._timed_calls("capture", per_worker, f"capture forward of layer {ctx.name}")
         start = time.perf_counter()
@@ -225,10 +244,16 @@ class ShardedExecutor:
             ctx.batch, ctx.mask = -1, None
         self.times[-1].reduce += time.perf_counter() - start
 
+    def _every_worker_ranges(self, batches: int) -> list[tuple[int, int]]:
+        """:func:`shard_ranges` padded with empty ranges: every worker gets each forward call (and with it
+        the changed parameters), also when there are fewer batches than workers."""
+        ranges = shard_ranges(batches, self.workers)
+        return ranges + [(batches, batches)] * (self.workers - len(ranges))
+
     def replay(self, layer: nn.Module, cache: InputCache) -> InputCache:
-        state = self._state(layer)
-        ranges = shard_ranges(len(cache), self.workers)
-        per_worker = [(self._key, state, [_call_of(cache, b) for b in range(lo, hi)]) for lo, hi in ranges]
+        changed = self._changed(layer)
+        ranges = self._every_worker_ranges(len(cache))
+        per_worker = [(self._key, changed, [_call_of(cache, b) for b in range(lo, hi)]) for lo, hi in ranges]
         shards = self._timed_calls("replay", per_worker, f"replay forward of layer {self._key}")
         outputs = [out for shard in shards for out in shard]
         hidden = [cache.layer_inputs[b][0] for b in range(len(cache))]
@@ -256,6 +281,18 @@ class ShardedExecutor:
             "lost_workers": [vars(lost) for lost in self.lost],
             "layer_times": [vars(t) for t in self.times],
         }
+
+
+def _state(layer: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach() for k, v in layer.state_dict(keep_vars=True).items()}
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same dtype, shape and bytes (``-0.0`` differs from ``0.0``, a NaN
+    equals the same NaN), unlike ``torch.equal``."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def tensor_bytes(value: Any, seen: set[int] | None = None) -> int:

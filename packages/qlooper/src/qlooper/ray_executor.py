@@ -4,7 +4,9 @@
 machine with ``workers`` CPUs; anything else is passed to ``ray.init(address=...)``, e.g. ``"auto"`` or
 ``"ray://head:10001"``) and starts ``workers`` actors named ``lowbit-worker-<i>``, each holding one
 :class:`~qlooper.shard_worker.LayerWorker`. What runs where, and why the numbers equal one process's, is in
-:mod:`qlooper.executor`. Each call carries everything it needs (the layer is re-sent to a new actor), so:
+:mod:`qlooper.executor`. The layer goes to every actor once per layer (one object-store copy); each forward
+call then carries only the parameters the driver's solves changed since the previous call, and a
+replacement actor gets the layer plus the driver's whole current state before it repeats a call, so:
 
 * a worker that dies during a call (killed, out of memory, node lost) is reported by name, pid and host
   (a warning in the log and ``describe()["lost_workers"]`` in the run summary), replaced by a fresh actor,
@@ -73,8 +75,9 @@ class RayExecutor(ShardedExecutor):
         ray = _ray()
         actor = self._actor_class.remote(f"lowbit-worker-{index}", torch.get_num_threads())
         identity = ray.get(actor.identity.remote())
-        if self._layer is not None:
+        if self._layer is not None:  # a replacement: the layer, then what the lost worker held
             ray.get(actor.set_layer.remote(*self._layer))
+            ray.get(actor.update.remote(self._layer[0], self._held))
         return actor, identity
 
     def _ship(self, key: str, layer: nn.Module) -> None:
@@ -87,7 +90,7 @@ class RayExecutor(ShardedExecutor):
 
     def _call(self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
         ray = _ray()
-        shared: dict[int, Any] = {}  # one object-store copy of an argument every worker gets (the layer state)
+        shared: dict[int, Any] = {}  # one object-store copy of an argument every worker gets (changed parameters)
         calls = [tuple(self._put_shared(arg, shared) for arg in args) for args in per_worker]
         refs = [self._submit(i, method, args) for i, args in enumerate(calls)]
         results = []

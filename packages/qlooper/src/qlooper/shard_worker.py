@@ -2,9 +2,10 @@
 
 A worker is plain Python (no Ray import): :class:`qlooper.executor.LocalShardExecutor` keeps its workers in
 this process, :class:`qlooper.ray_executor.RayExecutor` wraps each in a Ray actor. The driver sends the
-layer once per layer (:meth:`LayerWorker.set_layer`) and its current parameters and buffers with every call
-(the driver's solves change them between calls), so a call never depends on what an earlier call left
-behind and a restarted worker can take over any call.
+layer once per layer (:meth:`LayerWorker.set_layer`) and, with every forward call, the parameters and
+buffers its solves changed since the previous call (``changed``: a subset of the layer's state dict; empty
+when nothing changed). A replacement for a lost worker gets the layer and then the driver's whole current
+state (:meth:`LayerWorker.update`) before it repeats the call, so it holds what the lost worker held.
 
 Recordings: for every module the driver hooked, :meth:`LayerWorker.capture` records, per batch and in call
 order, ``(module name relative to the layer, "pre" | "post", args, kwargs)``: ``"pre"`` when the module is
@@ -80,25 +81,37 @@ class LayerWorker:
         self.layer, self.layer_key = layer, key
         return self.name
 
-    def _loaded(self, key: str, state: dict[str, torch.Tensor]) -> nn.Module:
+    def update(self, key: str, changed: dict[str, torch.Tensor]) -> str:
+        """Copy ``changed`` (state-dict entries of layer ``key``) into the held layer; returns the name."""
+        self._loaded(key, changed)
+        return self.name
+
+    def _loaded(self, key: str, changed: dict[str, torch.Tensor]) -> nn.Module:
         if self.layer is None or self.layer_key != key:
             raise RuntimeError(f"worker {self.name}: holds layer {self.layer_key!r}, a call came for {key!r}")
+        if not changed:
+            return self.layer
         with torch.no_grad():
-            self.layer.load_state_dict(state, strict=True)
+            result = self.layer.load_state_dict(changed, strict=False)
+        if result.unexpected_keys:
+            raise RuntimeError(
+                f"worker {self.name}: layer {key!r} has no state entries {sorted(result.unexpected_keys)}"
+            )
         return self.layer
 
     def capture(
         self,
         key: str,
-        state: dict[str, torch.Tensor],
+        changed: dict[str, torch.Tensor],
         calls: Sequence[Call],
         hooked: Sequence[HookedModule],
         stop_after: str | None,
     ) -> tuple[list[list[Event]], float]:
-        """Run ``calls`` (this shard's batches, in order), recording the ``hooked`` modules' calls; each
-        forward ends after module ``stop_after`` returns when given. Returns (events per batch, seconds)."""
+        """Apply ``changed`` (see :meth:`update`), run ``calls`` (this shard's batches, in order; may be
+        empty), recording the ``hooked`` modules' calls; each forward ends after module ``stop_after``
+        returns when given. Returns (events per batch, seconds)."""
         start = time.perf_counter()
-        layer = self._loaded(key, state)
+        layer = self._loaded(key, changed)
         modules = dict(layer.named_modules())
         events: list[Event] = []
         memo: dict[int, torch.Tensor] = {}
@@ -141,11 +154,12 @@ class LayerWorker:
         return record
 
     def replay(
-        self, key: str, state: dict[str, torch.Tensor], calls: Sequence[Call]
+        self, key: str, changed: dict[str, torch.Tensor], calls: Sequence[Call]
     ) -> tuple[list[torch.Tensor], float]:
-        """The layer's hidden-state output for each of ``calls`` (the next layer's inputs), and seconds."""
+        """Apply ``changed``; the layer's hidden-state output for each of ``calls`` (the next layer's inputs),
+        and seconds."""
         start = time.perf_counter()
-        layer = self._loaded(key, state)
+        layer = self._loaded(key, changed)
         with torch.no_grad():
             outputs = [layer_output(layer(*args, **kwargs)).detach() for args, kwargs in calls]
         return outputs, time.perf_counter() - start
