@@ -27,12 +27,13 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from smollm2_source import smollm2_gguf  # noqa: E402
+from smollm2_source import smollm2_gguf
 
 SETTINGS = {"method": "rtn", "bits": 4, "group_size": 64, "sym": False, "format": "gptq"}
 PROMPT = "The quick brown fox jumps over the lazy dog. Quantization of language models"
@@ -52,7 +53,6 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float, object]
 def rtn_weight(w: torch.Tensor, group: int = 64) -> object:
     """Round-to-nearest 4-bit asymmetric ``QuantizedWeight`` of a float ``[out, in]`` weight, ``group`` inputs
     per float16 scale and integer zero point (``in`` divisible by ``group``)."""
-    import numpy as np
     from qformats.logical import QuantizedWeight, default_g_idx
 
     out, k = w.shape
@@ -137,12 +137,11 @@ def main() -> None:
                     print(f"{threads:>7} {'ppl w' + str(window):>16} skipped: above the context {context}")
                     continue
                 count = max(1, args.tokens // window)
-                cells = []
-                for model in (dense, quant):  # dense first, then quantized, at the same settings
-                    cells.append(timed(lambda m=model: perplexity(m, ids, window=window, max_windows=count), 1))
+                runs = [partial(perplexity, m, ids, window=window, max_windows=count) for m in (dense, quant)]
+                cells = [timed(run, 1) for run in runs]  # dense first, then quantized, at the same settings
                 for _ in range(args.repeats - 1):  # alternate to even out a changing host load
-                    for i, model in enumerate((dense, quant)):
-                        again = timed(lambda m=model: perplexity(m, ids, window=window, max_windows=count), 1)
+                    for i, run in enumerate(runs):
+                        again = timed(run, 1)
                         cells[i] = (min(cells[i][0], again[0]), min(cells[i][1], again[1]), cells[i][2])
                 (dw, dc, dr), (qw, qc, qr) = cells
                 print(

@@ -183,7 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lowbit {__version__}")
     parser.add_argument(
-        "--threads", type=_positive_int, default=None, help="torch CPU threads (default: the cores not busy with other work, at least 1)"
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch CPU threads (default: the cores not busy with other work, at least 1)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log the packages' info messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
