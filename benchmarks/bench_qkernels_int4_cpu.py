@@ -5,8 +5,18 @@ GPTQ (v1 ``gptq`` checkpoint tensors, built through ``quant_linear`` as qhf's lo
 asymmetric zeros; batch 1 (decode) and 32 (prefill); float32 and bfloat16 activations; 1 and 2 threads.
 Each cell is the minimum over repeated timed calls (robust to a shared, noisy host) with the median
 beside it; ratios are against dense nn.Linear of the same activation dtype measured in the same process.
-The bytes each module holds in buffers are printed beside the packed size ``out * in / 2``. Asserts
-nothing about time. Run: ``python benchmarks/bench_qkernels_int4_cpu.py [--shapes 4096x4096]``.
+The bytes each module holds in buffers are printed beside the packed size ``out * in / 2``.
+
+Decode bandwidth: for batch 1, each ``cpu_int4`` row also prints the bytes one call must read (codes,
+float32 scales and zeros) divided by the copy bandwidth of a 256 MiB ``torch`` tensor copy measured in this
+process at the same thread count (bytes read + written per second): the time one call would take at that
+bandwidth, and the measured call's share of it (100% = at the limit; above 100% means the weight was served
+from cache, which happens in this loop for weights that fit the host's L3). Asserts nothing about time.
+
+    python benchmarks/bench_qkernels_int4_cpu.py [--shapes 4096x4096] [--issue]
+
+``--issue`` runs issue 22's grid: shapes 1536x576, 576x1536, 2048x2048, 4096x4096; 1, 8, 32, 128, 256, 512
+and 2048 tokens; float32; cpu_int4 only.
 """
 
 from __future__ import annotations
@@ -38,6 +48,35 @@ def measure(fn: Callable[[], object], budget_s: float) -> tuple[float, float, fl
     return min(walls) * 1e6, statistics.median(walls) * 1e6, min(cpus) * 1e6
 
 
+def copy_bandwidth(mib: int = 256) -> float:
+    """Bytes per second (read + written) of the best of five ``mib`` MiB float32 tensor copies."""
+    src = torch.ones(mib * 2**18)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.numel() * 4 / best
+
+
+def _cold_decode(tensors: dict, meta: object, x: torch.Tensor, nbytes: int, budget_s: float) -> float:
+    """Best microseconds per batch-1 call over distinct copies of one layer, called in turn, whose weights
+    total at least 96 MiB (more than this host's 32 MiB L3), so each call reads its weight from memory."""
+    copies = max(2, -(-96 * 2**20 // nbytes))
+    mods = [
+        quant_linear("gptq", {k: v.copy() for k, v in tensors.items()}, meta, backend="cpu_int4") for _ in range(copies)
+    ]
+    best = float("inf")
+    start = time.perf_counter()
+    while best == float("inf") or time.perf_counter() - start < budget_s:
+        for mod in mods:
+            t0 = time.perf_counter()
+            mod(x)
+            best = min(best, time.perf_counter() - t0)
+    return best * 1e6
+
+
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
 
@@ -50,7 +89,11 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--backends", default="cpu_int4,aten_int4,torch+cache")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per cell")
+    parser.add_argument("--issue", action="store_true", help="issue 22's grid (see the module docstring)")
     args = parser.parse_args()
+    if args.issue:
+        args.shapes, args.batches = "1536x576,576x1536,2048x2048,4096x4096", "1,8,32,128,256,512,2048"
+        args.dtypes, args.backends = "float32", "cpu_int4"
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     backends = args.backends.split(",")
     print("qkernels int4 CPU linear, gptq g128 asym; ratios = dense nn.Linear (same dtype) / candidate")
@@ -85,9 +128,12 @@ def _bench_shape(n: int, k: int, dtypes: list[torch.dtype], backends: list[str],
         f"{'threads':>7} {'batch':>5} {'act':>8} {'candidate':>15} {'wall us min (median)':>22} "
         f"{'vs dense':>9} {'cpu us min':>11} {'vs dense':>9}"
     )
+    groups = -(-k // 128)
+    decode_bytes = n * k // 2 + 2 * 4 * groups * n  # codes + float32 scales and zeros
     with torch.inference_mode():
         for threads in _ints(args.threads):
             torch.set_num_threads(threads)
+            bandwidth = copy_bandwidth()
             for batch in _ints(args.batches):
                 for dtype in dtypes:
                     x = torch.randn(batch, k).to(dtype)
@@ -102,6 +148,15 @@ def _bench_shape(n: int, k: int, dtypes: list[torch.dtype], backends: list[str],
                             f"{threads:>7} {batch:>5} {str(dtype)[6:]:>8} {name:>15} {cell:>22} "
                             f"{base / best:>8.2f}x {cpu:>11.0f} {base_cpu / max(cpu, 1.0):>8.2f}x"
                         )
+                        if batch == 1 and name == "cpu_int4":
+                            limit = decode_bytes / bandwidth * 1e6
+                            cold = _cold_decode(tensors, meta, x, decode_bytes, args.budget)
+                            print(
+                                f"{'':>7} decode reads {decode_bytes / 2**20:.2f} MiB/call; copy bandwidth "
+                                f"{bandwidth / 1e9:.1f} GB/s ({threads} thr) -> limit {limit:.0f} us; best call "
+                                f"{100 * limit / best:.0f}% of the limit speed (cache-warm), {cold:.0f} us = "
+                                f"{100 * limit / cold:.0f}% when rotating copies larger than the L3"
+                            )
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ def run_lowbit(*args: str) -> Ran:
     handlers, level, threads = root.handlers[:], root.level, torch.get_num_threads()
     root.handlers = []  # main() configures logging like a fresh process does
     torch.set_num_threads(1)
+    omp = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # main() then keeps torch's count instead of the free-core default
     out, err = io.StringIO(), io.StringIO()
     try:
         with redirect_stdout(out), redirect_stderr(err):
@@ -69,6 +71,10 @@ def run_lowbit(*args: str) -> Ran:
     finally:
         root.handlers, root.level = handlers, level
         torch.set_num_threads(threads)
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp
     return Ran(code, out.getvalue(), err.getvalue())
 
 

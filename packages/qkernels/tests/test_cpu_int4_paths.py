@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 import torch
 from qkernels import KernelInputError, quant_linear, quant_linear_from_weight
-from qkernels.backends.cpu_int4 import DEQUANT_FROM, DEQUANT_TILE
+from qkernels.backends.cpu_int4 import (
+    DEQUANT_FROM,
+    LONG_FROM,
+    SHORT_TILE,
+    WHOLE_WEIGHT_BUDGET,
+    WHOLE_WEIGHT_FROM,
+    prefill_tile,
+)
 from qkernels.checkpoint import pack_weight
 from qkernels.cpu_extension import extension_reasons
 from qkernels.int4_packing import pack_rows_gptq
@@ -17,10 +24,13 @@ if NO_CPU_EXTENSION and os.environ.get("LOWBIT_REQUIRE_CPU_EXTENSION"):
     raise RuntimeError(f"LOWBIT_REQUIRE_CPU_EXTENSION is set but cpu_int4 cannot build: {NO_CPU_EXTENSION}")
 pytestmark = pytest.mark.skipif(bool(NO_CPU_EXTENSION), reason=f"cpu_int4 unavailable: {NO_CPU_EXTENSION}")
 
-# out = DEQUANT_TILE + 8: the dequantize path ends on a partial tile; the decode path on a lone vector.
-WIDE = LayerCase("gptq", 4, 64, False, DEQUANT_TILE + 8, 192, bias=True)
+# out = SHORT_TILE + 8: the dequantize path ends on a partial tile; the decode path on a lone vector.
+WIDE = LayerCase("gptq", 4, 64, False, SHORT_TILE + 8, 192, bias=True)
 ACT = LayerCase("gptq_v2", 4, 32, False, 40, 128, act_order=True)
 AWQ = LayerCase("gemm", 4, 64, False, 24, 128)
+# SmolLM2's 576 inputs with group 128: a partial last group of 64; act-order over the same groups.
+PARTIAL = LayerCase("gptq", 4, 128, False, SHORT_TILE + 24, 576)
+PARTIAL_ACT = LayerCase("gptq_v2", 4, 128, True, 136, 576, act_order=True)
 
 
 def build(case: LayerCase, **options: object) -> torch.nn.Module:
@@ -37,6 +47,30 @@ def test_every_row_count_matches_the_reference_on_both_paths(case: LayerCase, de
         x = make_activations(case, rows, torch.float32, seed=rows)
         err = (module(x).double() - float_reference(x, weight, bias)).abs()
         assert float((err - tolerance(x, weight, bias, torch.float32)).max()) <= 0, (case, rows, dequant_from)
+
+
+@pytest.mark.parametrize("case", [PARTIAL, PARTIAL_ACT, WIDE], ids=str)
+def test_prefill_tiles_match_the_reference_at_every_tile_width(case: LayerCase) -> None:
+    """Row counts on each side of each tile-width switch (short, long, whole weight) and partial tiles."""
+    module = build(case)
+    weight, bias = make_weight(case), make_bias(case)
+    for rows in (DEQUANT_FROM, 100, LONG_FROM - 1, LONG_FROM, 300, WHOLE_WEIGHT_FROM - 1, WHOLE_WEIGHT_FROM):
+        x = make_activations(case, rows, torch.float32, seed=rows)
+        err = (module(x).double() - float_reference(x, weight, bias)).abs()
+        assert float((err - tolerance(x, weight, bias, torch.float32)).max()) <= 0, (case, rows)
+
+
+@pytest.mark.parametrize("rows", [DEQUANT_FROM, LONG_FROM, WHOLE_WEIGHT_FROM, 10**5])
+@pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (4096, 4096), (8192, 4096), (64, 8)])
+def test_prefill_tile_is_a_valid_width_within_the_scratch_budget(rows: int, shape: tuple[int, int]) -> None:
+    k, n = shape
+    tile = prefill_tile(rows, k, n)
+    assert 0 < tile <= n and tile % 8 == 0
+    assert 4 * k * tile <= max(WHOLE_WEIGHT_BUDGET, 4 * k * 2048)
+    if rows >= WHOLE_WEIGHT_FROM and 4 * k * n <= WHOLE_WEIGHT_BUDGET:
+        assert tile == n  # the whole weight in one scratch: the activations stream through the GEMM once
+    if rows < LONG_FROM:
+        assert tile == min(SHORT_TILE, n)
 
 
 def test_the_paths_agree_with_each_other_in_bfloat16() -> None:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from ..errors import LowbitError
 from .parser import build_parser
+from .thread_default import host_default_threads
 
 EXIT_FAILED = 2
 EXIT_STOPPED = 130
@@ -74,10 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(raw)
     args.argv = raw
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    if args.threads is not None:
+    threads = args.threads if args.threads is not None else host_default_threads()
+    if threads is not None:
         import torch
 
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(threads)
+        logging.getLogger("lowbit").info(
+            "torch CPU threads: %d (%s)", threads, "--threads" if args.threads is not None else "free cores now"
+        )
     command = importlib.import_module(COMMANDS[args.command])
     try:
         return int(command.run(args))

@@ -182,7 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lowbit", description="Quantize LLMs to low-bit checkpoints, inspect, convert, evaluate and benchmark."
     )
     parser.add_argument("--version", action="version", version=f"lowbit {__version__}")
-    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch CPU threads (default: the cores not busy with other work, at least 1)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log the packages' info messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -8,8 +8,10 @@ layouts, and act-order (input columns sorted by group), are repacked once at bui
 
 Per call, ``x [M, in]`` with ``M < dequant_from`` rows runs the decode-as-you-go kernel (exact codes,
 ``s * (sum x q - z * sum x)`` per group); from ``dequant_from`` rows on (prefill), the kernel dequantizes
-``DEQUANT_TILE`` output columns at a time into one float32 scratch tile and multiplies it with ``at::mm``
-(a dense GEMM wins there; no dense copy of the weight is kept). Activations of any float dtype are
+``prefill_tile(M, in, out)`` output columns at a time into one float32 scratch tile and multiplies it with
+``at::mm`` (a dense GEMM wins there; no dense copy of the weight is kept between calls). Long prefills
+(``M >= WHOLE_WEIGHT_FROM``) dequantize the whole weight into one per-call scratch when it fits
+``WHOLE_WEIGHT_BUDGET`` bytes, so the activations are streamed through the GEMM once. Activations of any float dtype are
 computed in float32 (bfloat16/float16 inputs convert exactly) and the result is cast back. A partial last
 group is served (its width is then a multiple of 32, since ``in_features % 64 == 0``).
 """
@@ -29,10 +31,16 @@ from ..int4_packing import pack_rows_gptq
 from ..module import QuantLinear, integer_weight
 from ..registry import register_backend
 
-# Activation rows from which a call dequantizes tiles and runs a dense GEMM instead of the decode kernel
-# (measured crossover on the AVX2 development host: see docs/backends.md, Performance).
-DEQUANT_FROM = 64
-DEQUANT_TILE = 512  # output columns per dequantized float32 scratch tile ([in, 512] floats)
+# Activation rows from which a call dequantizes tiles and runs a dense GEMM instead of the decode kernel, and
+# the tile widths by row count (measured on the 2-core AVX2 development host with the shapes 1536x576,
+# 576x1536, 2048x2048 and 4096x4096 at 1 to 2048 rows: see docs/backends.md, Performance).
+DEQUANT_FROM = 24
+SHORT_TILE = 128  # output columns per float32 scratch tile [in, 128] below LONG_FROM rows
+LONG_FROM = 256
+LONG_TILE = 512  # from LONG_FROM rows
+WHOLE_WEIGHT_FROM = 1024  # from here the whole weight is dequantized at once when it fits the budget
+WHOLE_WEIGHT_BUDGET = 64 * 2**20  # bytes of the per-call float32 scratch [in, out]
+HUGE_TILE = 2048  # from WHOLE_WEIGHT_FROM rows when the whole weight does not fit
 _DIRECT_FORMATS = frozenset({"gptq", "gptq_v2"})  # 4-bit int32 qweight is already the kn8 layout
 
 
@@ -106,10 +114,25 @@ class CpuInt4Linear(QuantLinear):
             x = x.index_select(1, self._perm)
         words = getattr(self, self._kn8_name)
         if x.shape[0] >= self.dequant_from:
-            y = self._ext.int4_kn8_dequant_mm(x, words, self._scales, self._zeros, self._group, DEQUANT_TILE)
+            tile = prefill_tile(x.shape[0], x.shape[1], words.shape[1])
+            y = self._ext.int4_kn8_dequant_mm(x, words, self._scales, self._zeros, self._group, tile)
         else:
             y = self._ext.int4_kn8_gemv(x.contiguous(), words, self._scales, self._zeros, self._group)
         return y if dtype == torch.float32 else y.to(dtype)
+
+
+def prefill_tile(rows: int, in_features: int, out_features: int) -> int:
+    """Output columns dequantized per float32 scratch tile ``[in_features, tile]`` for a call of ``rows``
+    activation rows on the dequantize + GEMM path (a multiple of 8, at most ``out_features``).
+
+    Narrow tiles stay in cache while few rows reuse them; wide ones stream the activations fewer times,
+    which wins once the GEMM dominates; the whole weight when ``4 * in * out <= WHOLE_WEIGHT_BUDGET``.
+    """
+    if rows >= WHOLE_WEIGHT_FROM:
+        tile = out_features if 4 * in_features * out_features <= WHOLE_WEIGHT_BUDGET else HUGE_TILE
+    else:
+        tile = SHORT_TILE if rows < LONG_FROM else LONG_TILE
+    return min(tile, out_features)
 
 
 def _reads_qweight(loaded: LoadedCheckpoint, w: object) -> bool:
