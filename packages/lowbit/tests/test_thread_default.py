@@ -31,5 +31,8 @@ def test_cli_applies_the_default_and_the_flag(monkeypatch: pytest.MonkeyPatch, t
         assert torch.get_num_threads() == 1
         main(["--threads", "2", "inspect", str(tmp_path)])
         assert torch.get_num_threads() == 2
+        torch.set_num_threads(2)
+        main(["convert", str(tmp_path), "--to", "gptq", "--out", str(tmp_path) + "-out"])  # fails: empty folder
+        assert torch.get_num_threads() == 2  # writes a checkpoint: torch's count, not the load's
     finally:
         torch.set_num_threads(before)

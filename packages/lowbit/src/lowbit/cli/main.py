@@ -33,6 +33,11 @@ PACKAGE_ERROR_ROOTS = (
     ("qhf.errors", "QHFError"),
 )
 
+# Commands whose default thread count follows the free cores (see thread_default). Commands that write a
+# checkpoint keep torch's default: a float reduction split over another thread count can change the saved
+# bits, and a checkpoint must not depend on how busy the machine was when the run started.
+LOAD_AWARE_COMMANDS = frozenset({"inspect", "eval", "bench"})
+
 COMMANDS = {
     "quantize": "lowbit.cli.quantize_cmd",
     "inspect": "lowbit.cli.inspect_cmd",
@@ -75,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(raw)
     args.argv = raw
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    threads = args.threads if args.threads is not None else host_default_threads()
+    free_cores = args.command in LOAD_AWARE_COMMANDS
+    threads = args.threads if args.threads is not None else (host_default_threads() if free_cores else None)
     if threads is not None:
         import torch
 

@@ -5,7 +5,8 @@ free cores waits, at every barrier, for a thread the scheduler has parked (measu
 host under load: prefill layers 1.3x to 4x slower with 2 threads than with 1; see docs/cli.md). So the
 default is the number of cores this process may run on minus the 1-minute load average, rounded, at least 1
 and at most the core count: 2 on a quiet 2-core machine, 1 once another job keeps a core busy. An explicit
-``OMP_NUM_THREADS`` is the user's choice and is left to torch.
+``OMP_NUM_THREADS`` is the user's choice and is left to torch. Only commands that write no checkpoint use it
+(``lowbit.cli.main.LOAD_AWARE_COMMANDS``): a checkpoint's bits must not depend on the load at start.
 """
 
 from __future__ import annotations
