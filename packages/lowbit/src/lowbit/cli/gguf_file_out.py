@@ -74,4 +74,7 @@ def quantize_to_gguf_file(args: argparse.Namespace, run: Callable[[argparse.Name
             export(parts, out, args.gguf_type, tokenizer)
         return code
     finally:
+        from qformats.checkpoint.directory_lock import lock_path
+
         shutil.rmtree(parts, ignore_errors=True)
+        lock_path(parts).unlink(missing_ok=True)  # the run is over: nothing holds the temporary directory's lock
