@@ -285,7 +285,8 @@ def _llama_cpp_wheel(session: nox.Session) -> str:
     found = sorted(cache.glob(f"llama_cpp_python-{version}-*.whl"))
     if not found:
         cache.mkdir(parents=True, exist_ok=True)
-        env = {"CMAKE_ARGS": LLAMA_CPP_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")}
+        parallel = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+        env = {"CMAKE_ARGS": LLAMA_CPP_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": parallel}
         session.run("python", "-m", "pip", "wheel", "--no-deps", "--no-binary", "llama-cpp-python", "-w", str(cache),
                     LLAMA_CPP, env=env)  # fmt: skip
         found = sorted(cache.glob(f"llama_cpp_python-{version}-*.whl"))

@@ -24,8 +24,8 @@ from random_weights import random_weight
 CONFIG = {
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 48, "hidden_size": 64,
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_parameters": {"rope_theta": 5e5, "rope_type": "default"},
-    "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1,
+    "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "bos_token_id": 0,
+    "eos_token_id": 1, "rope_parameters": {"rope_theta": 5e5, "rope_type": "default"},
 }  # fmt: skip
 VOCAB = {"<s>": 0, "</s>": 1, **{chr(ord("a") + i): 2 + i for i in range(26)}, "ab": 28, "abc": 29}
 
@@ -63,7 +63,7 @@ def test_names_round_trip_and_permutation_inverse() -> None:
     for heads in (1, 2, 4, 6):
         assert np.array_equal(permute_qk(w, heads), _llama_cpp_permute(w, heads))
         assert np.array_equal(unpermute_qk(permute_qk(w, heads), heads), w)
-    with pytest.raises(GGUFFileError, match="attn_q: 48 rows cannot be split into 5 heads"):
+    with pytest.raises(GGUFFileError, match=r"attn_q: 48 rows cannot be split into 5 heads"):
         permute_qk(w, 5, name="attn_q")
 
 
@@ -95,7 +95,8 @@ def test_metadata_keys_types_and_tokenizer(tmp_path: Path) -> None:
     fields = gguf.GGUFReader(str(path)).fields  # an independent reader: llama.cpp checks these types
     uint32 = ("llama.context_length", "llama.embedding_length", "llama.block_count", "llama.feed_forward_length",
               "llama.rope.dimension_count", "llama.attention.head_count", "llama.attention.head_count_kv",
-              "llama.vocab_size", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "general.file_type")  # fmt: skip
+              "llama.vocab_size", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+              "general.file_type")  # fmt: skip
     for key in uint32:
         assert fields[key].types == [gguf.GGUFValueType.UINT32], key
     for key in ("llama.rope.freq_base", "llama.attention.layer_norm_rms_epsilon"):
@@ -138,21 +139,22 @@ def test_refusals_name_the_field_or_tensor(tmp_path: Path) -> None:
     tok = tokenizer_from_hf(_tokenizer_dir(tmp_path / "tok"), CONFIG)
     out = tmp_path / "x.gguf"
     mistral = {**CONFIG, "model_type": "mistral", "architectures": ["MistralForCausalLM"]}
-    with pytest.raises(GGUFFileError, match="model_type 'mistral'.*only the llama architecture"):
+    with pytest.raises(GGUFFileError, match=r"model_type 'mistral'.*only the llama architecture"):
         write_llama_gguf(out, mistral, sd.items(), tok)
     yarn = {**CONFIG, "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 5e5}}
-    with pytest.raises(GGUFFileError, match="rope type 'llama3'"):
+    with pytest.raises(GGUFFileError, match=r"rope type 'llama3'"):
         write_llama_gguf(out, yarn, sd.items(), tok)
     q1 = [(n, (encode_rows(w, "Q1_0"), "Q1_0") if w.ndim == 2 else w) for n, w in sd.items()]
-    with pytest.raises(GGUFFileError, match="model.embed_tokens.weight.*Q1_0 cannot be written for llama.cpp"):
+    with pytest.raises(GGUFFileError, match=r"model.embed_tokens.weight.*Q1_0 cannot be written for llama.cpp"):
         write_llama_gguf(out, CONFIG, q1, tok)
-    with pytest.raises(GGUFFileError, match="lm_head.weight.*rows of 64 values are not whole Q4_K blocks of 256"):
+    with pytest.raises(GGUFFileError, match=r"lm_head.weight.*rows of 64 values are not whole Q4_K blocks of 256"):
         write_llama_gguf(out, CONFIG, sd.items(), tok, qtype="Q4_K")
     bias = [*sd.items(), ("model.layers.0.self_attn.q_proj.bias", np.zeros(64, np.float32))]
-    with pytest.raises(GGUFFileError, match="q_proj.bias.*no llama.cpp tensor"):
+    with pytest.raises(GGUFFileError, match=r"q_proj.bias.*no llama.cpp tensor"):
         write_llama_gguf(out, CONFIG, bias, tok)
-    with pytest.raises(GGUFFileError, match="lacks 1 tensor.*model.layers.1.mlp.up_proj.weight"):
-        write_llama_gguf(out, CONFIG, [(n, w) for n, w in sd.items() if n != "model.layers.1.mlp.up_proj.weight"], tok)
+    with pytest.raises(GGUFFileError, match=r"lacks 1 tensor.*model.layers.1.mlp.up_proj.weight"):
+        partial = [(n, w) for n, w in sd.items() if n != "model.layers.1.mlp.up_proj.weight"]
+        write_llama_gguf(out, CONFIG, partial, tok)
     wrong = {**sd, "model.norm.weight": np.zeros(63, np.float32)}
     with pytest.raises(GGUFFileError, match=r"model.norm.weight.*expected shape \(64,\)"):
         write_llama_gguf(out, CONFIG, wrong.items(), tok)

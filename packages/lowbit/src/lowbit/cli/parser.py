@@ -88,7 +88,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length", type=_positive_int, default=256, help="tokens per calibration block (default: 256)")
     p.add_argument("--batch-size", type=_positive_int, default=1, help="calibration rows per forward")
     p.add_argument(
-        "--out", required=True, help="output directory of the quantized checkpoint, or a path ending in .gguf (one file)"
+        "--out", required=True, help="output directory of the quantized checkpoint, or a .gguf path (one file)"
     )
     p.add_argument("--gguf-type", default="Q8_0", help=GGUF_TYPE_HELP)
     p.add_argument("--checkpoint-dir", default=None, help="commit a resumable checkpoint here at layer boundaries")

@@ -41,7 +41,7 @@ class LlamaGGUFSummary:
     """What :func:`write_llama_gguf` wrote: tensor count by ggml type, file size in bytes, tensors skipped."""
 
     path: str
-    types: Counter = field(default_factory=Counter)
+    types: Counter[str] = field(default_factory=Counter)
     nbytes: int = 0
     skipped: list[str] = field(default_factory=list)
 

@@ -50,7 +50,7 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _tokens(model: Mapping[str, Any], added: list[Mapping[str, Any]], vocab_size: int, path: Path) -> tuple:
+def _tokens(model: Mapping[str, Any], added: list[Mapping[str, Any]], vocab_size: int, path: Path) -> tuple[list[str], list[int]]:
     by_id: dict[int, tuple[str, int]] = {int(i): (str(t), NORMAL) for t, i in model["vocab"].items()}
     for entry in added:
         by_id[int(entry["id"])] = (str(entry["content"]), CONTROL if entry.get("special") else USER_DEFINED)
@@ -77,7 +77,7 @@ def _add_bos(tok_json: Mapping[str, Any], tok_config: Mapping[str, Any]) -> bool
         return bool(tok_config["add_bos_token"])
     post = tok_json.get("post_processor") or {}
     single = post.get("single") if post.get("type") == "TemplateProcessing" else None
-    return bool(single) and "SpecialToken" in single[0]
+    return isinstance(single, list) and bool(single) and "SpecialToken" in single[0]
 
 
 def tokenizer_from_hf(directory: str | Path, config: Mapping[str, Any]) -> dict[str, GGUFValue]:
