@@ -102,7 +102,9 @@ def _gguf_tensors(ck: Checkpoint, qtype: str, report: ExportReport) -> Iterator[
             yield name, ck.load(name)
 
 
-def directory_tensors(root: Path, quant: dict[str, Any] | None, report: ExportReport) -> Iterator[tuple[str, TensorSource]]:
+def directory_tensors(
+    root: Path, quant: dict[str, Any] | None, report: ExportReport
+) -> Iterator[tuple[str, TensorSource]]:
     """(Hugging Face name, dense array or (bytes, qtype)) for every tensor of ``root`` (see the module doc)."""
     if quant is None:
         ck = Checkpoint(root, fields=_DENSE_FIELDS)

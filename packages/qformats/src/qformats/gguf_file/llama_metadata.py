@@ -61,7 +61,9 @@ def check_llama(config: Mapping[str, Any], source: str = "config.json") -> None:
         raise GGUFFileError(f"{source}: attention_bias/mlp_bias: llama projections with biases are not supported")
 
 
-def llama_metadata(config: Mapping[str, Any], *, name: str, file_type: str, source: str = "config.json") -> dict[str, GGUFValue]:
+def llama_metadata(
+    config: Mapping[str, Any], *, name: str, file_type: str, source: str = "config.json"
+) -> dict[str, GGUFValue]:
     """``general.*`` + ``llama.*`` keys as typed :class:`GGUFValue` for a llama config dict."""
     check_llama(config, source)
     hidden = int(_required(config, "hidden_size", source))

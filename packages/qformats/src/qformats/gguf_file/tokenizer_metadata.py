@@ -50,7 +50,9 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _tokens(model: Mapping[str, Any], added: list[Mapping[str, Any]], vocab_size: int, path: Path) -> tuple[list[str], list[int]]:
+def _tokens(
+    model: Mapping[str, Any], added: list[Mapping[str, Any]], vocab_size: int, path: Path
+) -> tuple[list[str], list[int]]:
     by_id: dict[int, tuple[str, int]] = {int(i): (str(t), NORMAL) for t, i in model["vocab"].items()}
     for entry in added:
         by_id[int(entry["id"])] = (str(entry["content"]), CONTROL if entry.get("special") else USER_DEFINED)
