@@ -26,6 +26,7 @@ def test_quantize_gguf_method_writes_one_file_that_reads_back(tiny_llama: Path, 
     reference = dense["model.layers.1.self_attn.q_proj.weight"]
     assert np.abs(q - reference).max() < 0.25 * np.abs(reference).max()
     assert back.reader.value("tokenizer.ggml.bos_token_id") == 0
+    assert back.reader.value("general.name") == "tiny-q4_0"
 
     evaluated = run_lowbit("eval", str(out), "--window", "32", "--max-windows", "2", "--max-new-tokens", "0")
     assert evaluated.returncode == 0, evaluated.stderr

@@ -46,10 +46,11 @@ def _print_report(report: object, out: Path) -> None:
         print(f"not written  {', '.join(written.skipped)} (tied to the token embedding)")
 
 
-def export(source: Path, out: Path, qtype: str, tokenizer_gguf: str | None) -> None:
+def export(source: Path, out: Path, qtype: str, tokenizer_gguf: str | None, name: str) -> None:
     from qformats.gguf_file.directory_export import export_directory
 
-    _print_report(export_directory(source, out, qtype=qtype, tokenizer_gguf=tokenizer_gguf), out)
+    report = export_directory(source, out, qtype=qtype, tokenizer_gguf=tokenizer_gguf, name=name)
+    _print_report(report, out)
 
 
 def convert_to_gguf_file(args: argparse.Namespace) -> int:
@@ -58,7 +59,7 @@ def convert_to_gguf_file(args: argparse.Namespace) -> int:
     if not source.is_dir():
         raise UsageError(f"convert: {args.path!r} is not a checkpoint directory")
     out = _check_out_file(args.out)
-    export(source, out, args.gguf_type, None)
+    export(source, out, args.gguf_type, None, source.resolve().name)
     return 0
 
 
@@ -71,7 +72,7 @@ def quantize_to_gguf_file(args: argparse.Namespace, run: Callable[[argparse.Name
         code = run(args)
         if code == 0:
             tokenizer = args.source if is_gguf_path(args.source) and Path(args.source).is_file() else None
-            export(parts, out, args.gguf_type, tokenizer)
+            export(parts, out, args.gguf_type, tokenizer, out.stem)
         return code
     finally:
         from qformats.checkpoint.directory_lock import lock_path

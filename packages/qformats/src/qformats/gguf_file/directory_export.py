@@ -130,15 +130,17 @@ def export_directory(
     qtype: str = "Q8_0",
     embed_qtype: str = "Q8_0",
     tokenizer_gguf: str | os.PathLike[str] | None = None,
+    name: str | None = None,
 ) -> ExportReport:
     """Write ``out`` (a .gguf) from directory ``root``; the tokenizer comes from ``tokenizer_gguf`` (a .gguf
-    whose ``tokenizer.*`` keys are carried across) or else from ``root/tokenizer.json``."""
+    whose ``tokenizer.*`` keys are carried across) or else from ``root/tokenizer.json``. ``general.name`` is
+    ``name`` (default: the directory's name)."""
     source = Path(root)
     config, quant = _model_config(source)
     tokenizer = tokenizer_from_gguf(GGUFReader(tokenizer_gguf)) if tokenizer_gguf else tokenizer_from_hf(source, config)
     report = ExportReport("dense" if quant is None else str(quant.get("method") or quant.get("quant_method")))
     report.written = write_llama_gguf(
         out, config, directory_tensors(source, quant, report), tokenizer, qtype=qtype, embed_qtype=embed_qtype,
-        name=source.name,
+        name=name or source.name,
     )  # fmt: skip
     return report
