@@ -297,7 +297,7 @@ def _llama_cpp_wheel(session: nox.Session) -> str:
 
 @nox.session(python=PYTHON)
 def llamacpp(session: nox.Session) -> None:
-    """lowbit's .gguf files in llama.cpp: SmolLM2 quantized (gguf Q4_0, GPTQ -> convert), loaded, generated,
+    """lowbit's .gguf files in llama.cpp: SmolLM2 quantized (gguf Q4_0; RTN GPTQ-layout -> convert), loaded, generated,
     perplexity from llama.cpp's logits vs lowbit's reading of the same file within 2% (tests-llamacpp/).
 
     Not part of ``tests``: it builds llama-cpp-python from source on the first run (cached afterwards).
