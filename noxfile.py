@@ -266,11 +266,12 @@ def quickstart(session: nox.Session) -> None:
 
 
 LLAMA_CPP = "llama-cpp-python==0.3.36"
-# A CPU-only, portable, minimal llama.cpp build (no native -march, no GPU backends, no tools or examples).
+# A CPU-only, portable, minimal llama.cpp build (no native -march, no GPU backends, no tools, examples or the
+# multimodal mtmd library; llama-cpp-python still forces llama.cpp's `common` library on).
 LLAMA_CPP_CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=OFF "
     "-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF "
-    "-DLLAMA_BUILD_TOOLS=OFF"
+    "-DLLAMA_BUILD_TOOLS=OFF -DLLAVA_BUILD=OFF"
 )
 
 
