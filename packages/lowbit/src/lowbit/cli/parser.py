@@ -87,7 +87,10 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=_positive_int, default=128, help="calibration blocks (default: 128)")
     p.add_argument("--length", type=_positive_int, default=256, help="tokens per calibration block (default: 256)")
     p.add_argument("--batch-size", type=_positive_int, default=1, help="calibration rows per forward")
-    p.add_argument("--out", required=True, help="output directory of the quantized checkpoint")
+    p.add_argument(
+        "--out", required=True, help="output directory of the quantized checkpoint, or a .gguf path (one file)"
+    )
+    p.add_argument("--gguf-type", default="Q8_0", help=GGUF_TYPE_HELP)
     p.add_argument("--checkpoint-dir", default=None, help="commit a resumable checkpoint here at layer boundaries")
     p.add_argument("--checkpoint-interval", type=_positive_int, default=1, help="layers between commits")
     p.add_argument("--resume", action="store_true", help="continue the run checkpointed in --checkpoint-dir")
@@ -127,11 +130,20 @@ def _add_inspect(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot-modules", type=_positive_int, default=6, help="modules drawn by --plot (default: 6)")
 
 
+GGUF_TYPE_HELP = (
+    "for a .gguf output: ggml type of dense weights and of modules that are not exactly a GGUF block "
+    "(default: Q8_0; Q4_0, Q5_0, Q4_K, F16 ...)"
+)
+
+
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="transcode a quantized checkpoint to another layout")
     p.add_argument("path", help="quantized checkpoint directory")
-    p.add_argument("--to", required=True, metavar="FORMAT", help="target layout, e.g. gptq_v2, gemm, marlin")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument(
+        "--to", required=True, metavar="FORMAT", help="target layout, e.g. gptq_v2, gemm, marlin; gguf-file: one .gguf"
+    )
+    p.add_argument("--out", required=True, help="output directory (a .gguf path for --to gguf-file)")
+    p.add_argument("--gguf-type", default="Q8_0", help=GGUF_TYPE_HELP)
     p.add_argument("--allow-lossy", action="store_true", help="requantize modules the target cannot hold exactly")
     p.add_argument("--max-shard-size", default="4GB", help="largest safetensors shard (default: 4GB)")
 

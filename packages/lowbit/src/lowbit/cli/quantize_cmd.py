@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import UnsupportedRequestError, UsageError
 from .calibration_input import calibration_rows
+from .gguf_file_out import is_gguf_path, quantize_to_gguf_file
 from .main import EXIT_STOPPED
 from .output_guard import check_output, output_lock
 from .report_tables import (
@@ -206,6 +207,12 @@ def _parameter_count(model: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if is_gguf_path(args.out):
+        return quantize_to_gguf_file(args, _run_directory)
+    return _run_directory(args)
+
+
+def _run_directory(args: argparse.Namespace) -> int:
     _check_args(args)
     with output_lock(args.out):
         _check_out_empty(args.out)  # again, now that no other run can be writing it
