@@ -118,10 +118,10 @@ class QuantModel:
         summary's ``executor`` says which ran and names any worker that was lost and replaced.
         """
         from qlooper.allocator import release_free_memory
-        from qlooper.api import make_processor, quantize_model
+        from qlooper.api import quantize_model
         from qlooper.loop import LoopOptions
 
-        from .looper_bridge import LazyLayerProcessor, kernel_replacer, preflight, quant_spec
+        from .looper_bridge import LazyLayerProcessor, kernel_replacer, make_quant_processor, preflight, quant_spec
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
@@ -137,8 +137,7 @@ class QuantModel:
             calibration_seconds = time.perf_counter() - start
             self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
-        method = "weight_only" if settings.weight_only else settings.method
-        processor = LazyLayerProcessor(make_processor(method, spec), self.source)
+        processor = LazyLayerProcessor(make_quant_processor(settings, spec), self.source)
         options = LoopOptions(
             true_sequential=settings.true_sequential,
             lockstep=lockstep,
@@ -196,6 +195,8 @@ class QuantModel:
                 "largest_layer_bytes": processor.peak_layer_bytes,
             }
         )
+        if settings.asymmetric is not None:  # GPTAQ / FOEM: the GPTQ variant and its terms
+            self.summary["algorithm"] = {"name": settings.asymmetric[0], **settings.asymmetric[1]}
         if executor is not None:
             self.summary["executor"] = executor.describe()
         return dict(self.summary)

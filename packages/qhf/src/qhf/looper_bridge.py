@@ -42,6 +42,19 @@ def quant_spec(settings: QuantSettings) -> Any:
     )
 
 
+def make_quant_processor(settings: QuantSettings, spec: Any) -> Any:
+    """The qlooper processor for ``settings``: GPTAQ/FOEM when a ``gptaq`` / ``foem`` section is set, else the
+    method's (``weight_only`` for FP8, bitsandbytes, GGUF)."""
+    from qlooper.api import make_processor
+
+    if settings.asymmetric is not None:
+        from qalgos.gptaq import AsymmetricSpec
+
+        name, values = settings.asymmetric
+        return make_processor(name, spec, AsymmetricSpec(name, values["alpha"], values.get("beta", 0.0)))
+    return make_processor("weight_only" if settings.weight_only else settings.method, spec)
+
+
 class LazyLayerProcessor:
     """Wraps a qlooper processor: materializes each decoder layer before the processor sees it.
 

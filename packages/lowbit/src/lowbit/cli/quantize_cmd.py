@@ -69,7 +69,7 @@ WEIGHT_ONLY_METHODS = {"fp8": "fp8", "nf4": "bitsandbytes", "gguf": "gguf"}
 _INTEGER_ONLY_FLAGS = {
     "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
-    "preset": "--preset",
+    "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
 }  # fmt: skip
 
 
@@ -126,6 +126,7 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
         "format": args.format,
     }
     config.update({key: value for key, value in flags.items() if value is not None})
+    config.update(_asymmetric_config(args))
     if args.preset is not None:
         if args.method != "gptq":
             raise UsageError(
@@ -135,6 +136,21 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
 
         config = apply_preset(args.preset, config)
     return config
+
+
+def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--gptaq`` / ``--foem`` / ``--foem-alpha`` as the reference's ``gptaq`` / ``foem`` sections (GPTQ only)."""
+    if args.foem_alpha is not None and args.foem is None:
+        raise UsageError("--foem-alpha: only together with --foem")
+    if args.gptaq is None and args.foem is None:
+        return {}
+    if args.method != "gptq":
+        raise UsageError(f"--gptaq/--foem: GPTQ variants; they cannot be combined with --method {args.method}")
+    if args.gptaq is not None and args.foem is not None:
+        raise UsageError("--gptaq, --foem: choose one (--foem BETA --foem-alpha ALPHA is both terms)")
+    if args.gptaq is not None:
+        return {"gptaq": {"alpha": args.gptaq}}
+    return {"foem": {"alpha": args.foem_alpha or 0.0, "beta": args.foem}}
 
 
 def _checkpoint_config(args: argparse.Namespace) -> Any:
