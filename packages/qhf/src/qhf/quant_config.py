@@ -41,8 +41,9 @@ class QuantSettings:
 
     ``act_group_aware`` left as ``None`` resolves as the reference's default does: on for GPTQ with groups
     (``group_size > 0``) and without ``desc_act``, off otherwise (the reference refuses it per channel; the
-    ordering changes nothing there, so lowbit turns it off instead). Set explicitly, it must not be combined
-    with ``desc_act`` and only GPTQ accepts it.
+    ordering changes nothing there, so lowbit turns it off instead). It also resolves off with a ``gptaq`` or
+    ``foem`` section: the reference's GPTAQ/FOEM solves visit columns in natural order whatever the setting.
+    Set explicitly, it must not be combined with ``desc_act`` and only GPTQ accepts it.
     """
 
     method: str = "gptq"
@@ -75,20 +76,20 @@ class QuantSettings:
     calibration: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        gar = self.act_group_aware
-        if gar is None:
-            gar = self.method == "gptq" and self.group_size != -1 and not self.desc_act
-        elif gar and self.desc_act:
-            raise QuantConfigError("act_group_aware: requires desc_act=False (the two orderings are alternatives)")
-        elif gar and self.method == "awq":
-            raise QuantConfigError("act_group_aware: AWQ keeps the natural column order; only GPTQ reorders")
-        object.__setattr__(self, "act_group_aware", bool(gar))
         object.__setattr__(self, "gptaq", _section("gptaq", self.gptaq, {"alpha": 0.25}, self.method))
         object.__setattr__(self, "foem", _section("foem", self.foem, {"alpha": 0.0, "beta": 0.2}, self.method))
         if self.gptaq is not None and self.foem is not None:
             raise QuantConfigError(
                 "gptaq, foem: choose one (FOEM's alpha is GPTAQ's term: foem {alpha: 0.25, beta: 0.2} is both)"
             )
+        gar = self.act_group_aware
+        if gar is None:  # the reference's GPTAQ/FOEM solves ignore act_group_aware: natural order there
+            gar = self.method == "gptq" and self.group_size != -1 and not self.desc_act and self.asymmetric is None
+        elif gar and self.desc_act:
+            raise QuantConfigError("act_group_aware: requires desc_act=False (the two orderings are alternatives)")
+        elif gar and self.method == "awq":
+            raise QuantConfigError("act_group_aware: AWQ keeps the natural column order; only GPTQ reorders")
+        object.__setattr__(self, "act_group_aware", bool(gar))
 
     @property
     def asymmetric(self) -> tuple[str, dict[str, float]] | None:
