@@ -137,12 +137,17 @@ class QuantModel:
             calibration_seconds = time.perf_counter() - start
             self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
-        processor = LazyLayerProcessor(make_quant_processor(settings, spec), self.source)
+        inner = make_quant_processor(settings, spec)
+        processor = LazyLayerProcessor(inner, self.source)
+
+        def adapter_for(name: str) -> Any:
+            return getattr(inner, "adapters", {}).get(name)
+
         options = LoopOptions(
             true_sequential=settings.true_sequential,
             lockstep=lockstep,
             pack_dtype=settings.pack_dtype,
-            replace_module=kernel_replacer(settings, self.source.dtype, backend),
+            replace_module=kernel_replacer(settings, self.source.dtype, backend, adapter_for),
             progress=progress,
             executor=executor,
         )
@@ -195,6 +200,8 @@ class QuantModel:
                 "largest_layer_bytes": processor.peak_layer_bytes,
             }
         )
+        if settings.adapter is not None:
+            self.summary["adapter"] = {**settings.adapter, "modules": len(getattr(inner, "adapters", {}))}
         if settings.asymmetric is not None:  # GPTAQ / FOEM: the GPTQ variant and its terms
             self.summary["algorithm"] = {"name": settings.asymmetric[0], **settings.asymmetric[1]}
         if executor is not None:
@@ -219,6 +226,7 @@ class QuantModel:
         The files are written and verified in a staging directory and swapped in atomically only when
         the verification passed: a failed save or verification leaves ``directory`` as it was.
         """
+        from .lora_adapter import round_adapters
         from .save.checkpoint import save_checkpoint, write_report
         from .save.dense_dtype import dtype_name, resolve_dense_dtype, round_to_dense_dtype
         from .verify import raise_on_failure, verify_checkpoint
@@ -231,6 +239,7 @@ class QuantModel:
         quantized_weights = {f"{name}.weight" for name in self.results}
         dense_names = [n for n in self.source.tensor_names() if n not in quantized_weights]
         round_to_dense_dtype(self.model, dense_names, dense_dtype)
+        adapters = round_adapters(self.model, dense_dtype)
         self.summary["dense_dtype"] = dtype_name(dense_dtype)
 
         def verify_staged(staging: Path, shards: list[Path]) -> None:
@@ -260,6 +269,7 @@ class QuantModel:
             max_shard_size=max_shard_size,
             summary=self.summary,
             dense_dtype=dense_dtype,
+            adapters=adapters,
             before_publish=verify_staged,
         )
         return dict(self.summary)

@@ -70,6 +70,9 @@ class QuantSettings:
     #: sections, written under ``meta``); None: plain GPTQ. At most one of them.
     gptaq: dict[str, Any] | None = None
     foem: dict[str, Any] | None = None
+    #: EoRA adapters after the solve (GPTQ family only): the reference's ``adapter`` field,
+    #: ``{"name": "lora", "path": "eora", "rank": R}`` (``path``: the adapter directory inside the checkpoint).
+    adapter: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: The run's calibration record (set by ``QuantModel.quantize`` for the default mixture), written to
     #: ``meta.calibration``; not a setting: never parsed from a user's config.
@@ -82,6 +85,7 @@ class QuantSettings:
             raise QuantConfigError(
                 "gptaq, foem: choose one (FOEM's alpha is GPTAQ's term: foem {alpha: 0.25, beta: 0.2} is both)"
             )
+        object.__setattr__(self, "adapter", _adapter(self.adapter, self.method))
         gar = self.act_group_aware
         if gar is None:  # the reference's GPTAQ/FOEM solves ignore act_group_aware: natural order there
             gar = self.method == "gptq" and self.group_size != -1 and not self.desc_act and self.asymmetric is None
@@ -166,6 +170,8 @@ class QuantSettings:
         if self.asymmetric is not None:
             name, values = self.asymmetric
             out["meta"][name] = {**values, "device": "auto"}
+        if self.adapter is not None:
+            out["adapter"] = dict(self.adapter)
         if self.calibration:
             out["meta"]["calibration"] = dict(self.calibration)
         if method == "awq":
@@ -270,6 +276,31 @@ def _section(name: str, value: Any, defaults: dict[str, float], method: str) -> 
     return out
 
 
+def _adapter(value: Any, method: str) -> dict[str, Any] | None:
+    """The ``adapter`` field: None, or ``{"name": "lora", "path": <relative dir>, "rank": R > 0}`` (defaults:
+    name ``lora``, path ``eora``); only the GPTQ family (GPTQ, GPTAQ, FOEM) computes EoRA adapters."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise QuantConfigError(f"adapter: expected a dict like {{'rank': 32}} or null, found {value!r}")
+    unknown = sorted(set(value) - {"name", "path", "rank"})
+    if unknown:
+        raise QuantConfigError(f"adapter: unknown keys {unknown}; expected name, path, rank")
+    name = value.get("name", "lora")
+    if name != "lora":
+        raise QuantConfigError(f"adapter.name: lowbit writes 'lora' (EoRA) adapters, found {name!r}")
+    rank = value.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise QuantConfigError(f"adapter.rank: expected a positive integer, found {rank!r}")
+    path = value.get("path") or "eora"
+    parts = str(path).replace("\\", "/").split("/")
+    if not isinstance(path, str) or path.startswith("/") or ".." in parts or ":" in path:
+        raise QuantConfigError(f"adapter.path: expected a relative directory inside the checkpoint, found {path!r}")
+    if method != "gptq":
+        raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
+    return {"name": "lora", "path": path, "rank": rank}
+
+
 def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     """FP8 / bitsandbytes / GGUF settings with the reference's forced fields (group_size -1, sym, no
     act-order) and its defaults: FP8 8-bit ``float8_e4m3fn`` row scaling; bitsandbytes 4-bit ``fp4`` (8-bit
@@ -277,6 +308,8 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     for name in ("group_size", "sym", "desc_act", "pack_dtype", "damp_percent", "damp_auto_increment",
                  "static_groups", "true_sequential", "mse", "act_group_aware", "gptaq", "foem"):  # fmt: skip
         raw.pop(name, None)  # forced or meaningless without calibration (the reference drops them too)
+    if raw.pop("adapter", None) is not None:
+        raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
     bits = raw.pop("bits", 8 if method == "fp8" else 4)
     if isinstance(bits, bool) or not isinstance(bits, (int, str)):
         raise QuantConfigError(f"bits: expected an integer, found {bits!r}")
