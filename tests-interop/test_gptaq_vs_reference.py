@@ -96,3 +96,46 @@ def test_reference_loads_lowbit_gptaq_checkpoint(tmp_path: Path, tiny_source: Pa
         theirs = reference_dense(module)
         assert torch.equal(theirs, as_dtype(qm.results[name].weight.dequantize(), theirs.dtype)), name
     assert_logits_close(lowbit_logits(out), reference_logits(ref))
+
+
+def test_eora_adapter_matches_the_reference_computation() -> None:
+    """qalgos' EoRA factors against GPT-QModel's ``eora_compute_lora`` on the same error and covariance:
+    the same ``B A`` to float32 rounding (the factors themselves agree too: same eigen/SVD recipe)."""
+    from gptqmodel.eora.eora import eora_compute_lora
+    from qalgos.eora import eora_adapter
+
+    weight, batches, _ = _layer()
+    task = GPTAQ(IN, QuantSpec(bits=4, group_size=128), AsymmetricSpec("foem", 0.0, 0.0))
+    for x in batches:
+        task.add_pair(x[None], x[None])
+    error = weight - task.quantize(weight).dequantized
+    covariance = sum(x.T @ x for x in batches) / len(batches)
+    a_ref, b_ref = eora_compute_lora(error, "layer", covariance, 32, torch.float32, torch.device("cpu"))
+    ours = eora_adapter(error, covariance, 32)
+    assert torch.allclose(ours.delta(), b_ref @ a_ref, atol=1e-6, rtol=1e-4)
+    scale = float((b_ref @ a_ref).abs().max())
+    assert float((ours.delta() - b_ref @ a_ref).abs().max()) <= 1e-4 * scale
+
+
+def test_reference_loads_lowbit_eora_adapter(tmp_path: Path, tiny_source: Path) -> None:
+    """GPT-QModel reads the adapter lowbit names in quantize_config.json (``adapter: {name, path, rank}``,
+    a directory inside the checkpoint) and its logits match lowbit's reload, which differ from the same
+    checkpoint without the adapter."""
+    import qhf
+
+    out = tmp_path / "lowbit-eora"
+    qm = qhf.load(tiny_source, {"method": "gptq", "bits": 4, "group_size": 32, "adapter": {"rank": 8}})
+    qm.quantize(samples=4, length=48)
+    qm.save(out)
+    ref = load_with_reference(out, "gptq")
+    adapter = ref.quantize_config.adapter
+    assert adapter is not None and adapter.rank == 8
+    ours, theirs = lowbit_logits(out), reference_logits(ref)
+    assert_logits_close(ours, theirs)
+    config = json.loads((out / "quantize_config.json").read_text())
+    config.pop("adapter")
+    (out / "quantize_config.json").write_text(json.dumps(config))
+    without, theirs_without = lowbit_logits(out), reference_logits(load_with_reference(out, "gptq"))
+    # the adapter moves both tools' logits by the same amount, well beyond the float16 noise between them
+    assert float((without - ours).abs().max()) > 10 * float((ours - theirs).abs().max())
+    assert_logits_close(ours - without, theirs - theirs_without, rel=0.05)

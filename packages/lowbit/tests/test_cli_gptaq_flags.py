@@ -1,4 +1,5 @@
-"""``lowbit quantize --gptaq / --foem / --foem-alpha`` -> the reference's ``gptaq`` / ``foem`` sections."""
+"""``lowbit quantize --gptaq / --foem / --foem-alpha / --eora-rank`` -> the reference's ``gptaq`` / ``foem``
+sections and its ``adapter: {rank}``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def test_flags_become_sections() -> None:
     assert parse_settings(_config("--foem")).asymmetric == ("foem", {"alpha": 0.0, "beta": 0.2})
     both = parse_settings(_config("--foem", "0.1", "--foem-alpha", "0.25"))
     assert both.asymmetric == ("foem", {"alpha": 0.25, "beta": 0.1})
-    assert "gptaq" not in _config() and "foem" not in _config()
+    assert "gptaq" not in _config() and "foem" not in _config() and "adapter" not in _config()
+    eora = parse_settings(_config("--gptaq", "--eora-rank", "32"))
+    assert eora.adapter == {"name": "lora", "path": "eora", "rank": 32} and eora.gptaq == {"alpha": 0.25}
 
 
 @pytest.mark.parametrize(
@@ -29,6 +32,7 @@ def test_flags_become_sections() -> None:
         (("--foem-alpha", "0.2"), "only together with --foem"),
         (("--method", "awq", "--gptaq"), "--method awq"),
         (("--method", "fp8", "--foem"), "--foem"),
+        (("--method", "awq", "--eora-rank", "8"), "--eora-rank"),
     ],
 )
 def test_bad_combinations_are_refused(flags: tuple[str, ...], match: str) -> None:

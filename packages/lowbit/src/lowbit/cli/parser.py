@@ -94,6 +94,14 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         help="with --foem: also GPTAQ's native-input term (default: 0)",
     )
     p.add_argument(
+        "--eora-rank",
+        type=_positive_int,
+        default=None,
+        metavar="R",
+        help="after the GPTQ-family solve, an EoRA low-rank adapter of rank R per module, saved to eora/ in the "
+        "checkpoint (the reference's adapter: {rank})",
+    )
+    p.add_argument(
         "--no-act-group-aware",
         action="store_true",
         help="GPTQ in natural column order (default: group-aware order, as GPT-QModel)",
