@@ -58,7 +58,7 @@ def test_rank_deficient_covariance_is_truncated() -> None:
 
 
 def test_bad_input_is_named() -> None:
-    with pytest.raises(SpecError, match="adapter.rank"):
+    with pytest.raises(SpecError, match=r"adapter\.rank"):
         eora_adapter(torch.zeros(4, 4), torch.eye(4), 0)
     with pytest.raises(ShapeError, match="covariance"):
         eora_adapter(torch.zeros(4, 4), torch.eye(3), 2)

@@ -36,7 +36,15 @@ def test_alpha_zero_is_gptq_exactly(weight: torch.Tensor, kwargs: dict) -> None:
     assert torch.equal(a.dequantized, b.dequantized) and a.loss == b.loss
 
 
-def _direct(w: torch.Tensor, x: torch.Tensor, native: torch.Tensor, spec: QuantSpec, alpha: float, beta: float, dt: torch.dtype = torch.float64):
+def _direct(
+    w: torch.Tensor,
+    x: torch.Tensor,
+    native: torch.Tensor,
+    spec: QuantSpec,
+    alpha: float,
+    beta: float,
+    dt: torch.dtype = torch.float64,
+):
     """The published GPTAQ/FOEM recurrence, one column at a time in float64 (natural order, one lazy block
     per group so group parameters come from fully updated columns). Returns codes ``[out, in]``."""
     x64, n64 = x.to(dt), native.to(dt)
@@ -110,9 +118,9 @@ def test_masked_tokens_stay_out_of_both_sums() -> None:
 
 
 def test_bad_input_is_named() -> None:
-    with pytest.raises(SpecError, match="gptaq.alpha"):
+    with pytest.raises(SpecError, match=r"gptaq\.alpha"):
         AsymmetricSpec("gptaq", 1.5)
-    with pytest.raises(SpecError, match="gptaq.beta"):
+    with pytest.raises(SpecError, match=r"gptaq\.beta"):
         AsymmetricSpec("gptaq", 0.25, 0.2)
     task = GPTAQ(8, QuantSpec(bits=4, group_size=8), gptaq_defaults())
     with pytest.raises(StateError, match="add_pair"):

@@ -68,5 +68,5 @@ def test_eora_quantize_save_reload(tmp_path, tiny_dirs) -> None:
     assert torch.allclose(reloaded, logits["eora"], atol=1e-4)
 
     (out / "eora" / "adapter_model.safetensors").unlink()
-    with pytest.raises(SourceFormatError, match="adapter_model.safetensors: missing"):
+    with pytest.raises(SourceFormatError, match=r"adapter_model\.safetensors: missing"):
         qhf.load_quantized(out)

@@ -57,7 +57,7 @@ def test_lockstep_and_group_forwards_agree(eora_run) -> None:
 
 
 def test_bad_rank_is_named() -> None:
-    with pytest.raises(ProcessorError, match="adapter.rank"):
+    with pytest.raises(ProcessorError, match=r"adapter\.rank"):
         EoRAProcessor(GPTQProcessor(SPEC), 0)
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 
 from .column_order import ColumnPlan, inner_blocks, outer_blocks
-from .group_params import gptq_params
 from .gptq_solve import INNER_WIDTH, SolveOutput
+from .group_params import gptq_params
 from .spec import QuantSpec
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -99,7 +98,9 @@ def read_adapter(directory: Path, rank: int) -> dict[str, tuple[torch.Tensor, to
                 pairs.setdefault(key[len(KEY_PREFIX) : -len(suffix)], {})[part] = value
                 break
         else:
-            raise SourceFormatError(f"{weights}: unexpected tensor {key!r} (expected {KEY_PREFIX}<module>.lora_A/B.weight)")
+            raise SourceFormatError(
+                f"{weights}: unexpected tensor {key!r} (expected {KEY_PREFIX}<module>.lora_A/B.weight)"
+            )
     out = {}
     for name, pair in pairs.items():
         if set(pair) != {"lora_A", "lora_B"}:
@@ -107,7 +108,8 @@ def read_adapter(directory: Path, rank: int) -> dict[str, tuple[torch.Tensor, to
         a, b = pair["lora_A"], pair["lora_B"]
         if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
             raise SourceFormatError(
-                f"{weights}: module {name!r}: lora_A {tuple(a.shape)} and lora_B {tuple(b.shape)} are not [r, in], [out, r]"
+                f"{weights}: module {name!r}: lora_A {tuple(a.shape)} and lora_B {tuple(b.shape)} "
+                "are not [r, in], [out, r]"
             )
         out[name] = (a, b)
     return out

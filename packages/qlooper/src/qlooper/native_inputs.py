@@ -39,9 +39,7 @@ class NativeInputs:
         if self.hidden is None:
             self.hidden = [args[0] for args in cache.layer_inputs]
         if len(self.hidden) != len(cache):
-            raise ProcessorError(
-                f"native inputs: {len(self.hidden)} batches kept, the input cache has {len(cache)}"
-            )
+            raise ProcessorError(f"native inputs: {len(self.hidden)} batches kept, the input cache has {len(cache)}")
         native = cache.with_hidden(self.hidden)
         self._inputs, self._taken = {}, {}
         batch = [-1]
@@ -112,6 +110,8 @@ class NativeInputs:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         hidden = state.get("hidden")
         if hidden is not None and not (isinstance(hidden, list) and all(isinstance(h, torch.Tensor) for h in hidden)):
-            raise ProcessorError(f"native inputs state: 'hidden' must be a list of tensors, found {type(hidden).__name__}")
+            raise ProcessorError(
+                f"native inputs state: 'hidden' must be a list of tensors, found {type(hidden).__name__}"
+            )
         self.hidden = list(hidden) if hidden is not None else None
         self.end_layer()

@@ -65,7 +65,9 @@ class GPTAQProcessor(GPTQProcessor):
                 continue
             task = self._new_task(mod)
 
-            def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, task: Any = task, key: str = mod.input_key) -> None:
+            def hook(
+                _m: nn.Module, inputs: tuple[Any, ...], _out: Any, task: Any = task, key: str = mod.input_key
+            ) -> None:
                 self._add(ctx, key, task, first_tensor(inputs))
 
             handles.append(mod.module.register_forward_hook(hook))
