@@ -66,6 +66,9 @@ def test_eora_quantize_save_reload(tmp_path, tiny_dirs) -> None:
     assert peft["r"] == peft["lora_alpha"] == 8 and peft["peft_type"] == "LORA"
     reloaded = _logits(qhf.load_quantized(out))
     assert torch.allclose(reloaded, logits["eora"], atol=1e-4)
+    dense = qhf.export_dense(out, tmp_path / "dense", dtype=torch.float32)  # the adapter folded in
+    folded = _logits(AutoModelForCausalLM.from_pretrained(dense, dtype=torch.float32).eval())
+    assert torch.allclose(folded, reloaded, atol=1e-3), float((folded - reloaded).abs().max())
 
     (out / "eora" / "adapter_model.safetensors").unlink()
     with pytest.raises(SourceFormatError, match=r"adapter_model\.safetensors: missing"):
