@@ -57,6 +57,18 @@ ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
         {"method": "awq", "bits": 4, "group_size": 64, "sym": False},
         {"method": "awq", "format": "gemm", "group_size": 64, "sym": False},
     ),
+    "gptaq g128 sym": (
+        {"method": "gptq", "bits": 4, "group_size": 128, "sym": True, "gptaq": {"alpha": 0.25}},
+        {"group_size": 128, "gptaq": {"alpha": 0.25, "device": "cpu"}},
+    ),
+    "foem g128 sym": (
+        {"method": "gptq", "bits": 4, "group_size": 128, "sym": True, "foem": {"alpha": 0.0, "beta": 0.2}},
+        {"group_size": 128, "foem": {"alpha": 0.0, "beta": 0.2, "device": "cpu"}},
+    ),
+    "gptq g128 sym + eora r32": (  # the reference's EoRA run needs an adapter path API: lowbit's row only
+        {"method": "gptq", "bits": 4, "group_size": 128, "sym": True, "adapter": {"rank": 32}},
+        None,
+    ),
     "best g128 sym": ({"preset": "best", "bits": 4, "group_size": 128, "sym": True}, None),
     "best g64 asym": ({"preset": "best", "bits": 4, "group_size": 64, "sym": False}, None),
 }

@@ -25,7 +25,8 @@ torch.set_num_threads(1)
 
 from qalgos.spec import QuantSpec  # noqa: E402
 from qcheckpoint import CheckpointConfig  # noqa: E402
-from qlooper import LoopOptions, RunStopped, quantize_model  # noqa: E402
+from qlooper import GPTQProcessor, LoopOptions, RunStopped, quantize_model  # noqa: E402
+from qlooper.processors.eora import EoRAProcessor  # noqa: E402
 from toy_models import DENSE, ToyDecoder, toy_calibration  # noqa: E402
 
 
@@ -63,7 +64,13 @@ def main() -> int:
     spec = QuantSpec(bits=4, group_size=32)
     try:
         config = CheckpointConfig(path=ckpt)
-        run = quantize_model(ToyDecoder(), DENSE, toy_calibration(), spec, method, checkpoint=config, options=options)
+        processor: object = method
+        if method == "gptq+eora":  # GPTQ with rank-4 EoRA adapters (saved beside the tensors below)
+            processor = EoRAProcessor(GPTQProcessor(spec), 4)
+        fmt = "gptq" if method == "gptq+eora" else None
+        run = quantize_model(
+            ToyDecoder(), DENSE, toy_calibration(), spec, processor, format=fmt, checkpoint=config, options=options
+        )
     except RunStopped as stopped:
         print(f"stopped at {stopped.cursor}", flush=True)
         return 3
@@ -73,6 +80,8 @@ def main() -> int:
             arrays[f"{name}/{key}"] = value
         for field in ("codes", "scales", "zeros", "g_idx"):
             arrays[f"{name}/logical.{field}"] = getattr(done.weight, field)
+    for name, adapter in getattr(processor, "adapters", {}).items():
+        arrays[f"{name}/eora.a"], arrays[f"{name}/eora.b"] = adapter.a.numpy(), adapter.b.numpy()
     np.savez(out, **arrays)
     rows = [{k: v for k, v in asdict(r).items() if k not in ("seconds", "finalize_seconds")} for r in run.report]
     Path(f"{out}.json").write_text(json.dumps({"resumed_from": run.resumed_from, "report": rows}))

@@ -9,7 +9,7 @@ import torch
 from .column_order import ColumnPlan, plan_columns
 from .errors import ShapeError
 from .fallback import FallbackPolicy, fall_back
-from .gptq_solve import solve, static_params
+from .gptq_solve import SolveOutput, solve, static_params
 from .group_params import gptq_params
 from .hessian import HessianAccumulator
 from .hessian_inverse import DampedInverse, damped_inverse
@@ -24,6 +24,8 @@ class GPTQ:
     ``quantize(weight [out, in])`` returns a :class:`QuantResult`. The Hessian sum is kept in float64 and
     the solve runs in float32, so the same inputs give the same bits on every run and thread count.
     """
+
+    algorithm = "gptq"
 
     def __init__(self, in_features: int, spec: QuantSpec) -> None:
         self.spec = spec
@@ -106,6 +108,19 @@ class GPTQ:
             self._prepared = (dead, plan, inverse)
         return self._prepared
 
+    def _column_solve(
+        self,
+        wt: torch.Tensor,
+        upper: torch.Tensor,
+        plan: ColumnPlan,
+        dead: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor,
+    ) -> SolveOutput:
+        """The column solve over ``wt [in, out]`` in visiting order (a subclass adds its own terms; ``dead``
+        ``[in]`` bool marks the zeroed dead columns in natural order)."""
+        return solve(wt, upper, plan, self.spec, scales, zeros)
+
     def _release(self) -> None:
         """Free the float64 sum and any shared factorisation (``release_statistics``)."""
         self._acc.release()
@@ -134,13 +149,13 @@ class GPTQ:
             return fall_back(weight, spec, reason, self.nsamples)
         wt = (w if plan.is_identity() else w[:, plan.perm]).T.clone(memory_format=torch.contiguous_format)
         del w  # the solve works on wt alone
-        out = solve(wt, inverse.upper, plan, spec, scales, zeros)
+        out = self._column_solve(wt, inverse.upper, plan, dead, scales, zeros)
         loss = out.loss_sum / self.nsamples
         if not math.isfinite(loss):
             return fall_back(weight, spec, f"GPTQ loss is not finite ({loss})", self.nsamples)
         inv = torch.argsort(plan.perm)
         codes = out.codes_t[inv].T
-        meta: dict[str, object] = {"algorithm": "gptq", "damp": inverse.damp}
+        meta: dict[str, object] = {"algorithm": self.algorithm, "damp": inverse.damp}
         if inverse.floor:
             meta["damp_floor"] = inverse.floor
         logical = build_logical(codes, out.scales, out.zeros, plan.g_idx(), spec, meta)

@@ -121,10 +121,10 @@ class QuantModel:
         summary's ``executor`` says which ran and names any worker that was lost and replaced.
         """
         from qlooper.allocator import release_free_memory
-        from qlooper.api import make_processor, quantize_model
+        from qlooper.api import quantize_model
         from qlooper.loop import LoopOptions
 
-        from .looper_bridge import LazyLayerProcessor, kernel_replacer, preflight, quant_spec
+        from .looper_bridge import LazyLayerProcessor, kernel_replacer, make_quant_processor, preflight, quant_spec
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
@@ -140,14 +140,18 @@ class QuantModel:
             calibration_seconds = time.perf_counter() - start
             self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
-        method = "weight_only" if settings.weight_only else settings.method
-        processor = LazyLayerProcessor(make_processor(method, spec), self.source)
+        inner = make_quant_processor(settings, spec)
+        processor = LazyLayerProcessor(inner, self.source)
+
+        def adapter_for(name: str) -> Any:
+            return getattr(inner, "adapters", {}).get(name)
+
         options = LoopOptions(
             true_sequential=settings.true_sequential,
             lockstep=lockstep,
             lockstep_budget=lockstep_budget,
             pack_dtype=settings.pack_dtype,
-            replace_module=kernel_replacer(settings, self.source.dtype, backend),
+            replace_module=kernel_replacer(settings, self.source.dtype, backend, adapter_for),
             progress=progress,
             executor=executor,
         )
@@ -201,6 +205,10 @@ class QuantModel:
                 "lockstep_skipped": dict(run.lockstep_skipped),
             }
         )
+        if settings.adapter is not None:
+            self.summary["adapter"] = {**settings.adapter, "modules": len(getattr(inner, "adapters", {}))}
+        if settings.asymmetric is not None:  # GPTAQ / FOEM: the GPTQ variant and its terms
+            self.summary["algorithm"] = {"name": settings.asymmetric[0], **settings.asymmetric[1]}
         if executor is not None:
             self.summary["executor"] = executor.describe()
         return dict(self.summary)
@@ -223,6 +231,7 @@ class QuantModel:
         The files are written and verified in a staging directory and swapped in atomically only when
         the verification passed: a failed save or verification leaves ``directory`` as it was.
         """
+        from .lora_adapter import round_adapters
         from .save.checkpoint import save_checkpoint, write_report
         from .save.dense_dtype import dtype_name, resolve_dense_dtype, round_to_dense_dtype
         from .verify import raise_on_failure, verify_checkpoint
@@ -235,6 +244,7 @@ class QuantModel:
         quantized_weights = {f"{name}.weight" for name in self.results}
         dense_names = [n for n in self.source.tensor_names() if n not in quantized_weights]
         round_to_dense_dtype(self.model, dense_names, dense_dtype)
+        adapters = round_adapters(self.model, dense_dtype)
         self.summary["dense_dtype"] = dtype_name(dense_dtype)
 
         def verify_staged(staging: Path, shards: list[Path]) -> None:
@@ -264,6 +274,7 @@ class QuantModel:
             max_shard_size=max_shard_size,
             summary=self.summary,
             dense_dtype=dense_dtype,
+            adapters=adapters,
             before_publish=verify_staged,
         )
         return dict(self.summary)

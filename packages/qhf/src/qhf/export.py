@@ -1,8 +1,9 @@
 """Dense export: a plain transformers checkpoint whose quantized linears hold their dequantized weights.
 
 The result has no ``quantization_config`` and loads with ``AutoModelForCausalLM.from_pretrained``; every
-other tensor is copied unchanged. The dequantized weights are written in ``dtype`` (float16 by default,
-as the reference's ``hf`` export does).
+other tensor is copied unchanged. An EoRA checkpoint's adapter is folded in (``Q + lora_B @ lora_A``, in
+float32 before the cast), so the export computes what ``load_quantized`` computes. The dequantized
+weights are written in ``dtype`` (float16 by default, as the reference's ``hf`` export does).
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ def export_dense(
     modules = sorted({n.rsplit(".", 1)[0] for n in names if checkpoint.is_quantized(n.rsplit(".", 1)[0])})
     prefixes = tuple(m + "." for m in modules)
     entries: list[TensorEntry] = []
+    factors = _adapter_factors(checkpoint)
     for module in modules:
         scales = checkpoint.module_tensors(module)
         out_features = int(np.shape(scales["scales"])[1])
         in_features = _in_features(checkpoint, module, out_features)
 
         def load(m: str = module, i: int = in_features, o: int = out_features) -> torch.Tensor:
-            return torch.from_numpy(checkpoint.logical_weight(m, i, o).dequantize()).to(dtype)
+            weight = torch.from_numpy(checkpoint.logical_weight(m, i, o).dequantize())
+            if m.lower() in factors:  # EoRA: the adapter folded in, Q + lora_B @ lora_A in float32
+                a, b = factors[m.lower()]
+                weight = weight + b.to(torch.float32) @ a.to(torch.float32)
+            return weight.to(dtype)
 
         entries.append(TensorEntry(f"{module}.weight", in_features * out_features * 2, load))
         if f"{module}.bias" in checkpoint.reader:
@@ -63,6 +69,16 @@ def export_dense(
             if (source / name).is_file():
                 shutil.copyfile(source / name, staging / name)
     return out
+
+
+def _adapter_factors(checkpoint: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The EoRA factors the checkpoint's config names (module name -> (lora_A, lora_B)), else empty."""
+    adapter = checkpoint.settings.adapter
+    if adapter is None:
+        return {}
+    from .lora_adapter import read_adapter
+
+    return read_adapter(Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]))
 
 
 def _stored_entry(checkpoint: Any, name: str) -> TensorEntry:

@@ -95,6 +95,12 @@ def build_quantized_model(
         return same if same is not None else checkpoint.reader.get(name, dtype)
 
     materialize_names(model, wanted, read, dtype)
+    adapter = checkpoint.settings.adapter
+    if adapter is not None:  # EoRA: the adapter directory the config names, around the quantized modules
+        from .lora_adapter import read_adapter, wrap_modules
+
+        factors = read_adapter(Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]))
+        wrap_modules(model, {name: (a.to(dtype), b.to(dtype)) for name, (a, b) in factors.items()})
     if tied:
         model.get_submodule(head.rsplit(".", 1)[0]).weight = model.get_submodule(embed.rsplit(".", 1)[0]).weight
     for buffer_name, buffer in model.named_buffers():

@@ -42,6 +42,26 @@ def quant_spec(settings: QuantSettings) -> Any:
     )
 
 
+def make_quant_processor(settings: QuantSettings, spec: Any) -> Any:
+    """The qlooper processor for ``settings``: GPTAQ/FOEM when a ``gptaq`` / ``foem`` section is set, else the
+    method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in qlooper's ``EoRAProcessor`` when the
+    settings ask for an ``adapter``."""
+    from qlooper.api import make_processor
+
+    if settings.asymmetric is not None:
+        from qalgos.gptaq import AsymmetricSpec
+
+        name, values = settings.asymmetric
+        processor = make_processor(name, spec, AsymmetricSpec(name, values["alpha"], values.get("beta", 0.0)))
+    else:
+        processor = make_processor("weight_only" if settings.weight_only else settings.method, spec)
+    if settings.adapter is not None:
+        from qlooper.processors.eora import EoRAProcessor
+
+        processor = EoRAProcessor(processor, int(settings.adapter["rank"]))
+    return processor
+
+
 class LazyLayerProcessor:
     """Wraps a qlooper processor: materializes each decoder layer before the processor sees it.
 
@@ -68,8 +88,9 @@ class LazyLayerProcessor:
         return getattr(self._inner, name)
 
 
-def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str) -> Any:
-    """``replace_module`` callback: a qkernels module from the finalized module's packed tensors."""
+def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, adapter_for: Any = None) -> Any:
+    """``replace_module`` callback: a qkernels module from the finalized module's packed tensors, wrapped in
+    a :class:`~qhf.lora_adapter.LoraLinear` when ``adapter_for(name)`` gives the module's EoRA adapter."""
     from qformats.layouts.registry import LayoutMeta
     from qkernels import quant_linear
 
@@ -92,7 +113,13 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str) -
             sym=weight.sym,
             pack_dtype=settings.pack_dtype,
         )
-        return quant_linear(settings.format, tensors, meta, backend=backend, dtype=dtype)
+        module = quant_linear(settings.format, tensors, meta, backend=backend, dtype=dtype)
+        adapter = adapter_for(name) if adapter_for is not None else None
+        if adapter is not None:
+            from .lora_adapter import LoraLinear
+
+            return LoraLinear(module, adapter.a.to(dtype), adapter.b.to(dtype))
+        return module
 
     return replace
 

@@ -41,8 +41,9 @@ class QuantSettings:
 
     ``act_group_aware`` left as ``None`` resolves as the reference's default does: on for GPTQ with groups
     (``group_size > 0``) and without ``desc_act``, off otherwise (the reference refuses it per channel; the
-    ordering changes nothing there, so lowbit turns it off instead). Set explicitly, it must not be combined
-    with ``desc_act`` and only GPTQ accepts it.
+    ordering changes nothing there, so lowbit turns it off instead). It also resolves off with a ``gptaq`` or
+    ``foem`` section: the reference's GPTAQ/FOEM solves visit columns in natural order whatever the setting.
+    Set explicitly, it must not be combined with ``desc_act`` and only GPTQ accepts it.
     """
 
     method: str = "gptq"
@@ -65,20 +66,43 @@ class QuantSettings:
     #: bitsandbytes 4-bit only: values per absmax block and nested (8-bit) absmax statistics.
     block_size: int = 64
     compress_statistics: bool = True
+    #: GPTQ only: GPTAQ's ``{"alpha"}`` or FOEM's ``{"alpha", "beta"}`` (the reference's ``gptaq`` / ``foem``
+    #: sections, written under ``meta``); None: plain GPTQ. At most one of them.
+    gptaq: dict[str, Any] | None = None
+    foem: dict[str, Any] | None = None
+    #: EoRA adapters after the solve (GPTQ family only): the reference's ``adapter`` field,
+    #: ``{"name": "lora", "path": "eora", "rank": R}`` (``path``: the adapter directory inside the checkpoint).
+    adapter: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: The run's calibration record (set by ``QuantModel.quantize`` for the default mixture), written to
     #: ``meta.calibration``; not a setting: never parsed from a user's config.
     calibration: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "gptaq", _section("gptaq", self.gptaq, {"alpha": 0.25}, self.method))
+        object.__setattr__(self, "foem", _section("foem", self.foem, {"alpha": 0.0, "beta": 0.2}, self.method))
+        if self.gptaq is not None and self.foem is not None:
+            raise QuantConfigError(
+                "gptaq, foem: choose one (FOEM's alpha is GPTAQ's term: foem {alpha: 0.25, beta: 0.2} is both)"
+            )
+        object.__setattr__(self, "adapter", _adapter(self.adapter, self.method))
         gar = self.act_group_aware
-        if gar is None:
-            gar = self.method == "gptq" and self.group_size != -1 and not self.desc_act
+        if gar is None:  # the reference's GPTAQ/FOEM solves ignore act_group_aware: natural order there
+            gar = self.method == "gptq" and self.group_size != -1 and not self.desc_act and self.asymmetric is None
         elif gar and self.desc_act:
             raise QuantConfigError("act_group_aware: requires desc_act=False (the two orderings are alternatives)")
         elif gar and self.method == "awq":
             raise QuantConfigError("act_group_aware: AWQ keeps the natural column order; only GPTQ reorders")
         object.__setattr__(self, "act_group_aware", bool(gar))
+
+    @property
+    def asymmetric(self) -> tuple[str, dict[str, float]] | None:
+        """``("gptaq", {"alpha"})`` or ``("foem", {"alpha", "beta"})`` when one is set, else None."""
+        if self.gptaq is not None:
+            return "gptaq", dict(self.gptaq)
+        if self.foem is not None:
+            return "foem", dict(self.foem)
+        return None
 
     @property
     def weight_only(self) -> bool:
@@ -143,6 +167,11 @@ class QuantSettings:
                 "act_group_aware": self.act_group_aware,
             },
         }
+        if self.asymmetric is not None:
+            name, values = self.asymmetric
+            out["meta"][name] = {**values, "device": "auto"}
+        if self.adapter is not None:
+            out["adapter"] = dict(self.adapter)
         if self.calibration:
             out["meta"]["calibration"] = dict(self.calibration)
         if method == "awq":
@@ -192,7 +221,10 @@ def parse_settings(config: Any) -> QuantSettings:
     if "zero_point" in raw:
         raw.setdefault("sym", not bool(raw.pop("zero_point")))
     meta = raw.pop("meta", None) or {}
-    for key in ("damp_percent", "damp_auto_increment", "static_groups", "true_sequential", "mse", "act_group_aware"):
+    for key in (
+        "damp_percent", "damp_auto_increment", "static_groups", "true_sequential", "mse", "act_group_aware",
+        "gptaq", "foem",
+    ):  # fmt: skip
         if key in meta and key not in raw:
             raw[key] = meta[key]
     method = str(raw.pop("method", "gptq")).lower()
@@ -221,13 +253,63 @@ def parse_settings(config: Any) -> QuantSettings:
     return settings
 
 
+def _section(name: str, value: Any, defaults: dict[str, float], method: str) -> dict[str, float] | None:
+    """A ``gptaq`` / ``foem`` section: None, or a dict of the ``defaults`` keys (plus an ignored ``device``,
+    the reference's placement hint) with numbers in [0, 1]; only GPTQ takes one."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise QuantConfigError(f"{name}: expected a dict like {defaults} or null, found {value!r}")
+    unknown = sorted(set(value) - set(defaults) - {"device"})
+    if unknown:
+        raise QuantConfigError(f"{name}: unknown keys {unknown}; expected {sorted(defaults)} (and device)")
+    if method != "gptq":
+        raise QuantConfigError(f"{name}: a GPTQ variant; method {method!r} cannot use it")
+    out = {}
+    for key, default in defaults.items():
+        number = value.get(key, default)
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0.0 <= float(number) <= 1.0:
+            raise QuantConfigError(f"{name}.{key}: expected a number in [0, 1], found {number!r}")
+        out[key] = float(number)
+    return out
+
+
+def _adapter(value: Any, method: str) -> dict[str, Any] | None:
+    """The ``adapter`` field: None, or ``{"name": "lora", "path": <relative dir>, "rank": R > 0}`` (defaults:
+    name ``lora``, path ``eora``); only the GPTQ family (GPTQ, GPTAQ, FOEM) computes EoRA adapters."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise QuantConfigError(f"adapter: expected a dict like {{'rank': 32}} or null, found {value!r}")
+    unknown = sorted(set(value) - {"name", "path", "rank"})
+    if unknown:
+        raise QuantConfigError(f"adapter: unknown keys {unknown}; expected name, path, rank")
+    name = value.get("name", "lora")
+    if name != "lora":
+        raise QuantConfigError(f"adapter.name: lowbit writes 'lora' (EoRA) adapters, found {name!r}")
+    rank = value.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise QuantConfigError(f"adapter.rank: expected a positive integer, found {rank!r}")
+    path = value.get("path") or "eora"
+    parts = str(path).replace("\\", "/").split("/")
+    if not isinstance(path, str) or path.startswith("/") or ".." in parts or ":" in path:
+        raise QuantConfigError(f"adapter.path: expected a relative directory inside the checkpoint, found {path!r}")
+    if method != "gptq":
+        raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
+    return {"name": "lora", "path": path, "rank": rank}
+
+
 def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     """FP8 / bitsandbytes / GGUF settings with the reference's forced fields (group_size -1, sym, no
     act-order) and its defaults: FP8 8-bit ``float8_e4m3fn`` row scaling; bitsandbytes 4-bit ``fp4`` (8-bit
     ``int8``), block 64, nested statistics; GGUF ``bits`` + public format (``q4_k_m`` style aliases too)."""
     for name in ("group_size", "sym", "desc_act", "pack_dtype", "damp_percent", "damp_auto_increment",
-                 "static_groups", "true_sequential", "mse", "act_group_aware"):  # fmt: skip
+                 "static_groups", "true_sequential", "mse", "act_group_aware", "gptaq", "foem"):  # fmt: skip
         raw.pop(name, None)  # forced or meaningless without calibration (the reference drops them too)
+    if raw.pop("adapter", None) is not None:
+        raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
     bits = raw.pop("bits", 8 if method == "fp8" else 4)
     if isinstance(bits, bool) or not isinstance(bits, (int, str)):
         raise QuantConfigError(f"bits: expected an integer, found {bits!r}")

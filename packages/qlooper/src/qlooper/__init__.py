@@ -23,6 +23,7 @@ from .finalize import FinalizedModule
 from .loop import LoopOptions
 from .processors.awq import AWQProcessor
 from .processors.base import LayerContext, ModuleResult
+from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport
@@ -38,6 +39,7 @@ __all__ = [
     "DefinitionError",
     "ExecutorError",
     "FinalizedModule",
+    "GPTAQProcessor",
     "GPTQProcessor",
     "GroupSpec",
     "LayerContext",

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qalgos.gptaq import AsymmetricSpec, foem_defaults, gptaq_defaults
 from qalgos.spec import QuantSpec
 from qalgos.weight_only import WeightOnlySpec
 from torch import nn
@@ -17,12 +18,13 @@ from .finalize import FinalizedModule
 from .loop import LayerLoop, LoopOptions
 from .plan import LoopPlan
 from .processors.awq import AWQProcessor
+from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport, write_report_csv, write_report_json
 from .resume import run_with_checkpoint
 
-DEFAULT_FORMATS = {"gptq": "gptq", "awq": "gemm", "rtn": "gptq"}
+DEFAULT_FORMATS = {"gptq": "gptq", "gptaq": "gptq", "foem": "gptq", "awq": "gemm", "rtn": "gptq"}
 
 
 @dataclass
@@ -57,19 +59,28 @@ class QuantizationRun:
         raise ValueError(f"write_report: expected a .csv or .json path, found {target.name!r}")
 
 
-def make_processor(method: str, spec: QuantSpec | WeightOnlySpec) -> Any:
-    """The built-in processor for ``method`` (``"gptq"``, ``"awq"``, ``"rtn"``, or a ``WeightOnlySpec`` family)."""
+def make_processor(method: str, spec: QuantSpec | WeightOnlySpec, terms: AsymmetricSpec | None = None) -> Any:
+    """The built-in processor for ``method`` (``"gptq"``, ``"gptaq"``, ``"foem"``, ``"awq"``, ``"rtn"``, or a
+    ``WeightOnlySpec`` family). ``terms``: GPTAQ/FOEM's alpha/beta (default: the reference's defaults)."""
     if isinstance(spec, WeightOnlySpec):
         if method not in ("weight_only", spec.family):
             raise ProcessorError(f"method: a WeightOnlySpec({spec.family!r}) runs as {spec.family!r}, found {method!r}")
         return WeightOnlyProcessor(spec)
     if method == "gptq":
         return GPTQProcessor(spec)
+    if method in ("gptaq", "foem"):
+        if terms is None:
+            terms = gptaq_defaults() if method == "gptaq" else foem_defaults()
+        if terms.method != method:
+            raise ProcessorError(f"terms: method {method!r} got {terms.method!r} terms")
+        return GPTAQProcessor(spec, terms)
     if method == "awq":
         return AWQProcessor(spec)
     if method == "rtn":
         return WeightOnlyProcessor(spec)
-    raise ProcessorError(f"method: expected 'gptq', 'awq', 'rtn' or a processor object, found {method!r}")
+    raise ProcessorError(
+        f"method: expected 'gptq', 'gptaq', 'foem', 'awq', 'rtn' or a processor object, found {method!r}"
+    )
 
 
 def quantize_model(

@@ -35,6 +35,16 @@ def _group_size(text: str) -> int:
     return value
 
 
+def _unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], found {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], found {value}")
+    return value
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -58,6 +68,39 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--damp-percent", type=float, default=None, help="GPTQ damping (default: qhf's, 0.05)")
     p.add_argument("--static-groups", action="store_true", help="GPTQ group parameters from the unsolved weight")
     p.add_argument("--mse", type=float, default=None, help="GPTQ range search norm per group (default: 0, off)")
+    p.add_argument(
+        "--gptaq",
+        type=_unit_float,
+        nargs="?",
+        const=0.25,
+        default=None,
+        metavar="ALPHA",
+        help="GPTQ with GPTAQ's native-input term (the reference's gptaq: {alpha}; ALPHA default 0.25)",
+    )
+    p.add_argument(
+        "--foem",
+        type=_unit_float,
+        nargs="?",
+        const=0.2,
+        default=None,
+        metavar="BETA",
+        help="GPTQ with FOEM's first-order term (the reference's foem: {alpha, beta}; BETA default 0.2)",
+    )
+    p.add_argument(
+        "--foem-alpha",
+        type=_unit_float,
+        default=None,
+        metavar="ALPHA",
+        help="with --foem: also GPTAQ's native-input term (default: 0)",
+    )
+    p.add_argument(
+        "--eora-rank",
+        type=_positive_int,
+        default=None,
+        metavar="R",
+        help="after the GPTQ-family solve, an EoRA low-rank adapter of rank R per module, saved to eora/ in the "
+        "checkpoint (the reference's adapter: {rank})",
+    )
     p.add_argument(
         "--no-act-group-aware",
         action="store_true",

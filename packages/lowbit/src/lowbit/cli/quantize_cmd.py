@@ -70,7 +70,8 @@ WEIGHT_ONLY_METHODS = {"fp8": "fp8", "nf4": "bitsandbytes", "gguf": "gguf"}
 _INTEGER_ONLY_FLAGS = {
     "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
-    "preset": "--preset",
+    "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
+    "eora_rank": "--eora-rank",
 }  # fmt: skip
 
 
@@ -127,6 +128,7 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
         "format": args.format,
     }
     config.update({key: value for key, value in flags.items() if value is not None})
+    config.update(_asymmetric_config(args))
     if args.preset is not None:
         if args.method != "gptq":
             raise UsageError(
@@ -136,6 +138,27 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
 
         config = apply_preset(args.preset, config)
     return config
+
+
+def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--gptaq`` / ``--foem`` / ``--foem-alpha`` as the reference's ``gptaq`` / ``foem`` sections and
+    ``--eora-rank`` as its ``adapter: {rank}`` (GPTQ family only)."""
+    if args.foem_alpha is not None and args.foem is None:
+        raise UsageError("--foem-alpha: only together with --foem")
+    out: dict[str, Any] = {}
+    if args.eora_rank is not None:
+        if args.method != "gptq":
+            raise UsageError(f"--eora-rank: EoRA follows a GPTQ-family solve; not with --method {args.method}")
+        out["adapter"] = {"rank": args.eora_rank}
+    if args.gptaq is None and args.foem is None:
+        return out
+    if args.method != "gptq":
+        raise UsageError(f"--gptaq/--foem: GPTQ variants; they cannot be combined with --method {args.method}")
+    if args.gptaq is not None and args.foem is not None:
+        raise UsageError("--gptaq, --foem: choose one (--foem BETA --foem-alpha ALPHA is both terms)")
+    if args.gptaq is not None:
+        return {**out, "gptaq": {"alpha": args.gptaq}}
+    return {**out, "foem": {"alpha": args.foem_alpha or 0.0, "beta": args.foem}}
 
 
 def _checkpoint_config(args: argparse.Namespace) -> Any:

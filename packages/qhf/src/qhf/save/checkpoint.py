@@ -143,12 +143,15 @@ def save_checkpoint(
     max_shard_size: int | str = "4GB",
     summary: dict[str, Any] | None = None,
     dense_dtype: torch.dtype | None = None,
+    adapters: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
     before_publish: Callable[[Path, list[Path]], None] | None = None,
 ) -> list[Path]:
     """Write the checkpoint (see the module docstring); returns the weight shard paths (in ``directory``).
 
     ``dense_dtype``: the dtype of the non-quantized floating tensors and of ``config.json``'s ``dtype``
     (:mod:`qhf.save.dense_dtype`; None keeps each tensor's stored dtype and the source config's value).
+    ``adapters``: module name -> (``lora_A.weight`` ``[r, in]``, ``lora_B.weight`` ``[out, r]``) of an EoRA
+    run, written to the settings' adapter directory (:mod:`qhf.lora_adapter`).
 
     Everything -- weights and both config files through qformats' checkpoint writer (size-bounded shards
     and the index, every quantized module validated against its layout), tokenizer, carried-over files
@@ -182,6 +185,11 @@ def save_checkpoint(
         for name, path in source.extra_files.items():
             if not (staging / name).exists():
                 shutil.copyfile(path, staging / name)
+        if adapters and settings.adapter is not None:
+            from ..lora_adapter import write_adapter
+
+            rank, base = int(settings.adapter["rank"]), str(source.path)
+            write_adapter(staging / settings.adapter["path"], adapters, rank, base)
         write_report(staging, results, dict(summary or {}))
         if before_publish is not None:
             before_publish(staging, [staging / name for name in names])

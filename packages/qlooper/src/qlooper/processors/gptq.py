@@ -31,6 +31,9 @@ class GPTQProcessor:
 
     method = "gptq"
     needs_calibration = True
+    #: whether ``ctx.solve_map`` (a sharded executor) may run the solves (a subclass with extra per-module
+    #: state solves inline)
+    spread_solves = True
 
     def __init__(self, spec: QuantSpec) -> None:
         self.spec = spec
@@ -66,7 +69,7 @@ class GPTQProcessor:
         return handles
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
-        if ctx.solve_map is not None:
+        if ctx.solve_map is not None and self.spread_solves:
             return self._process_spread(ctx, group)
         results = []
         remaining: dict[str, int] = {}
