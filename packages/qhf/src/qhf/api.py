@@ -121,11 +121,21 @@ class QuantModel:
         from qlooper.api import make_processor, quantize_model
         from qlooper.loop import LoopOptions
 
-        from .looper_bridge import LazyLayerProcessor, kernel_replacer, preflight, quant_spec
+        from .looper_bridge import (
+            LazyLayerProcessor,
+            kernel_replacer,
+            layer_modules,
+            preflight,
+            quant_spec,
+            weight_only_processor,
+        )
+        from .weight_only import with_mixture
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
         preflight(self.settings, self.source)
+        modules = layer_modules(self.source) if self.settings.method == "gguf" else []
+        self.settings = with_mixture(self.settings, modules, self.source.num_layers)  # q_k_m: -> dynamic
         start = time.perf_counter()
         settings = self.settings
         spec = quant_spec(settings)
@@ -138,7 +148,12 @@ class QuantModel:
             self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
         method = "weight_only" if settings.weight_only else settings.method
-        processor = LazyLayerProcessor(make_processor(method, spec), self.source)
+        inner = (
+            weight_only_processor(settings, spec, [name for name, _ in modules])
+            if settings.weight_only
+            else make_processor(method, spec)
+        )
+        processor = LazyLayerProcessor(inner, self.source)
         options = LoopOptions(
             true_sequential=settings.true_sequential,
             lockstep=lockstep,

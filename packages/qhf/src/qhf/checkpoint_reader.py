@@ -114,7 +114,7 @@ class QuantizedCheckpoint:
 
         tensors = {k: v for k, v in self.weight_only_tensors(module).items() if k != "bias"}
         try:
-            return weight_only_logical(self.settings, tensors, in_features, out_features)
+            return weight_only_logical(self.settings, tensors, in_features, out_features, module)
         except (KernelInputError, QFormatsError) as exc:
             raise SourceFormatError(f"{self.directory.path}: module {module!r}: {exc}") from None
 
@@ -128,7 +128,9 @@ class QuantizedCheckpoint:
             from .weight_only import weight_only_module
 
             tensors = self.weight_only_tensors(module)
-            return weight_only_module(self.settings, tensors, in_features, out_features, backend=backend, dtype=dtype)
+            return weight_only_module(
+                self.settings, tensors, in_features, out_features, backend=backend, dtype=dtype, module=module
+            )
         from qkernels import quant_linear, weight_only_linear
 
         if is_family(self.entry(module).layout):  # QQQ / ParoQuant / VPTQ / EXL3
