@@ -58,8 +58,11 @@ def read_quant_settings(directory: Path) -> tuple[QuantSettings, str]:
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """bfloat16 as float32; FP8 (``F8_E4M3`` / ``F8_E5M2`` in the file) as its uint8 bit patterns."""
     if tensor.dtype == torch.bfloat16:
         tensor = tensor.to(torch.float32)
+    elif tensor.dtype.is_floating_point and tensor.dtype.itemsize == 1:
+        tensor = tensor.view(torch.uint8)
     return tensor.numpy()
 
 

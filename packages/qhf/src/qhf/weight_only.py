@@ -188,6 +188,18 @@ def weight_only_logical(
     return loaded.logical
 
 
+#: FP8 format -> the safetensors dtype its ``weight`` is stored as (the reference's; the ``fnuz`` formats have
+#: no safetensors dtype and stay uint8 bit patterns).
+FP8_STORAGE = {"float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+
+
+def fp8_storage_dtypes(settings: QuantSettings, modules: list[str]) -> dict[str, str]:
+    """The writer's ``dtypes`` entries that store each FP8 module's ``weight`` under its FP8 dtype, as the
+    reference does (a uint8 tag would make engines cast the bit patterns as numbers)."""
+    tag = FP8_STORAGE.get(settings.format) if settings.method == "fp8" else None
+    return {} if tag is None else {f"{name}.weight": tag for name in modules}
+
+
 def fp8_block_problem(settings: QuantSettings, out_features: int, in_features: int) -> str | None:
     """Why FP8 block scaling cannot hold an ``[out, in]`` weight (both dims must divide), else None."""
     if settings.method != "fp8" or settings.weight_block_size is None:
