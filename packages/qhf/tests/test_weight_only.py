@@ -104,11 +104,16 @@ def test_fp8_tensors_have_the_reference_shapes(llama, tmp_path) -> None:
     qm = qhf.load(llama, {"method": "fp8", "weight_scale_method": "tensor"})
     qm.quantize()
     qm.save(tmp_path / "t")
-    tensors = load_file(str(tmp_path / "t" / "model.safetensors"))
+    from safetensors.torch import load_file as load_torch
+
+    tensors = load_torch(str(tmp_path / "t" / "model.safetensors"))
     name = "model.layers.0.mlp.down_proj"
-    assert tensors[f"{name}.weight"].dtype == np.uint8 and tensors[f"{name}.weight"].shape == (64, 128)
-    assert tensors[f"{name}.weight_scale_inv"].dtype == np.float32
+    # stored as F8_E4M3, as the reference does (engines cast a uint8 tensor's values, not its bits)
+    assert tensors[f"{name}.weight"].dtype == torch.float8_e4m3fn and tensors[f"{name}.weight"].shape == (64, 128)
+    assert tensors[f"{name}.weight_scale_inv"].dtype == torch.float32
     assert tensors[f"{name}.weight_scale_inv"].shape == ()
+    in_memory = qm.results[name].weight
+    assert np.array_equal(tensors[f"{name}.weight"].view(torch.uint8).numpy(), np.asarray(in_memory.codes))
 
 
 def test_fp8_block_that_does_not_divide_a_module_is_refused_before_work(llama) -> None:
