@@ -71,3 +71,12 @@ def test_fp8_and_nf4_directories_report_dims_and_scale_rules(tmp_path: Path) -> 
     summary = inspect(tmp_path / "nf4")
     assert summary.violation_count == 0
     assert [(m.qtype, m.out_features, m.in_features) for m in summary.modules] == [("nf4 block 64", 32, 300)] * 2
+
+
+def test_gguf_directory_without_dynamic_rules(tmp_path: Path) -> None:
+    w = np.random.default_rng(2).standard_normal((32, 64)).astype(np.float32)
+    tensors = {"model.layers.0.mlp.up_proj.qweight": GGUFWeight.quantize(w, "Q4_0").qweight}
+    config = {"bits": 4, "method": "gguf", "format": "q_0"}
+    write_checkpoint(tmp_path, tensors, quantize_config=config, model_config=MODEL, validate=False)
+    (module,) = inspect(tmp_path).modules
+    assert (module.qtype, module.out_features, module.in_features, module.violations) == ("Q4_0", 32, 64, [])

@@ -68,7 +68,8 @@ def _nbytes(shapes: dict[str, tuple[tuple[int, ...], str]]) -> int:
 
 def _gguf(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], str]]) -> WeightOnlyModule:
     fields = ck.fields
-    override = fields.config.dynamic.override(prefix) if fields.config is not None else {}
+    rules = fields.config.dynamic if fields.config is not None else None
+    override = rules.override(prefix) if rules is not None else {}
     bits = int(override.get("bits", fields.bits))
     fmt = str(override.get("format", fields.format))
     problems = []
