@@ -66,5 +66,5 @@ def test_q5_k_s_records_no_overrides() -> None:
 def test_unknown_mixture_and_layer_are_refused() -> None:
     with pytest.raises(ConfigError, match="'q3_k_m' is not a K-quant mixture"):
         mixture_type("q3_k_m", "model.layers.0.mlp.down_proj", 0, 4)
-    with pytest.raises(ConfigError, match="model.layers.4.mlp.down_proj: layer 4 is outside the model's 4 layers"):
+    with pytest.raises(ConfigError, match=r"model\.layers\.4\.mlp\.down_proj: layer 4 is outside the model's 4 layers"):
         mixture_type("q4_k_m", "model.layers.4.mlp.down_proj", 4, 4)

@@ -181,7 +181,9 @@ def test_q4_k_m_mixture_is_recorded_as_dynamic_overrides_and_loads_back(llama, t
 
 
 def test_gguf_dynamic_overrides_are_checked() -> None:
-    ok = parse_settings({"method": "gguf", "bits": 4, "format": "q_k", "dynamic": {"+:.*down_proj$": {"bits": 6, "format": "q_k"}}})
+    ok = parse_settings(
+        {"method": "gguf", "bits": 4, "format": "q_k", "dynamic": {"+:.*down_proj$": {"bits": 6, "format": "q_k"}}}
+    )
     assert ok.dynamic == {"+:.*down_proj$": {"bits": 6, "format": "q_k"}}
     assert ok.to_checkpoint_dict()["dynamic"] == ok.dynamic
     with pytest.raises(QuantConfigError, match=r"dynamic\['\+:.\*down_proj\$'\]: .*'q7_k'"):

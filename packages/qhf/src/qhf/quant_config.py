@@ -312,7 +312,9 @@ def _gguf_dynamic(value: Any) -> dict[str, dict[str, Any]]:
         if rule.negative:
             raise QuantConfigError(f"dynamic[{rule.key!r}]: lowbit's GGUF runs quantize every module; no '-:' rules")
         if "bits" not in override or "format" not in override:
-            raise QuantConfigError(f"dynamic[{rule.key!r}]: a GGUF override names both bits and format, found {override}")
+            raise QuantConfigError(
+                f"dynamic[{rule.key!r}]: a GGUF override names both bits and format, found {override}"
+            )
         try:
             _gguf_bits_format(override["bits"], str(override["format"]).lower())
         except QuantConfigError as exc:

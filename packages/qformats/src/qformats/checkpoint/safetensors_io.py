@@ -222,7 +222,8 @@ def encode_safetensors(
     """Header bytes (length prefix included) and the ordered ``(name, little-endian array)`` payload.
 
     ``dtypes`` maps names to ``"BF16"`` (float32 stored as bfloat16) or an FP8 tag of :data:`FP8_TAGS`
-    (uint8 bit patterns stored under that dtype, as engines read FP8 weights). ``checksums`` adds ``__metadata__["qformats.crc32"]``: each tensor's :func:`tensor_crc32` (dtype,
+    (uint8 bit patterns stored under that dtype, as engines read FP8 weights).
+    ``checksums`` adds ``__metadata__["qformats.crc32"]``: each tensor's :func:`tensor_crc32` (dtype,
     shape and stored bytes)
     (readers verify it on load; other readers ignore the key).
     """
@@ -235,7 +236,9 @@ def encode_safetensors(
             st_dtype = "BF16"
         elif wanted in FP8_TAGS:
             if arr.dtype != np.uint8:
-                raise CheckpointFormatError(f"tensor {name!r}: {wanted} is written from uint8 bit patterns, found {arr.dtype}")
+                raise CheckpointFormatError(
+                    f"tensor {name!r}: {wanted} is written from uint8 bit patterns, found {arr.dtype}"
+                )
             data, st_dtype = arr, wanted
         else:
             st_dtype = safetensors_dtype(arr, name)

@@ -116,7 +116,9 @@ def _bnb(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], s
         weight = shapes.get("weight", ((0, 0), "?"))
         out_features, in_features = weight[0] if len(weight[0]) == 2 else (0, 0)
         problems = [] if weight[1] == "int8" else [f"weight: expected int8 [out, in], found {weight[1]} {weight[0]}"]
-        return WeightOnlyModule(prefix, "int8", 8, in_features, out_features, _listed(shapes), _nbytes(shapes), problems)
+        return WeightOnlyModule(
+            prefix, "int8", 8, in_features, out_features, _listed(shapes), _nbytes(shapes), problems
+        )
     problems = []
     out_features = in_features = 0
     qtype = "4-bit"
@@ -128,7 +130,9 @@ def _bnb(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], s
             out_features, in_features = (int(v) for v in record["shape"])
             qtype = f"{record['quant_type']} block {record['blocksize']}"
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            problems.append(f"weight_quant_state: expected a JSON record with quant_type, blocksize, shape [out, in] ({exc})")
+            problems.append(
+                f"weight_quant_state: expected a JSON record with quant_type, blocksize, shape [out, in] ({exc})"
+            )
     return WeightOnlyModule(prefix, qtype, 4, in_features, out_features, _listed(shapes), _nbytes(shapes), problems)
 
 

@@ -17,10 +17,10 @@ from .types import GGMLType, ggml_type
 register_layout(GGUFLayout())
 
 __all__ = [
+    "MIXTURE_BASE",
     "GGMLType",
     "GGUFLayout",
     "GGUFWeight",
-    "MIXTURE_BASE",
     "alias_for",
     "decode_rows",
     "encodable_types",
