@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..config.dynamic import DynamicRules
 from ..errors import QFormatsError
 from ..layouts.gguf import tensor_type
 
@@ -69,6 +70,8 @@ def _nbytes(shapes: dict[str, tuple[tuple[int, ...], str]]) -> int:
 def _gguf(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], str]]) -> WeightOnlyModule:
     fields = ck.fields
     rules = fields.config.dynamic if fields.config is not None else None
+    if rules is not None and not isinstance(rules, DynamicRules):
+        rules = DynamicRules.from_mapping(rules)
     override = rules.override(prefix) if rules is not None else {}
     bits = int(override.get("bits", fields.bits))
     fmt = str(override.get("format", fields.format))
