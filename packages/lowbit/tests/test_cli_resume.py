@@ -75,3 +75,28 @@ def test_resume_without_a_checkpoint_says_so(deep_llama: Path, tmp_path: Path) -
     assert result.returncode == 2
     assert f"--checkpoint-dir {tmp_path / 'empty'}: there is no checkpoint to resume" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_weight_only_run_killed_mid_run_resumes_to_identical_files(deep_llama: Path, tmp_path: Path) -> None:
+    """A GGUF q4_k_m run (per-module types) SIGKILLed right after its 5th commit resumes to the same bytes."""
+
+    def args(out: Path, ckpt: Path) -> list[str]:
+        return ["quantize", str(deep_llama), "--method", "gguf", "--format", "q_k_m", "--out", str(out),
+                "--checkpoint-dir", str(ckpt), "--quiet"]  # fmt: skip
+
+    reference = run_lowbit(*args(tmp_path / "ref", tmp_path / "ref-ckpt"))  # in process: only the kill needs one
+    assert reference.returncode == 0, reference.stderr
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    killed = subprocess.run(
+        [sys.executable, "-m", "lowbit", *args(out, ckpt)],
+        capture_output=True, text=True, timeout=TIMEOUT_S,
+        env={**lowbit_env(), "QCHECKPOINT_FAULT": "current.after_dirsync#5"},
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, f"rc {killed.returncode}\n{killed.stderr}"
+    assert not out.exists() or not any(out.glob("*.safetensors"))
+
+    resumed = run_lowbit(*args(out, ckpt), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed      from plan step" in resumed.stdout
+    assert _tensors(out) == _tensors(tmp_path / "ref")
+    assert (out / "quantize_config.json").read_bytes() == (tmp_path / "ref" / "quantize_config.json").read_bytes()

@@ -51,6 +51,16 @@ def test_bf16_is_read_exactly_and_written_back(tmp_path: Path) -> None:
     assert np.array_equal(f.load("w"), values)
 
 
+def test_fp8_bit_patterns_are_written_under_their_fp8_dtype(tmp_path: Path) -> None:
+    bits = np.array([[0x38, 0xB8], [0x7E, 0x00]], np.uint8)  # e4m3fn: 1.0, -1.0, 448.0, 0.0
+    write_safetensors(tmp_path / "f.safetensors", {"w": bits}, dtypes={"w": "F8_E4M3"})
+    f = SafetensorsFile(tmp_path / "f.safetensors")
+    assert f.tensors["w"].dtype == "F8_E4M3"
+    assert np.array_equal(f.load("w"), bits)  # read back as the same bytes
+    with pytest.raises(CheckpointFormatError, match="tensor 'w': F8_E5M2 is written from uint8 bit patterns"):
+        write_safetensors(tmp_path / "g.safetensors", {"w": bits.astype(np.float32)}, dtypes={"w": "F8_E5M2"})
+
+
 def _raw(header: dict[str, object], data: bytes) -> bytes:
     text = json.dumps(header).encode()
     return struct.pack("<Q", len(text)) + text + data

@@ -1,5 +1,5 @@
-"""Whole-model weight-only runs (FP8, bitsandbytes NF4/FP4/int8, GGUF Q4_0/Q8_0/Q4_K): quantize, save with
-the reference's config fields, verify, reload through qkernels' weight-only modules, evaluate perplexity."""
+"""Whole-model weight-only runs (FP8, bitsandbytes NF4/FP4/int8, GGUF Q4_0/Q8_0 and the q4_k_m mixture): quantize,
+save with the reference's config fields, verify, reload through qkernels' weight-only modules, evaluate perplexity."""
 
 from __future__ import annotations
 
@@ -43,11 +43,6 @@ CASES = {
     ),
     "gguf-q4_0": ({"method": "gguf", "bits": 4}, {"bits": 4, "method": "gguf", "format": "q_0"}, 0.15, 0.10),
     "gguf-q8_0": ({"method": "gguf", "bits": 8}, {"bits": 8, "method": "gguf", "format": "q_0"}, 0.02, 0.01),
-    "gguf-q4_k_m": (
-        {"method": "gguf", "bits": 4, "format": "q_k_m"},
-        {"bits": 4, "method": "gguf", "format": "q_k_m"},
-        0.15, 0.10,
-    ),
 }  # fmt: skip
 
 
@@ -109,11 +104,16 @@ def test_fp8_tensors_have_the_reference_shapes(llama, tmp_path) -> None:
     qm = qhf.load(llama, {"method": "fp8", "weight_scale_method": "tensor"})
     qm.quantize()
     qm.save(tmp_path / "t")
-    tensors = load_file(str(tmp_path / "t" / "model.safetensors"))
+    from safetensors.torch import load_file as load_torch
+
+    tensors = load_torch(str(tmp_path / "t" / "model.safetensors"))
     name = "model.layers.0.mlp.down_proj"
-    assert tensors[f"{name}.weight"].dtype == np.uint8 and tensors[f"{name}.weight"].shape == (64, 128)
-    assert tensors[f"{name}.weight_scale_inv"].dtype == np.float32
+    # stored as F8_E4M3, as the reference does (engines cast a uint8 tensor's values, not its bits)
+    assert tensors[f"{name}.weight"].dtype == torch.float8_e4m3fn and tensors[f"{name}.weight"].shape == (64, 128)
+    assert tensors[f"{name}.weight_scale_inv"].dtype == torch.float32
     assert tensors[f"{name}.weight_scale_inv"].shape == ()
+    in_memory = qm.results[name].weight
+    assert np.array_equal(tensors[f"{name}.weight"].view(torch.uint8).numpy(), np.asarray(in_memory.codes))
 
 
 def test_fp8_block_that_does_not_divide_a_module_is_refused_before_work(llama) -> None:
@@ -147,3 +147,48 @@ def test_settings_follow_the_reference_fields_and_defaults() -> None:
 def test_bad_weight_only_settings_name_the_field(config, message) -> None:
     with pytest.raises(QuantConfigError, match=message):
         parse_settings(config)
+
+
+def test_q4_k_m_mixture_is_recorded_as_dynamic_overrides_and_loads_back(llama, tmp_path) -> None:
+    """llama.cpp's q4_k_m rule on 2 layers: v_proj and down_proj of the last layer get Q6_K, the rest Q4_K."""
+    qm = qhf.load(llama, {"method": "gguf", "format": "q4_k_m"})
+    qm.quantize()
+    summary = qm.save(tmp_path / "m")
+    assert summary["verification"]["passed"], summary["verification"]["problems"]
+    written = json.loads((tmp_path / "m" / "config.json").read_text())["quantization_config"]
+    assert (written["bits"], written["format"]) == (4, "q_k_m")
+    assert written["dynamic"] == {
+        r"+:^model\.layers\.1\.self_attn\.v_proj$": {"bits": 6, "format": "q_k"},
+        r"+:^model\.layers\.1\.mlp\.down_proj$": {"bits": 6, "format": "q_k"},
+    }
+    tensors = load_file(str(tmp_path / "m" / "model.safetensors"))
+    # one 256-element block per row (in 64 or 128, zero-padded): Q6_K 210 bytes, Q4_K 144 bytes
+    assert tensors["model.layers.1.mlp.down_proj.qweight"].shape == (64, 210)
+    assert tensors["model.layers.0.mlp.down_proj.qweight"].shape == (64, 144)
+    assert tensors["model.layers.1.self_attn.q_proj.qweight"].shape[1] == 144
+    checkpoint = open_quantized_checkpoint(tmp_path / "m")
+    assert checkpoint.settings == parse_settings(written) and checkpoint.settings.dynamic == written["dynamic"]
+    assert checkpoint.weight_only_logical("model.layers.1.mlp.down_proj", 128, 64).qtype == "Q6_K"
+    assert checkpoint.weight_only_logical("model.layers.0.mlp.down_proj", 128, 64).qtype == "Q4_K"
+
+    pure = qhf.load(llama, {"method": "gguf", "format": "q4_k"})
+    pure.quantize()
+    upgraded = qm.results["model.layers.1.mlp.down_proj"].report["loss"]
+    assert upgraded < pure.results["model.layers.1.mlp.down_proj"].report["loss"]  # Q6_K beats Q4_K
+    lm = qhf.load_quantized(tmp_path / "m")
+    reloaded = float(qhf.evaluate(lm.model, lm.tokenizer, window=WINDOW, max_windows=4).perplexity)
+    assert reloaded == pytest.approx(float(qm.perplexity(window=WINDOW, max_windows=4).perplexity), rel=1e-5)
+
+
+def test_gguf_dynamic_overrides_are_checked() -> None:
+    ok = parse_settings(
+        {"method": "gguf", "bits": 4, "format": "q_k", "dynamic": {"+:.*down_proj$": {"bits": 6, "format": "q_k"}}}
+    )
+    assert ok.dynamic == {"+:.*down_proj$": {"bits": 6, "format": "q_k"}}
+    assert ok.to_checkpoint_dict()["dynamic"] == ok.dynamic
+    with pytest.raises(QuantConfigError, match=r"dynamic\['\+:.\*down_proj\$'\]: .*'q7_k'"):
+        parse_settings({"method": "gguf", "bits": 4, "dynamic": {"+:.*down_proj$": {"bits": 7, "format": "q_k"}}})
+    with pytest.raises(QuantConfigError, match="names both bits and format"):
+        parse_settings({"method": "gguf", "bits": 4, "dynamic": {".*down_proj$": {"bits": 6}}})
+    with pytest.raises(QuantConfigError, match="no '-:' rules"):
+        parse_settings({"method": "gguf", "bits": 4, "dynamic": {"-:.*down_proj$": {}}})

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .checkpoint.reader import Checkpoint
+from .checkpoint.weight_only_modules import is_weight_only, module_tensor_names, weight_only_modules
 from .errors import QFormatsError
 from .zero_convention import detect_zero_convention
 
@@ -29,6 +30,11 @@ FAMILY_ZEROS = {
     "paroquant": "ParoQuant stores AWQ GEMM true zeros (AWQ-005) behind its input transform",
     "vptq": "VPTQ indices address codebooks (no zero point)",
     "exl3": "EXL3 trellis symbols decode through a codebook (no zero point)",
+}
+WEIGHT_ONLY_ZEROS = {
+    "fp8": "FP8 values times a scale (no zero point)",
+    "bitsandbytes": "bitsandbytes codes index a value table scaled per block (int8: per row); no zero point",
+    "gguf": "GGUF blocks carry their own scales (and minima for Q4_K/Q5_K); no config zero point",
 }
 
 
@@ -45,6 +51,9 @@ class ModuleSummary:
     out_features: int
     tensors: dict[str, list[object]]
     violations: list[str] = field(default_factory=list)
+    #: Weight-only modules: the stored type (``Q6_K``, ``float8_e4m3fn row``, ``nf4 block 64``) and bytes.
+    qtype: str | None = None
+    nbytes: int | None = None
 
 
 @dataclass
@@ -66,6 +75,8 @@ class CheckpointSummary:
     total_size: int
     warnings: list[str]
     other_violations: list[str] = field(default_factory=list)
+    #: Weight-only checkpoints: stored type -> ``[modules, bytes]``.
+    types: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def violation_count(self) -> int:
@@ -108,9 +119,47 @@ def _zero_convention(ck: Checkpoint) -> dict[str, object]:
     }
 
 
+def _inspect_weight_only(ck: Checkpoint) -> CheckpointSummary:
+    """The summary of an FP8 / bitsandbytes / GGUF directory (:mod:`.checkpoint.weight_only_modules`)."""
+    found = weight_only_modules(ck)
+    modules = [
+        ModuleSummary(
+            m.name, ck.fields.method, m.bits, -1, True, m.in_features, m.out_features, m.tensors, m.violations,
+            m.qtype, m.nbytes,
+        )
+        for m in found
+    ]  # fmt: skip
+    types: dict[str, list[int]] = {}
+    for m in found:
+        tally = types.setdefault(m.qtype, [0, 0])
+        tally[0] += 1
+        tally[1] += m.nbytes
+    stored = module_tensor_names(ck, found)
+    f = ck.fields
+    return CheckpointSummary(
+        path=str(ck.root),
+        config_file=f.source_file,
+        method=f.method,
+        format=f.format,
+        layout=f.method,
+        bits=f.bits,
+        group_size=-1,
+        sym=True,
+        zero_convention={"convention": "n/a", "confidence": "certain", "evidence": WEIGHT_ONLY_ZEROS[f.method]},
+        modules=modules,
+        dense_tensors=len([n for n in ck.weight_map if n not in stored]),
+        files=sorted(ck.files),
+        total_size=ck.total_size(),
+        warnings=list(ck.warnings),
+        types=dict(sorted(types.items())),
+    )
+
+
 def inspect(path: str | Path) -> CheckpointSummary:
     """Open, validate every module and summarize the checkpoint at ``path``."""
     ck = Checkpoint(path)
+    if is_weight_only(ck):
+        return _inspect_weight_only(ck)
     problems = ck.validate()
     modules = []
     for entry in ck.modules():
@@ -174,12 +223,14 @@ def format_text(summary: CheckpointSummary) -> str:
         lines.append(f"WARNING      the words are {zc['convention']} but the label says {zc.get('label')}")
     lines.extend(f"WARNING      {w}" for w in summary.warnings)
     lines.extend(f"  ! {v}" for v in summary.other_violations)
+    if summary.types:
+        tallies = ", ".join(f"{t} {n} modules {size} bytes" for t, (n, size) in summary.types.items())
+        lines.append(f"types        {tallies}")
     lines.append("")
     for m in summary.modules:
         tensors = ", ".join(f"{k} {v[0]} {v[1]}" for k, v in m.tensors.items())
-        lines.append(
-            f"  {m.name}  [{m.out_features} x {m.in_features}] {m.layout} {m.bits}-bit g{m.group_size}: {tensors}"
-        )
+        kind = f"{m.layout} {m.qtype}" if m.qtype is not None else f"{m.layout} {m.bits}-bit g{m.group_size}"
+        lines.append(f"  {m.name}  [{m.out_features} x {m.in_features}] {kind}: {tensors}")
         lines.extend(f"    ! {v}" for v in m.violations)
     return "\n".join(lines)
 

@@ -124,11 +124,22 @@ class QuantModel:
         from qlooper.api import quantize_model
         from qlooper.loop import LoopOptions
 
-        from .looper_bridge import LazyLayerProcessor, kernel_replacer, make_quant_processor, preflight, quant_spec
+        from .looper_bridge import (
+            LazyLayerProcessor,
+            kernel_replacer,
+            layer_modules,
+            make_quant_processor,
+            preflight,
+            quant_spec,
+            weight_only_processor,
+        )
+        from .weight_only import with_mixture
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
         preflight(self.settings, self.source)
+        modules = layer_modules(self.source) if self.settings.method == "gguf" else []
+        self.settings = with_mixture(self.settings, modules, self.source.num_layers)  # q_k_m: -> dynamic
         start = time.perf_counter()
         settings = self.settings
         spec = quant_spec(settings)
@@ -140,7 +151,11 @@ class QuantModel:
             calibration_seconds = time.perf_counter() - start
             self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
-        inner = make_quant_processor(settings, spec)
+        inner = (
+            weight_only_processor(settings, spec, [name for name, _ in modules])
+            if settings.weight_only
+            else make_quant_processor(settings, spec)
+        )
         processor = LazyLayerProcessor(inner, self.source)
 
         def adapter_for(name: str) -> Any:

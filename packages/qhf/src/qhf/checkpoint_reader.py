@@ -58,8 +58,11 @@ def read_quant_settings(directory: Path) -> tuple[QuantSettings, str]:
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """bfloat16 as float32; FP8 (``F8_E4M3`` / ``F8_E5M2`` in the file) as its uint8 bit patterns."""
     if tensor.dtype == torch.bfloat16:
         tensor = tensor.to(torch.float32)
+    elif tensor.dtype.is_floating_point and tensor.dtype.itemsize == 1:
+        tensor = tensor.view(torch.uint8)
     return tensor.numpy()
 
 
@@ -114,7 +117,7 @@ class QuantizedCheckpoint:
 
         tensors = {k: v for k, v in self.weight_only_tensors(module).items() if k != "bias"}
         try:
-            return weight_only_logical(self.settings, tensors, in_features, out_features)
+            return weight_only_logical(self.settings, tensors, in_features, out_features, module)
         except (KernelInputError, QFormatsError) as exc:
             raise SourceFormatError(f"{self.directory.path}: module {module!r}: {exc}") from None
 
@@ -128,7 +131,9 @@ class QuantizedCheckpoint:
             from .weight_only import weight_only_module
 
             tensors = self.weight_only_tensors(module)
-            return weight_only_module(self.settings, tensors, in_features, out_features, backend=backend, dtype=dtype)
+            return weight_only_module(
+                self.settings, tensors, in_features, out_features, backend=backend, dtype=dtype, module=module
+            )
         from qkernels import quant_linear, weight_only_linear
 
         if is_family(self.entry(module).layout):  # QQQ / ParoQuant / VPTQ / EXL3

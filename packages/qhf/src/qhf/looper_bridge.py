@@ -102,7 +102,7 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, a
             tensors["bias"] = done.bias
         if settings.weight_only:
             return weight_only_module(
-                settings, tensors, dense.in_features, dense.out_features, backend=backend, dtype=dtype
+                settings, tensors, dense.in_features, dense.out_features, backend=backend, dtype=dtype, module=name
             )
         weight = done.weight
         meta = LayoutMeta(
@@ -122,6 +122,28 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, a
         return module
 
     return replace
+
+
+def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:
+    """``(full module name, layer index)`` of every quantized linear of every decoder layer (from the layers'
+    structure; nothing is materialized)."""
+    from qlooper.definition import resolve_groups
+
+    found = []
+    for index in range(source.num_layers):
+        prefix = source.layer_prefix(index)
+        layer = source.model.get_submodule(prefix)
+        found += [(m.full_name, index) for g in resolve_groups(layer, prefix, source.definition) for m in g.modules]
+    return found
+
+
+def weight_only_processor(settings: QuantSettings, spec: Any, modules: list[str]) -> Any:
+    """qlooper's ``WeightOnlyProcessor`` for ``spec``, with the per-module specs of a GGUF config's overrides."""
+    from qlooper.processors.weight_only import WeightOnlyProcessor
+
+    from .weight_only import module_specs
+
+    return WeightOnlyProcessor(spec, module_specs=module_specs(settings, modules))
 
 
 def preflight(settings: QuantSettings, source: OpenedSource) -> None:

@@ -73,6 +73,9 @@ class QuantSettings:
     #: EoRA adapters after the solve (GPTQ family only): the reference's ``adapter`` field,
     #: ``{"name": "lora", "path": "eora", "rank": R}`` (``path``: the adapter directory inside the checkpoint).
     adapter: dict[str, Any] | None = None
+    #: GGUF only: the reference's per-module overrides (``{"+:^name$": {"bits": 6, "format": "q_k"}}``); a
+    #: ``q_k_m`` / ``q_k_s`` run fills it with the mixture's per-module types (:mod:`qhf.weight_only`).
+    dynamic: dict[str, dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: The run's calibration record (set by ``QuantModel.quantize`` for the default mixture), written to
     #: ``meta.calibration``; not a setting: never parsed from a user's config.
@@ -140,6 +143,8 @@ class QuantSettings:
             out["weight_scale_semantics"] = "inverse"
         elif self.method == "bitsandbytes":
             out.update(block_size=self.block_size, compress_statistics=self.compress_statistics)
+        if self.dynamic:
+            out["dynamic"] = {key: dict(value) for key, value in self.dynamic.items()}
         return out
 
     def to_checkpoint_dict(self) -> dict[str, Any]:
@@ -240,7 +245,9 @@ def parse_settings(config: Any) -> QuantSettings:
             f"format: method {method!r} writes one of {', '.join(METHOD_FORMATS[method])}, found {fmt!r}"
         )
     fields = QuantSettings.__dataclass_fields__
-    known = {k: raw.pop(k) for k in list(raw) if k in fields and k not in ("extra", "calibration")}
+    known = {k: raw.pop(k) for k in list(raw) if k in fields and k not in ("extra", "calibration", "dynamic")}
+    if raw.get("dynamic", 0) is None:
+        raw.pop("dynamic")  # a QuantSettings' own empty field
     try:
         settings = QuantSettings(method=method, format=fmt, extra=raw, **known)
     except TypeError as exc:
@@ -310,6 +317,7 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
         raw.pop(name, None)  # forced or meaningless without calibration (the reference drops them too)
     if raw.pop("adapter", None) is not None:
         raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
+    known: dict[str, Any] = {}
     bits = raw.pop("bits", 8 if method == "fp8" else 4)
     if isinstance(bits, bool) or not isinstance(bits, (int, str)):
         raise QuantConfigError(f"bits: expected an integer, found {bits!r}")
@@ -317,6 +325,11 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     fmt = None if fmt is None else str(fmt).lower()
     if method == "gguf":
         bits, fmt = _gguf_bits_format(bits, fmt)
+        dynamic = raw.pop("dynamic", None)
+        if dynamic:
+            known["dynamic"] = _gguf_dynamic(dynamic)
+    elif raw.get("dynamic", 0) is None:
+        raw.pop("dynamic")  # a QuantSettings' own empty field
     elif method == "fp8":
         if bits != 8:
             raise QuantConfigError(f"bits: FP8 stores 8-bit weights, found {bits!r}")
@@ -330,7 +343,6 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     if fmt not in METHOD_FORMATS[method]:
         choices = ", ".join(METHOD_FORMATS[method])
         raise QuantConfigError(f"format: method {method!r} writes one of {choices}, found {fmt!r}")
-    known = {}
     for name in ("weight_scale_method", "weight_block_size", "block_size", "compress_statistics", "lm_head"):
         if name in raw:
             known[name] = raw.pop(name)
@@ -365,6 +377,32 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
         method=method, bits=int(bits), group_size=-1, sym=True, desc_act=False, format=fmt,
         act_group_aware=False, extra=raw, **known,
     )  # fmt: skip
+
+
+def _gguf_dynamic(value: Any) -> dict[str, dict[str, Any]]:
+    """A GGUF config's ``dynamic`` rules, each positive override naming a GGUF type (``bits`` + ``format``)."""
+    from qformats.config.dynamic import DynamicRules
+    from qformats.errors import ConfigError
+
+    try:
+        rules = DynamicRules.from_mapping(value)
+    except ConfigError as exc:
+        raise QuantConfigError(str(exc)) from None
+    out: dict[str, dict[str, Any]] = {}
+    for rule in rules:
+        override = dict(rule.override)
+        if rule.negative:
+            raise QuantConfigError(f"dynamic[{rule.key!r}]: lowbit's GGUF runs quantize every module; no '-:' rules")
+        if "bits" not in override or "format" not in override:
+            raise QuantConfigError(
+                f"dynamic[{rule.key!r}]: a GGUF override names both bits and format, found {override}"
+            )
+        try:
+            _gguf_bits_format(override["bits"], str(override["format"]).lower())
+        except QuantConfigError as exc:
+            raise QuantConfigError(f"dynamic[{rule.key!r}]: {exc}") from None
+        out[rule.key] = override
+    return out
 
 
 def _gguf_bits_format(bits: int | str, fmt: str | None) -> tuple[int, str]:

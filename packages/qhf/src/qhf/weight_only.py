@@ -14,8 +14,10 @@ pieces:
   ``compress_statistics`` True default) or ``int8`` (bits 8). Tensors: ``weight`` plus ``weight_absmax``,
   ``weight_quant_map``, ``weight_nested_*``, ``weight_quant_state`` (4-bit) or ``weight_scb`` (8-bit).
 * ``method="gguf"``: ``bits`` + public ``format`` (``q_0``, ``q_k``, ``q_k_s``, ``q_k_m``) name the ggml
-  type (``4 + q_0`` -> Q4_0, ``4 + q_k_m`` -> Q4_K, ``8 + q_0`` -> Q8_0). Tensor: ``qweight`` uint8
-  ``[out, row_bytes]`` (llama.cpp block bytes per output row).
+  type (``4 + q_0`` -> Q4_0, ``4 + q_k`` -> Q4_K, ``8 + q_0`` -> Q8_0). ``q_k_m`` / ``q_k_s`` are llama.cpp's
+  mixtures: the base K type plus higher types for some ``v_proj`` / ``down_proj`` modules, recorded as the
+  config's ``dynamic`` overrides (:func:`with_mixture`). Tensor: ``qweight`` uint8 ``[out, row_bytes]``
+  (llama.cpp block bytes per output row).
 """
 
 from __future__ import annotations
@@ -44,11 +46,53 @@ def spec_family(settings: QuantSettings) -> str:
     return settings.method
 
 
-def gguf_type_name(settings: QuantSettings) -> str:
-    """The ggml type stored for a GGUF config's ``bits`` + public ``format`` (``Q4_0``, ``Q4_K``, ``Q8_0`` ...)."""
+def gguf_type_name(settings: QuantSettings, module: str | None = None) -> str:
+    """The ggml type stored for a GGUF config's ``bits`` + public ``format`` (``Q4_0``, ``Q4_K``, ``Q8_0`` ...),
+    for ``module`` after the config's ``dynamic`` overrides (first positive match)."""
     from qformats.layouts.gguf import tensor_type
 
-    return str(tensor_type(settings.bits, settings.format).name)
+    bits, fmt = settings.bits, settings.format
+    if module is not None and settings.dynamic:
+        from qformats.config.dynamic import DynamicRules
+
+        override = DynamicRules.from_mapping(settings.dynamic).override(module)
+        bits, fmt = int(override.get("bits", bits)), str(override.get("format", fmt))
+    return str(tensor_type(bits, fmt).name)
+
+
+def is_mixture(settings: QuantSettings) -> bool:
+    """A GGUF ``q_k_m`` / ``q_k_s`` config: llama.cpp's per-module mixture (:mod:`qformats.layouts.gguf.mixtures`)."""
+    return settings.method == "gguf" and settings.format in ("q_k_m", "q_k_s")
+
+
+def with_mixture(settings: QuantSettings, modules: list[tuple[str, int]], layers: int) -> QuantSettings:
+    """``settings`` with the mixture's per-module types recorded as ``dynamic`` overrides (the reference's way),
+    for ``(module, layer)`` pairs of a ``layers``-layer decoder. A config that already has ``dynamic`` (a reloaded
+    mixture, or the user's own choice) is kept as given; other settings are returned unchanged."""
+    if not is_mixture(settings) or settings.dynamic:
+        return settings
+    from dataclasses import replace
+
+    from qformats.layouts.gguf import mixture_dynamic, mixture_types
+
+    alias = f"q{settings.bits}{settings.format[1:]}"
+    dynamic = mixture_dynamic(alias, mixture_types(alias, modules, layers))
+    return replace(settings, dynamic=dynamic or None)
+
+
+def module_specs(settings: QuantSettings, modules: list[str]) -> dict[str, Any]:
+    """``{module: WeightOnlySpec}`` for the modules whose GGUF type differs from the config's base type."""
+    if settings.method != "gguf" or not settings.dynamic:
+        return {}
+    from qalgos.weight_only import WeightOnlySpec
+
+    base = gguf_type_name(settings)
+    out = {}
+    for name in modules:
+        qtype = gguf_type_name(settings, name)
+        if qtype != base:
+            out[name] = WeightOnlySpec("gguf", gguf_type=qtype)
+    return out
 
 
 def weight_only_spec(settings: QuantSettings) -> Any:
@@ -107,8 +151,10 @@ def weight_only_module(
     *,
     backend: str,
     dtype: torch.dtype,
+    module: str | None = None,
 ) -> torch.nn.Module:
-    """A qkernels module for one stored weight-only module (``tensors`` may include ``bias``)."""
+    """A qkernels module for one stored weight-only module (``tensors`` may include ``bias``; ``module``: its
+    name, which picks its GGUF type under ``dynamic`` overrides)."""
     from qkernels import weight_only_linear
 
     family = kernel_family(settings)
@@ -118,13 +164,15 @@ def weight_only_module(
         in_features=in_features,
         out_features=out_features,
         config=fp8_config(settings) if family == "fp8" else None,
-        qtype=gguf_type_name(settings) if family == "gguf" else None,
+        qtype=gguf_type_name(settings, module) if family == "gguf" else None,
         backend=backend,
         dtype=dtype,
     )
 
 
-def weight_only_logical(settings: QuantSettings, tensors: dict[str, Any], in_features: int, out_features: int) -> Any:
+def weight_only_logical(
+    settings: QuantSettings, tensors: dict[str, Any], in_features: int, out_features: int, module: str | None = None
+) -> Any:
     """The family's qformats logical weight read from one module's stored tensors (raises naming the tensor)."""
     from qkernels.weight_only import load_weight_only
 
@@ -135,9 +183,21 @@ def weight_only_logical(settings: QuantSettings, tensors: dict[str, Any], in_fea
         in_features=in_features,
         out_features=out_features,
         config=fp8_config(settings) if family == "fp8" else None,
-        qtype=gguf_type_name(settings) if family == "gguf" else None,
+        qtype=gguf_type_name(settings, module) if family == "gguf" else None,
     )
     return loaded.logical
+
+
+#: FP8 format -> the safetensors dtype its ``weight`` is stored as (the reference's; the ``fnuz`` formats have
+#: no safetensors dtype and stay uint8 bit patterns).
+FP8_STORAGE = {"float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+
+
+def fp8_storage_dtypes(settings: QuantSettings, modules: list[str]) -> dict[str, str]:
+    """The writer's ``dtypes`` entries that store each FP8 module's ``weight`` under its FP8 dtype, as the
+    reference does (a uint8 tag would make engines cast the bit patterns as numbers)."""
+    tag = FP8_STORAGE.get(settings.format) if settings.method == "fp8" else None
+    return {} if tag is None else {f"{name}.weight": tag for name in modules}
 
 
 def fp8_block_problem(settings: QuantSettings, out_features: int, in_features: int) -> str | None:

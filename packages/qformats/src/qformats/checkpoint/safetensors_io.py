@@ -209,6 +209,10 @@ class SafetensorsFile:
         return {name: self.load(name) for name in self.tensors}
 
 
+#: FP8 dtype tags a uint8 array of bit patterns can be written under (its bytes unchanged; read back as uint8).
+FP8_TAGS = ("F8_E4M3", "F8_E5M2")
+
+
 def encode_safetensors(
     tensors: Mapping[str, np.ndarray],
     metadata: Mapping[str, str] | None = None,
@@ -217,6 +221,8 @@ def encode_safetensors(
 ) -> tuple[bytes, list[tuple[str, np.ndarray]]]:
     """Header bytes (length prefix included) and the ordered ``(name, little-endian array)`` payload.
 
+    ``dtypes`` maps names to ``"BF16"`` (float32 stored as bfloat16) or an FP8 tag of :data:`FP8_TAGS`
+    (uint8 bit patterns stored under that dtype, as engines read FP8 weights).
     ``checksums`` adds ``__metadata__["qformats.crc32"]``: each tensor's :func:`tensor_crc32` (dtype,
     shape and stored bytes)
     (readers verify it on load; other readers ignore the key).
@@ -228,6 +234,12 @@ def encode_safetensors(
         if wanted == "BF16":
             data = float32_to_bf16_bits(arr)
             st_dtype = "BF16"
+        elif wanted in FP8_TAGS:
+            if arr.dtype != np.uint8:
+                raise CheckpointFormatError(
+                    f"tensor {name!r}: {wanted} is written from uint8 bit patterns, found {arr.dtype}"
+                )
+            data, st_dtype = arr, wanted
         else:
             st_dtype = safetensors_dtype(arr, name)
             data = arr

@@ -102,7 +102,8 @@ def write_checkpoint(
     """Write a (quantized or dense) checkpoint atomically; see the module docstring.
 
     ``quantize_config`` ``None`` writes a dense checkpoint (``config.json`` only when ``model_config``
-    is given). ``dtypes`` maps tensor names to ``"BF16"`` to store float32 arrays as bfloat16.
+    is given). ``dtypes`` maps tensor names to ``"BF16"`` to store float32 arrays as bfloat16, or to
+    ``"F8_E4M3"`` / ``"F8_E5M2"`` to store uint8 FP8 bit patterns under that dtype.
     """
     with staged_directory(directory) as staging:
         return write_checkpoint_files(

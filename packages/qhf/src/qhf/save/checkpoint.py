@@ -23,6 +23,7 @@ from torch import nn
 from ..quant_config import QuantSettings
 from ..results import REPORT_COLUMNS, QuantizedModules
 from ..source.opened_source import OpenedSource
+from ..weight_only import fp8_storage_dtypes
 from .tensor_stream import TensorEntry, bf16_names, numpy_stream, write_atomic_json
 
 _CONFIG_DROP = ("_attn_implementation", "_attn_implementation_autoset", "attn_implementation")
@@ -176,7 +177,7 @@ def save_checkpoint(
             model_config=config,
             max_shard_size=max_shard_size,
             metadata={"quantizer": quantization["meta"]["quantizer"][0]},
-            dtypes=bf16_names(entries),
+            dtypes={**bf16_names(entries), **fp8_storage_dtypes(settings, list(packed))},
             validate=not settings.weight_only,  # qformats' layouts do not describe these families; verify reads them
         )
         names = [name for name in written.files if name.endswith(".safetensors")]

@@ -5,7 +5,8 @@ With a qalgos ``WeightOnlySpec`` it is ``quantize_weight_only`` (FP8, bitsandbyt
 blocks) and the finished modules are packed by the family's own packer (``pack_fp8``, ``pack_bnb4``,
 ``pack_bnb8``, GGUF ``qweight``). Any ``quantize(weight [out, in], spec)`` returning an object with
 ``weight``, ``dequantized`` and ``loss`` plugs in, with ``pack(logical) -> {name: array}`` when the logical
-weight is not a ``QuantizedWeight``.
+weight is not a ``QuantizedWeight``. ``module_specs`` gives named modules their own spec (e.g. the Q6_K
+modules of a GGUF q4_k_m mixture); it is part of :meth:`describe`, so a resumed run must use the same.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ class WeightOnlyProcessor:
         quantize: WeightQuantizer | None = None,
         method: str | None = None,
         pack: Packer | None = None,
+        module_specs: dict[str, Any] | None = None,
     ) -> None:
         self.spec = spec
+        #: Full module name -> the spec it gets instead of ``spec`` (a GGUF mixture's Q6_K modules).
+        self.module_specs = dict(module_specs or {})
         if isinstance(spec, WeightOnlySpec):
             self.quantize = quantize or quantize_weight_only
             self.method = method or spec.family
@@ -71,7 +75,7 @@ class WeightOnlyProcessor:
         results = []
         for mod in group.modules:
             start = time.perf_counter()
-            result = self.quantize(mod.weight.detach(), self.spec)
+            result = self.quantize(mod.weight.detach(), self.module_specs.get(mod.full_name, self.spec))
             replace_weight(mod.module, result.dequantized)
             results.append(
                 ModuleResult(
@@ -86,7 +90,10 @@ class WeightOnlyProcessor:
     def describe(self) -> dict[str, Any]:
         """What identifies this processor's numerics (part of a checkpoint's identity)."""
         fn = f"{self.quantize.__module__}.{self.quantize.__qualname__}"
-        return {"method": self.method, "spec": asdict(self.spec), "quantize": fn}
+        described = {"method": self.method, "spec": asdict(self.spec), "quantize": fn}
+        if self.module_specs:
+            described["module_specs"] = {name: asdict(spec) for name, spec in sorted(self.module_specs.items())}
+        return described
 
     def state_dict(self) -> dict[str, Any]:
         return {}
