@@ -17,6 +17,7 @@ from .finalize import FinalizedModule
 from .loop import LayerLoop, LoopOptions
 from .plan import LoopPlan
 from .processors.awq import AWQProcessor
+from .processors.base import Processor
 from .processors.gptq import GPTQProcessor
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport, write_report_csv, write_report_json
@@ -55,7 +56,7 @@ class QuantizationRun:
         raise ValueError(f"write_report: expected a .csv or .json path, found {target.name!r}")
 
 
-def make_processor(method: str, spec: QuantSpec | WeightOnlySpec) -> Any:
+def make_processor(method: str, spec: QuantSpec | WeightOnlySpec) -> Processor:
     """The built-in processor for ``method`` (``"gptq"``, ``"awq"``, ``"rtn"``, or a ``WeightOnlySpec`` family)."""
     if isinstance(spec, WeightOnlySpec):
         if method not in ("weight_only", spec.family):
@@ -75,7 +76,7 @@ def quantize_model(
     definition: ModelDefinition,
     calibration: CalibrationSet | None = None,
     spec: QuantSpec | WeightOnlySpec | None = None,
-    method: str | Any = "gptq",
+    method: str | Processor = "gptq",
     *,
     format: str | None = None,
     checkpoint: Any = None,

@@ -53,7 +53,7 @@ class WeightOnlyProcessor:
     ) -> None:
         self.spec = spec
         if isinstance(spec, WeightOnlySpec):
-            self.quantize = quantize or quantize_weight_only
+            self.quantize: WeightQuantizer = quantize or quantize_weight_only
             self.method = method or spec.family
             self.pack: Packer | None = pack or FAMILY_PACKERS[spec.family]
         else:
