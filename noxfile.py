@@ -236,10 +236,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def types(session: nox.Session) -> None:
-    """mypy: strict for qformats and qcheckpoint, default strictness elsewhere."""
+    """mypy over every package, each with the config in its own pyproject.toml (strict for qformats, qcheckpoint
+    and qalgos; default strictness where torch modules and transformers models are involved)."""
     _install_packages(session, list(PACKAGES))
-    session.install(MYPY)
-    session.run("mypy", "--strict", "packages/qformats/src/qformats", "packages/qcheckpoint/src/qcheckpoint")
+    session.install(*_constraints(), MYPY, "pytest")  # pytest: qkernels.testing's conformance helpers use it
+    for name in PACKAGES:
+        session.run("mypy", "--config-file", f"packages/{name}/pyproject.toml", f"packages/{name}/src/{name}")
 
 
 # Benchmarks that need more than the toolkit (the reference, a model, a text) run in their own session.

@@ -1,7 +1,8 @@
 """Imports point one way: a package may import only the siblings the map allows and it declares.
 
 Reads every module of every package with ``ast`` (nothing is imported), so it also catches imports
-inside functions. The map is ARCHITECTURE.md's; each package's pyproject must declare what it imports.
+inside functions. The map is the table "The package map" in docs/internals.md, read from that page; each
+package's pyproject must declare what it imports.
 """
 
 from __future__ import annotations
@@ -21,16 +22,29 @@ else:  # pragma: no cover - Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES_DIR = ROOT / "packages"
 
-# Who may import whom (the architecture map). Anything not listed is forbidden.
-ALLOWED: dict[str, set[str]] = {
-    "qformats": set(),
-    "qcheckpoint": set(),
-    "qkernels": {"qformats"},
-    "qalgos": {"qformats"},
-    "qlooper": {"qformats", "qalgos", "qkernels", "qcheckpoint"},
-    "qhf": {"qformats", "qkernels", "qalgos", "qlooper", "qcheckpoint"},
-    "lowbit": {"qformats", "qkernels", "qalgos", "qlooper", "qcheckpoint", "qhf"},
-}
+MAP_PAGE = ROOT / "docs" / "internals.md"
+MAP_HEADING = "## The package map"
+
+
+def read_map(page: Path) -> dict[str, set[str]]:
+    """``package -> siblings it may import`` from the page's map table (``| `pkg` | `a`, `b` |`` rows)."""
+    text = page.read_text(encoding="utf-8")
+    start = text.find(MAP_HEADING)
+    if start < 0:
+        raise ValueError(f"{page}: no {MAP_HEADING!r} section")
+    section = text[start:].split("\n## ", 1)[0]
+    allowed: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            allowed[cells[0].strip("`")] = {n.strip().strip("`") for n in cells[1].split(",") if n.strip()}
+    if not allowed:
+        raise ValueError(f"{page}: the {MAP_HEADING!r} section holds no package rows")
+    return allowed
+
+
+# Who may import whom. Anything not listed is forbidden.
+ALLOWED: dict[str, set[str]] = read_map(MAP_PAGE)
 OURS = set(ALLOWED)
 
 
@@ -71,6 +85,13 @@ def violations(package: str, src_root: Path) -> list[str]:
             elif sibling not in declared:
                 problems.append(f"{where}: {package} imports {sibling} but does not declare it")
     return problems
+
+
+def test_the_map_names_every_package_and_points_one_way() -> None:
+    """Every package directory has a row, and no package may import one that may import it back."""
+    assert set(ALLOWED) == {p.name for p in PACKAGES_DIR.iterdir() if (p / "pyproject.toml").is_file()}
+    cycles = [(a, b) for a, deps in ALLOWED.items() for b in deps if a in ALLOWED.get(b, set())]
+    assert cycles == []
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))

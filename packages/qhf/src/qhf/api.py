@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -172,8 +172,9 @@ class QuantModel:
         )
         # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
         # created there would be captured too and grow with every replay, so caching is off meanwhile.
-        use_cache = getattr(self.model.config, "use_cache", None)
-        self.model.config.use_cache = False
+        model_config = cast(Any, self.model).config  # a transformers config
+        use_cache = getattr(model_config, "use_cache", None)
+        model_config.use_cache = False
         try:
             run = quantize_model(
                 self.model,
@@ -186,7 +187,7 @@ class QuantModel:
                 options=options,
             )
         finally:
-            self.model.config.use_cache = use_cache
+            model_config.use_cache = use_cache
             self.source.materialize_base()  # released while the layers were quantized
             release_free_memory()
         rows = {r.module: r for r in run.report}
@@ -253,6 +254,7 @@ class QuantModel:
 
         if self.results is None:
             raise StateError("save: nothing to save yet; call quantize() first")
+        results = self.results
         start = time.perf_counter()
         directory = Path(directory)
         dense_dtype = resolve_dense_dtype(self.source, dtype)
@@ -271,13 +273,13 @@ class QuantModel:
                 "seconds": round(time.perf_counter() - start, 3),
             }
             if verify:
-                report = verify_checkpoint(staging, self.model, self.results, self.source.stored, self.probe_ids())
+                report = verify_checkpoint(staging, self.model, results, self.source.stored, self.probe_ids())
                 self.summary["verification"] = report.as_dict()
-                write_report(staging, self.results, self.summary)
+                write_report(staging, results, self.summary)
                 raise_on_failure(report, directory)
             else:
                 self.summary["verification"] = "skipped (verify=False)"
-                write_report(staging, self.results, self.summary)
+                write_report(staging, results, self.summary)
 
         save_checkpoint(
             directory,

@@ -9,6 +9,7 @@ weights are written in ``dtype`` (float16 by default, as the reference's ``hf`` 
 from __future__ import annotations
 
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from qformats.checkpoint.publish import staged_directory
 from qformats.checkpoint.writer import write_checkpoint_files
+from qlooper.module_access import linear_features
 
 from .checkpoint_reader import load_config_json, open_quantized_checkpoint
 from .save.tensor_stream import TensorEntry, bf16_names, numpy_stream
@@ -48,11 +50,11 @@ def export_dense(
         entries.append(TensorEntry(f"{module}.weight", in_features * out_features * 2, load))
         if f"{module}.bias" in checkpoint.reader:
             entries.append(
-                TensorEntry(f"{module}.bias", out_features * 4, lambda n=f"{module}.bias": checkpoint.reader.get(n))
+                TensorEntry(f"{module}.bias", out_features * 4, partial(checkpoint.reader.get, f"{module}.bias"))
             )
     for name in names:
         if not name.startswith(prefixes):
-            entries.append(TensorEntry(name, checkpoint.reader.nbytes(name), lambda n=name: checkpoint.reader.get(n)))
+            entries.append(TensorEntry(name, checkpoint.reader.nbytes(name), partial(checkpoint.reader.get, name)))
     entries.sort(key=lambda e: e.name)
     config = load_config_json(source)
     config.pop("quantization_config", None)
@@ -96,7 +98,7 @@ def _in_features(checkpoint: object, module: str, out_features: int) -> int:
     if cache is None:
         cache = meta_skeleton(checkpoint.directory.config)  # type: ignore[attr-defined]
         checkpoint._skeleton = cache  # type: ignore[attr-defined]
-    return int(cache.get_submodule(module).in_features)
+    return linear_features(cache.get_submodule(module))[0]
 
 
 __all__ = ["export_dense"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from qlooper.module_access import linear_features
 from torch import nn
 
 from .checkpoint_reader import QuantizedCheckpoint, open_quantized_checkpoint
@@ -30,7 +31,7 @@ class QuantizedCausalLM:
     """A loaded quantized model: the transformers ``model`` (callable, ``generate``), its ``tokenizer``,
     the checkpoint's ``settings`` and, per quantized module, the backend serving it (``backends``)."""
 
-    model: nn.Module
+    model: Any  # a transformers PreTrainedModel
     tokenizer: Any
     settings: QuantSettings
     path: Path
@@ -78,7 +79,7 @@ def build_quantized_model(
         if not checkpoint.is_quantized(name):
             continue
         dense = model.get_submodule(name)
-        module = checkpoint.build_module(name, dense.in_features, dense.out_features, backend=backend, dtype=dtype)
+        module = checkpoint.build_module(name, *linear_features(dense), backend=backend, dtype=dtype)
         _install(model, name, module)
         selection = getattr(module, "selection", None)
         backends[name] = str(getattr(selection, "backend", type(module).__name__))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from qlooper.module_access import linear_features
 from torch import nn
 
 from .quant_config import QuantSettings
@@ -34,7 +35,7 @@ def quant_spec(settings: QuantSettings) -> Any:
         sym=settings.sym,
         desc_act=settings.desc_act,
         static_groups=settings.static_groups,
-        act_group_aware=settings.act_group_aware,
+        act_group_aware=bool(settings.act_group_aware),  # resolved to a bool when the settings were built
         damp_percent=settings.damp_percent,
         damp_auto_increment=settings.damp_auto_increment,
         mse=settings.mse,
@@ -102,7 +103,7 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, a
             tensors["bias"] = done.bias
         if settings.weight_only:
             return weight_only_module(
-                settings, tensors, dense.in_features, dense.out_features, backend=backend, dtype=dtype, module=name
+                settings, tensors, *linear_features(dense), backend=backend, dtype=dtype, module=name
             )
         weight = done.weight
         meta = LayoutMeta(

@@ -27,6 +27,9 @@ KEY_PREFIX = "base_model.model."
 class LoraLinear(nn.Module):
     """A (quantized) linear ``base`` plus a low-rank term: ``lora_a`` ``[r, in]``, ``lora_b`` ``[out, r]``."""
 
+    lora_a: torch.Tensor  # registered buffers, typed here for mypy
+    lora_b: torch.Tensor
+
     def __init__(self, base: nn.Module, lora_a: torch.Tensor, lora_b: torch.Tensor) -> None:
         super().__init__()
         self.base = base
@@ -43,7 +46,7 @@ class LoraLinear(nn.Module):
 def round_adapters(model: nn.Module, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Round every :class:`LoraLinear`'s factors to ``dtype`` in place (the model then computes what a reload
     of the saved files computes); returns module name -> (``lora_A.weight``, ``lora_B.weight``) in ``dtype``."""
-    out = {}
+    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for name, module in model.named_modules():
         if isinstance(module, LoraLinear):
             a, b = module.lora_a.to(dtype), module.lora_b.to(dtype)

@@ -112,7 +112,7 @@ def token_blocks(tokenizer: Any, texts: Sequence[str], *, count: int, length: in
             stream.append(int(eos_id))
         if len(stream) >= count * body:
             break
-    blocks = []
+    blocks: list[list[int]] = []
     for start in range(0, len(stream) - body + 1, body):
         if len(blocks) == count:
             break

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from qlooper.module_access import linear_features
 from torch import nn
 
 from .checkpoint_reader import open_quantized_checkpoint
@@ -81,8 +82,7 @@ def verify_checkpoint(
         weight = result.weight
         try:
             if checkpoint.settings.weight_only:  # FP8 / bitsandbytes / GGUF logical objects
-                live = model.get_submodule(name)
-                back = checkpoint.weight_only_logical(name, live.in_features, live.out_features)
+                back = checkpoint.weight_only_logical(name, *linear_features(model.get_submodule(name)))
             else:
                 back = checkpoint.logical_weight(name, weight.in_features, weight.out_features)
         except (ValueError, KeyError) as exc:

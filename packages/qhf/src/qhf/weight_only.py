@@ -101,9 +101,11 @@ def weight_only_spec(settings: QuantSettings) -> Any:
 
     family = spec_family(settings)
     if family == "fp8":
-        block = tuple(settings.weight_block_size) if settings.weight_block_size is not None else None
         return WeightOnlySpec(
-            "fp8", fp8_format=settings.format, scale_method=settings.weight_scale_method, block_size=block
+            "fp8",
+            fp8_format=settings.format,
+            scale_method=settings.weight_scale_method,
+            block_size=settings.weight_block_size,
         )
     if family == "bnb4":
         return WeightOnlySpec(

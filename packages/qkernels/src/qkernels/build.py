@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from qformats.layouts.registry import LayoutMeta
@@ -30,7 +31,7 @@ def build_module(
     device: str | torch.device | Target = "cpu",
     dtype: torch.dtype = torch.float32,
     emulate: bool = False,
-    **options: object,
+    **options: Any,
 ) -> QuantLinear:
     """Select a backend for an already-read checkpoint module and build it (see :func:`quant_linear`)."""
     target = resolve_target(device, emulate=emulate)
@@ -58,7 +59,7 @@ def quant_linear(
     dtype: torch.dtype = torch.float32,
     method: str | None = None,
     emulate: bool = False,
-    **options: object,
+    **options: Any,
 ) -> QuantLinear:
     """A module for one checkpoint module's tensors (keys without prefix; optional ``bias``).
 
@@ -80,7 +81,7 @@ def quant_linear_from_weight(
     dtype: torch.dtype = torch.float32,
     method: str | None = None,
     emulate: bool = False,
-    **options: object,
+    **options: Any,
 ) -> QuantLinear:
     """Pack ``weight`` into layout ``fmt`` (kept as the checkpoint tensors), then build as :func:`quant_linear`."""
     tensors, meta = pack_weight(weight, fmt, pack_dtype=pack_dtype, bias=bias)
@@ -96,7 +97,7 @@ def repack(
     device: str | torch.device | Target | None = None,
     dtype: torch.dtype | None = None,
     emulate: bool = False,
-    **options: object,
+    **options: Any,
 ) -> QuantLinear:
     """The same layer on another backend/device/dtype, built from ``module.checkpoint_tensors()``.
 

@@ -32,6 +32,7 @@ class QuantLinear(torch.nn.Module):
     NAME: ClassVar[str]
     CAPS: ClassVar[Capabilities]
     REQUIRES: ClassVar[str] = ""  # one line naming runtime prerequisites, shown in docs/explanations
+    bias: torch.Tensor | None  # a registered buffer: ``[out]`` or absent
 
     @classmethod
     def runtime_reasons(cls, contract: KernelContract, target: Target) -> list[str]:

@@ -164,7 +164,7 @@ def weight_only_linear(
     backend: str = AUTO,
     device: str | torch.device | Target = "cpu",
     dtype: torch.dtype = torch.float32,
-    **options: object,
+    **options: Any,
 ) -> QuantLinear:
     """A module for one module's tensors of a family in :data:`WEIGHT_ONLY_FAMILIES`, built like ``quant_linear``."""
     loaded = load_weight_only(

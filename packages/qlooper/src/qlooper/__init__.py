@@ -2,7 +2,8 @@
 
 Public API: :class:`ModelDefinition`/:class:`GroupSpec` (model definitions as data),
 :func:`prepare_calibration`, :func:`quantize_model` → :class:`QuantizationRun`, :class:`LoopOptions`,
-the processors (:class:`GPTQProcessor`, :class:`AWQProcessor`, :class:`WeightOnlyProcessor`).
+the processors (:class:`GPTQProcessor`, :class:`AWQProcessor`, :class:`WeightOnlyProcessor`) and the
+:class:`Processor` protocol a processor of one's own implements.
 """
 
 from .api import QuantizationRun, quantize_model
@@ -22,7 +23,7 @@ from .errors import (
 from .finalize import FinalizedModule
 from .loop import LoopOptions
 from .processors.awq import AWQProcessor
-from .processors.base import LayerContext, ModuleResult
+from .processors.base import LayerContext, ModuleResult, Processor
 from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
 from .processors.weight_only import WeightOnlyProcessor
@@ -48,6 +49,7 @@ __all__ = [
     "ModuleReport",
     "ModuleResult",
     "PlanError",
+    "Processor",
     "ProcessorError",
     "QLooperError",
     "QuantizationRun",

@@ -18,6 +18,7 @@ from .finalize import FinalizedModule
 from .loop import LayerLoop, LoopOptions
 from .plan import LoopPlan
 from .processors.awq import AWQProcessor
+from .processors.base import Processor
 from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
 from .processors.weight_only import WeightOnlyProcessor
@@ -59,7 +60,7 @@ class QuantizationRun:
         raise ValueError(f"write_report: expected a .csv or .json path, found {target.name!r}")
 
 
-def make_processor(method: str, spec: QuantSpec | WeightOnlySpec, terms: AsymmetricSpec | None = None) -> Any:
+def make_processor(method: str, spec: QuantSpec | WeightOnlySpec, terms: AsymmetricSpec | None = None) -> Processor:
     """The built-in processor for ``method`` (``"gptq"``, ``"gptaq"``, ``"foem"``, ``"awq"``, ``"rtn"``, or a
     ``WeightOnlySpec`` family). ``terms``: GPTAQ/FOEM's alpha/beta (default: the reference's defaults)."""
     if isinstance(spec, WeightOnlySpec):
@@ -88,7 +89,7 @@ def quantize_model(
     definition: ModelDefinition,
     calibration: CalibrationSet | None = None,
     spec: QuantSpec | WeightOnlySpec | None = None,
-    method: str | Any = "gptq",
+    method: str | Processor = "gptq",
     *,
     format: str | None = None,
     checkpoint: Any = None,

@@ -225,11 +225,11 @@ def prepare_calibration(
     for start in range(0, len(blocks), batch_size):
         chunk = blocks[start : start + batch_size]
         width = concat_size if concat_size is not None else max(n for _, n in chunk)
-        ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.int64)
+        batch_ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.int64)
         mask = torch.zeros((len(chunk), width), dtype=torch.int64)
         for i, (tokens, n) in enumerate(chunk):
             span = slice(width - n, width) if padding_side == "left" else slice(0, n)
-            ids[i, span] = torch.tensor(tokens, dtype=torch.int64)
+            batch_ids[i, span] = torch.tensor(tokens, dtype=torch.int64)
             mask[i, span] = 1
-        batches.append(CalibrationBatch(ids, mask))
+        batches.append(CalibrationBatch(batch_ids, mask))
     return CalibrationSet(batches=batches, rows=len(raw), dropped=dropped, trimmed=trimmed)

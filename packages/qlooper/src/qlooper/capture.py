@@ -76,7 +76,7 @@ def capture_first_layer_inputs(
     config = getattr(model, "config", None)
     had_use_cache = config is not None and hasattr(config, "use_cache")
     saved_use_cache = getattr(config, "use_cache", None)
-    if had_use_cache:
+    if config is not None and had_use_cache:
         config.use_cache = False
     try:
         with torch.no_grad(), LayerCallRecorder(layers, lambda k: k not in CACHE_KWARGS) as recorder:
@@ -105,7 +105,7 @@ def capture_first_layer_inputs(
                 moved.append({c: to_device(calls[c][1], target, memo) for c in sorted(set(classes[-1]))})
                 masks.append(batch.attention_mask.to(torch.bool).to(target))
     finally:
-        if had_use_cache:
+        if config is not None and had_use_cache:
             config.use_cache = saved_use_cache
     layer_variant, representatives = variants_of(classes)
     variants = [[moved[b][rep[b]] for b in range(len(moved))] for rep in representatives]

@@ -18,6 +18,7 @@ from torch import nn
 from .calibration import CalibrationSet
 from .definition import ModelDefinition
 from .plan import LoopPlan
+from .processors.base import Processor
 
 IDENTITY_VERSION = 1
 LIBRARIES = ("torch", "numpy", "safetensors", "qformats", "qalgos", "qkernels", "qcheckpoint", "qlooper")
@@ -70,7 +71,7 @@ def build_identity(
     model: nn.Module,
     definition: ModelDefinition,
     calibration: CalibrationSet | None,
-    processor: Any,
+    processor: Processor,
     fmt: str,
     options: Any,
     plan: LoopPlan,

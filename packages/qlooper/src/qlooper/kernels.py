@@ -16,6 +16,7 @@ from qkernels import AUTO, quant_linear, registered_backends
 from torch import nn
 
 from .finalize import FinalizedModule
+from .module_access import module_tensor
 
 
 def kernel_replacer(
@@ -30,7 +31,7 @@ def kernel_replacer(
         tensors: dict[str, object] = dict(done.tensors())
         if done.bias is not None:
             tensors["bias"] = done.bias
-        target_dtype = dtype if dtype is not None else dense.weight.dtype
+        target_dtype = dtype if dtype is not None else module_tensor(dense, "weight").dtype
         return quant_linear(done.format, tensors, meta, backend=backend, device=device, dtype=target_dtype)
 
     return replace

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from qalgos.fallback import FallbackPolicy
@@ -38,7 +38,7 @@ from .finalize import FinalizedModule, finalize_module
 from .input_cache import InputCache
 from .lockstep import lockstep_forward, lockstep_supported, parked_bytes
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
-from .processors.base import LayerContext, ModuleResult, first_tensor
+from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, first_tensor
 from .report import ModuleReport, Progress, notes_text
 
 logger = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class LayerLoop:
         self,
         model: nn.Module,
         definition: ModelDefinition,
-        processor: Any,
+        processor: Processor,
         *,
         format: str,
         options: LoopOptions,
@@ -272,12 +272,14 @@ class LayerLoop:
         if cache is None:
             raise ProcessorError(f"layer {ctx.name}: lockstep forward without an input cache")
 
+        observing = cast(ObservingProcessor, self.processor)  # _lockstep checked it has observe()
+
         def observe(group: ResolvedGroup, batch: int, x: torch.Tensor) -> None:
             ctx.batch, ctx.mask = batch, cache.token_masks[batch].to(x.device)
             seen = _tokens_in(ctx, x)
             for mod in group.modules:
                 ctx.tokens[mod.full_name] = ctx.tokens.get(mod.full_name, 0) + seen
-            self.processor.observe(ctx, group, x)
+            observing.observe(ctx, group, x)
 
         def solve(group: ResolvedGroup) -> None:
             ctx.batch, ctx.mask = -1, None

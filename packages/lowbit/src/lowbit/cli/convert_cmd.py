@@ -37,7 +37,8 @@ def lossy_config(source: Path, checkpoint: Any, to: str) -> dict[str, Any]:
     config = target_config(raw, to, bool(checkpoint.fields.sym))
     if to not in ("gptq", "gptq_v2", "gptq_p"):
         config["desc_act"] = False
-    meta = dict(config.get("meta") or {})
+    stated = config.get("meta")
+    meta: dict[str, Any] = dict(stated) if isinstance(stated, dict) else {}
     meta["converted_by"] = "lowbit convert --allow-lossy (modules the target could not hold requantized with rtn)"
     config["meta"] = meta
     return config

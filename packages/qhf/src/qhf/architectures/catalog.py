@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from qlooper.definition import ModelDefinition
+from qlooper.module_access import module_tensor
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
@@ -70,8 +71,8 @@ def apply_override(definition: ModelDefinition, override: Override, layer: nn.Mo
     for group in definition.groups:
         source = prev.get(group.modules[0])
         if group.prev_op is None and source is not None:
-            width = layer.get_submodule(source).weight.shape[0]
-            if all(layer.get_submodule(m).weight.shape[1] == width for m in group.modules):
+            width = module_tensor(layer.get_submodule(source), "weight").shape[0]
+            if all(module_tensor(layer.get_submodule(m), "weight").shape[1] == width for m in group.modules):
                 group = replace(group, prev_op=source)
         groups.append(group)
     no_clip = definition.awq_no_clip + tuple(m for m in override.no_clip if m not in definition.awq_no_clip)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from qalgos.awq_clip import clip_allowed
 from qlooper.definition import GroupSpec, ModelDefinition
 from qlooper.errors import DefinitionError
+from qlooper.module_access import linear_features
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
@@ -110,7 +111,7 @@ def _check_unfused(layer: nn.Module, where: str, generator: torch.Generator) -> 
                 )
                 fused._parameters[where_in.fused_name] = fused_tensor
             where_in.put(fused_tensor, module.get_parameter(rel).detach())
-        hidden = int(module.get_submodule("0.down_proj").out_features)
+        hidden = linear_features(module.get_submodule("0.down_proj"))[1]
         x = torch.randn(DISCOVERY_TOKENS, hidden, generator=generator).to(module.dtype)
         k = min(2, module.num_experts)
         scores = torch.rand(DISCOVERY_TOKENS, module.num_experts, generator=generator)
@@ -130,8 +131,8 @@ def _run_replica(
 ) -> tuple[nn.Module, dict[int, nn.Module], dict[int, Any]]:
     """The replica model with real random representative layers, and each one's trace after one forward."""
     generator = torch.Generator().manual_seed(0)
-    replica = copy.deepcopy(skeleton)
-    container = replica.get_submodule(layers_path)
+    replica: Any = copy.deepcopy(skeleton)  # a transformers model
+    container = cast(nn.ModuleList, replica.get_submodule(layers_path))
     real: dict[int, nn.Module] = {}
     for rep, members in representatives.items():
         layer = container[rep]
@@ -221,7 +222,7 @@ def _offset(structures: dict[int, LayerStructure]) -> tuple[float, set[tuple[str
 def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Discovery:
     """The qlooper ``ModelDefinition`` of ``skeleton`` (see the module docstring)."""
     layers_path = find_layers(skeleton, config)
-    container = skeleton.get_submodule(layers_path)
+    container = cast(nn.ModuleList, skeleton.get_submodule(layers_path))
     by_signature: dict[tuple[Any, ...], list[int]] = {}
     for index, layer in enumerate(container):
         by_signature.setdefault(_signature(layer), []).append(index)

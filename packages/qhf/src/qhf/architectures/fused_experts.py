@@ -77,6 +77,8 @@ class UnfusedExperts(nn.Module):
     """Experts ``0 … E-1`` as :class:`ExpertMLP` children; called like the fused module it replaced:
     ``forward(hidden_states [T, H], top_k_index [T, k], top_k_weights [T, k]) -> [T, H]``."""
 
+    _gate_owner: nn.Module  # the fused module (set past nn.Module's registry: it is not a child)
+
     def __init__(
         self, fused: nn.Module, experts: list[ExpertMLP], slices: dict[str, FusedSlice], shapes: dict[str, Any]
     ) -> None:
@@ -95,14 +97,14 @@ class UnfusedExperts(nn.Module):
     def _activate(self, expert: ExpertMLP, x: torch.Tensor) -> torch.Tensor:
         owner = self._gate_owner
         if not self.gated:
-            return owner.act_fn(expert.up_proj(x))  # type: ignore[no-any-return]
+            return owner.act_fn(expert.up_proj(x))  # type: ignore[no-any-return,operator]  # transformers' act_fn
         gate = expert.gate_proj(x)
         up = expert.up_proj(x)
         if self.interleaved:
             gate_up = torch.stack((gate, up), dim=-1).flatten(-2)
         else:
             gate_up = torch.cat((gate, up), dim=-1)
-        return owner._apply_gate(gate_up)  # type: ignore[no-any-return]
+        return owner._apply_gate(gate_up)  # type: ignore[no-any-return,operator]  # transformers' gate
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> Any:
         final = torch.zeros_like(hidden_states)
@@ -115,7 +117,7 @@ class UnfusedExperts(nn.Module):
                 continue
             top_k_pos, token_idx = torch.where(hit[index])
             expert = self._modules[str(index)]
-            out = expert.down_proj(self._activate(expert, hidden_states[token_idx]))  # type: ignore[union-attr,arg-type]
+            out = expert.down_proj(self._activate(expert, hidden_states[token_idx]))  # type: ignore[union-attr,arg-type,operator]
             out = out * top_k_weights[token_idx, top_k_pos, None]
             final.index_add_(0, token_idx, out.to(final.dtype))
         return final
@@ -123,7 +125,7 @@ class UnfusedExperts(nn.Module):
 
 def _parts(fused: nn.Module, name: str) -> list[tuple[str, str, int | None]]:
     """``(unfused child, fused parameter, half)`` for each weight/bias of one expert."""
-    parts = [("down_proj", "down_proj", None)]
+    parts: list[tuple[str, str, int | None]] = [("down_proj", "down_proj", None)]
     if fused.has_gate:
         parts += [("gate_proj", "gate_up_proj", 0), ("up_proj", "gate_up_proj", 1)]
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,22 @@ def _model_param(model: nn.Module, name: str) -> torch.Tensor | None:
         module = model.get_submodule(module_name) if module_name else model
     except AttributeError:
         return None
-    value = module._parameters.get(pname)
+    value: torch.Tensor | None = module._parameters.get(pname)
     if value is None:
         value = module._buffers.get(pname)
     if value is None or value.device.type == "meta":
         return None
     return value
+
+
+def _detached_as(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor`` detached, in ``dtype`` (a loader called at write time)."""
+    return tensor.detach().to(dtype)
+
+
+def _stored_as(source: OpenedSource, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """The source file's tensor ``name`` in ``dtype`` (a loader called at write time)."""
+    return source.stored(name).to(dtype)
 
 
 def tensor_entries(
@@ -81,24 +92,24 @@ def tensor_entries(
         module_name, _, pname = name.rpartition(".")
         if module_name in results and pname == "weight":
             for key, array in packed[module_name].items():
-                entries.append(TensorEntry(f"{module_name}.{key}", int(array.nbytes), lambda a=array: a))
+                entries.append(TensorEntry(f"{module_name}.{key}", int(array.nbytes), partial(np.asarray, array)))
             continue
         live = _model_param(model, name)
         if live is not None:
             dtype = (dense_dtype or source.stored_dtype(name)) if live.is_floating_point() else live.dtype
             size = live.numel() * torch.empty((), dtype=dtype).element_size()
             bf16 = dtype == torch.bfloat16
-            entries.append(TensorEntry(name, size, lambda t=live, d=dtype: t.detach().to(d), bf16))
+            entries.append(TensorEntry(name, size, partial(_detached_as, live, dtype), bf16))
             continue
         stored = source.stored_dtype(name)
         if dense_dtype is None or not stored.is_floating_point or stored == dense_dtype:
             bf16 = stored == torch.bfloat16
-            entries.append(TensorEntry(name, source.stored_nbytes(name), lambda n=name: source.stored(n), bf16))
+            entries.append(TensorEntry(name, source.stored_nbytes(name), partial(source.stored, name), bf16))
             continue
         numel = source.stored_nbytes(name) // torch.empty((), dtype=stored).element_size()
         size = numel * torch.empty((), dtype=dense_dtype).element_size()
         bf16 = dense_dtype == torch.bfloat16
-        entries.append(TensorEntry(name, size, lambda n=name, d=dense_dtype: source.stored(n).to(d), bf16))
+        entries.append(TensorEntry(name, size, partial(_stored_as, source, name, dense_dtype), bf16))
     return entries
 
 

@@ -85,7 +85,7 @@ def round_to_dense_dtype(model: nn.Module, names: Iterable[str], dtype: torch.dt
             module = model.get_submodule(module_name) if module_name else model
         except AttributeError:
             continue
-        value = module._parameters.get(pname)
+        value: torch.Tensor | None = module._parameters.get(pname)
         if value is None:
             value = module._buffers.get(pname)
         if value is None or value.device.type == "meta" or not value.is_floating_point() or value.dtype == dtype:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from qlooper.definition import ModelDefinition
@@ -85,7 +85,7 @@ class OpenedSource:
 
     @property
     def num_layers(self) -> int:
-        return len(self.model.get_submodule(self.definition.layers_path))
+        return len(cast(nn.ModuleList, self.model.get_submodule(self.definition.layers_path)))
 
     def tensor(self, name: str) -> torch.Tensor:
         """The source's tensor ``name`` in the compute dtype (a tied lm_head reads the embedding)."""

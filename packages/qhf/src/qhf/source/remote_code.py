@@ -24,7 +24,7 @@ class RemoteCodeRefusedError(SourceFormatError):
 
 def auto_map_entries(directory: Path) -> list[str]:
     """``"<file>: auto_map.<Auto class> -> <module.Class>"`` for every entry of the directory's configs."""
-    found = []
+    found: list[str] = []
     for name in AUTO_MAP_FILES:
         try:
             data = json.loads((directory / name).read_text(encoding="utf-8"))

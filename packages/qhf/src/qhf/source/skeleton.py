@@ -36,7 +36,7 @@ def _parameters_on_meta() -> Iterator[None]:
             param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
         original(module, name, param)
 
-    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    nn.Module.register_parameter = register  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -74,7 +74,7 @@ def fused_expert_slices(model: nn.Module) -> dict[str, dict[str, FusedSlice]]:
     return {name: module.slices for name, module in model.named_modules() if isinstance(module, UnfusedExperts)}
 
 
-def embedding_names(model: nn.Module) -> tuple[str, str]:
+def embedding_names(model: Any) -> tuple[str, str]:
     """Dotted weight names of the input embedding and the output projection (``lm_head.weight``)."""
     names = {id(module): name for name, module in model.named_modules(remove_duplicate=False)}
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()

@@ -46,7 +46,7 @@ def _conversions(model: nn.Module) -> tuple[list[Any], list[Any], Callable[..., 
         from transformers.core_model_loading import WeightConverter, rename_source_key
     except ImportError:  # transformers older than its conversion mapping: names are used as stored
         return None
-    transforms = get_model_conversion_mapping(model)
+    transforms = get_model_conversion_mapping(model)  # type: ignore[arg-type]  # any transformers model
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     renamings = [t for t in transforms if not isinstance(t, WeightConverter)]
     return renamings, converters, rename_source_key

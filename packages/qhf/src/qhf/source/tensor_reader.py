@@ -81,7 +81,7 @@ class TensorReader:
             view = tensor.view(-1).view(torch.uint8).numpy()
             with open(file, "rb") as handle:
                 handle.seek(info.start)
-                got = handle.readinto(view)
+                got = handle.readinto(view.data)
             if got != info.nbytes:
                 raise SourceFormatError(f"{file}: tensor {name!r} is truncated ({got} of {info.nbytes} bytes read)")
         if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:

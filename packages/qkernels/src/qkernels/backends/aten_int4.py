@@ -28,6 +28,8 @@ class AtenInt4Linear(QuantLinear):
     """4-bit GPTQ/AWQ on the CPU through ATen's int4 matmul (scales and offsets in the activation dtype)."""
 
     NAME = "aten_int4"
+    _packed: torch.Tensor  # ATen's int4 pack of the codes (a registered buffer)
+    _scale_offset: torch.Tensor  # float32 [groups, out, 2]: scale and (8 - zero) * scale
     REQUIRES = "a torch build exposing aten._weight_int4pack_mm_for_cpu (torch >= 2.5)"
     CAPS = Capabilities(
         methods=frozenset({"gptq", "awq"}),

@@ -49,6 +49,7 @@ class CpuInt4Linear(QuantLinear):
     """4-bit GPTQ/AWQ/GGUF-Q4_0 weights on the AVX2 kernel (float32 compute for every activation dtype)."""
 
     NAME = "cpu_int4"
+    _perm: torch.Tensor | None  # int64 [in] act-order input permutation (a registered buffer)
     REQUIRES = "an AVX2/FMA CPU and a C++ toolchain (c++, ninja) for the one-time build"
     CAPS = Capabilities(
         methods=frozenset({"gptq", "awq", "gguf"}),

@@ -30,6 +30,10 @@ class TorchReferenceLinear(QuantLinear):
     """Dequantize-then-matmul for every registered layout; the numerical reference of the suite."""
 
     NAME = "torch"
+    _codes: torch.Tensor  # uint8 [out, in]  (registered buffers; typed here for mypy)
+    _scales: torch.Tensor  # float32 [groups, out]
+    _zeros: torch.Tensor  # float32 [groups, out]
+    _g_idx: torch.Tensor  # int64 [in]
     REQUIRES = "nothing beyond torch; the format's layout must be registered in qformats"
     CAPS = Capabilities(
         methods=REFERENCE_METHODS,

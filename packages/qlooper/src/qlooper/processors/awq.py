@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup, ResolvedModule
+from ..module_access import module_tensor
 from .base import LayerContext, ModuleResult, first_tensor, replace_weight
 
 
@@ -111,15 +112,16 @@ class AWQProcessor:
     def _fold(self, group: ResolvedGroup, scales: torch.Tensor, offset: float) -> None:
         """Divide ``prev_op`` (a norm's ``offset + weight`` or a linear's rows) by ``scales``; scale the consumers."""
         prev = group.prev_op
-        weight = prev.weight.detach()
-        bias = getattr(prev, "bias", None)
-        bias = bias.detach() if isinstance(bias, torch.Tensor) else None
+        prev_weight = module_tensor(prev, "weight")
+        prev_bias = getattr(prev, "bias", None)
+        weight = prev_weight.detach()
+        bias = prev_bias.detach() if isinstance(prev_bias, torch.Tensor) else None
         shift = offset if weight.dim() == 1 else 0.0
         new_w, new_b = awq.fold_scales_into_previous(weight.to(torch.float32) + shift, bias, scales)
         with torch.no_grad():
-            prev.weight.copy_((new_w - shift).to(prev.weight.dtype))
-            if bias is not None and new_b is not None:
-                prev.bias.copy_(new_b.to(prev.bias.dtype))
+            prev_weight.copy_((new_w - shift).to(prev_weight.dtype))
+            if isinstance(prev_bias, torch.Tensor) and new_b is not None:
+                prev_bias.copy_(new_b.to(prev_bias.dtype))
             for mod in group.modules:
                 mod.weight.copy_(awq.scale_consumer_weight(mod.weight.detach(), scales).to(mod.weight.dtype))
 

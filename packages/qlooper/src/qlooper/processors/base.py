@@ -18,6 +18,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..definition import ModelDefinition, ResolvedGroup
 from ..input_cache import InputCache
+from ..module_access import module_tensor
 
 
 @dataclass
@@ -90,9 +91,7 @@ class Processor(Protocol):
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]: ...
 
-    # Optional: ``observe(ctx, group, x) -> None`` takes the input ``x`` ``[B, T, in]`` that every module of
-    # ``group`` reads, for batch ``ctx.batch``. A processor that has it can run in lockstep
-    # (:mod:`qlooper.lockstep`): one forward per layer instead of one capture forward per group plus a replay.
+    # Optional: ``observe`` (see :class:`ObservingProcessor`).
 
     def end_layer(self, ctx: LayerContext) -> list[ModuleResult]: ...
 
@@ -105,6 +104,15 @@ class Processor(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+class ObservingProcessor(Processor, Protocol):
+    """A processor that can run in lockstep (:mod:`qlooper.lockstep`): one forward per layer instead of one
+    capture forward per group plus a replay."""
+
+    def observe(self, ctx: LayerContext, group: ResolvedGroup, x: torch.Tensor) -> None:
+        """Take the input ``x`` ``[B, T, in]`` that every module of ``group`` reads, for batch ``ctx.batch``."""
+        ...
+
+
 def first_tensor(inputs: tuple[Any, ...]) -> torch.Tensor:
     """The first positional input of a hooked call (the activation ``[..., in]``)."""
     x = inputs[0]
@@ -115,6 +123,6 @@ def first_tensor(inputs: tuple[Any, ...]) -> torch.Tensor:
 
 def replace_weight(module: nn.Module, dequantized: torch.Tensor) -> None:
     """Write the reconstructed weight into the dense module (same dtype/device) so later forwards see it."""
-    weight = module.weight
+    weight = module_tensor(module, "weight")
     with torch.no_grad():
         weight.copy_(dequantized.to(dtype=weight.dtype, device=weight.device))

@@ -57,7 +57,7 @@ class WeightOnlyProcessor:
         #: Full module name -> the spec it gets instead of ``spec`` (a GGUF mixture's Q6_K modules).
         self.module_specs = dict(module_specs or {})
         if isinstance(spec, WeightOnlySpec):
-            self.quantize = quantize or quantize_weight_only
+            self.quantize: WeightQuantizer = quantize or quantize_weight_only
             self.method = method or spec.family
             self.pack: Packer | None = pack or FAMILY_PACKERS[spec.family]
         else:
