@@ -312,6 +312,8 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     """FP8 / bitsandbytes / GGUF settings with the reference's forced fields (group_size -1, sym, no
     act-order) and its defaults: FP8 8-bit ``float8_e4m3fn`` row scaling; bitsandbytes 4-bit ``fp4`` (8-bit
     ``int8``), block 64, nested statistics; GGUF ``bits`` + public format (``q4_k_m`` style aliases too)."""
+    from .gguf_settings import gguf_bits_format, gguf_dynamic
+
     for name in ("group_size", "sym", "desc_act", "pack_dtype", "damp_percent", "damp_auto_increment",
                  "static_groups", "true_sequential", "mse", "act_group_aware", "gptaq", "foem"):  # fmt: skip
         raw.pop(name, None)  # forced or meaningless without calibration (the reference drops them too)
@@ -324,10 +326,10 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     fmt = raw.pop("format", None)
     fmt = None if fmt is None else str(fmt).lower()
     if method == "gguf":
-        bits, fmt = _gguf_bits_format(bits, fmt)
+        bits, fmt = gguf_bits_format(bits, fmt)
         dynamic = raw.pop("dynamic", None)
         if dynamic:
-            known["dynamic"] = _gguf_dynamic(dynamic)
+            known["dynamic"] = gguf_dynamic(dynamic)
     elif raw.get("dynamic", 0) is None:
         raw.pop("dynamic")  # a QuantSettings' own empty field
     elif method == "fp8":
@@ -377,49 +379,3 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
         method=method, bits=int(bits), group_size=-1, sym=True, desc_act=False, format=fmt,
         act_group_aware=False, extra=raw, **known,
     )  # fmt: skip
-
-
-def _gguf_dynamic(value: Any) -> dict[str, dict[str, Any]]:
-    """A GGUF config's ``dynamic`` rules, each positive override naming a GGUF type (``bits`` + ``format``)."""
-    from qformats.config.dynamic import DynamicRules
-    from qformats.errors import ConfigError
-
-    try:
-        rules = DynamicRules.from_mapping(value)
-    except ConfigError as exc:
-        raise QuantConfigError(str(exc)) from None
-    out: dict[str, dict[str, Any]] = {}
-    for rule in rules:
-        override = dict(rule.override)
-        if rule.negative:
-            raise QuantConfigError(f"dynamic[{rule.key!r}]: lowbit's GGUF runs quantize every module; no '-:' rules")
-        if "bits" not in override or "format" not in override:
-            raise QuantConfigError(
-                f"dynamic[{rule.key!r}]: a GGUF override names both bits and format, found {override}"
-            )
-        try:
-            _gguf_bits_format(override["bits"], str(override["format"]).lower())
-        except QuantConfigError as exc:
-            raise QuantConfigError(f"dynamic[{rule.key!r}]: {exc}") from None
-        out[rule.key] = override
-    return out
-
-
-def _gguf_bits_format(bits: int | str, fmt: str | None) -> tuple[int, str]:
-    """``(bits, public format)`` from ``bits`` (an int or a ``q4_k_m`` style alias) and ``format``."""
-    from qformats.errors import ConfigError
-    from qformats.layouts.gguf import alias_for
-
-    if isinstance(bits, str) or (fmt is not None and fmt not in ("gguf",) and not fmt.startswith("q_")):
-        alias_source: int | str = bits if isinstance(bits, str) else str(fmt)
-        try:
-            alias = alias_for(alias_source)
-        except ConfigError as exc:
-            raise QuantConfigError(str(exc)) from None
-        digits = alias[1:].split("_", 1)
-        return int(digits[0]), "q_" + digits[1]
-    try:
-        alias = alias_for(int(bits), fmt)
-    except ConfigError as exc:
-        raise QuantConfigError(str(exc)) from None
-    return int(bits), "q_" + alias[1:].split("_", 1)[1]
