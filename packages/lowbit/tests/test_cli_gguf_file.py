@@ -17,6 +17,8 @@ def test_quantize_gguf_method_writes_one_file_that_reads_back(tiny_llama: Path, 
     assert result.returncode == 0, result.stderr
     assert "14 gguf blocks carried, 0 requantized" in result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-q4_0.gguf"]  # the temporary directory is gone
+    assert f"result       {out.resolve()}\n" in result.stdout and ".parts-" not in result.stdout
+    assert "engines      loaded by 1 of" in result.stdout and "llama.cpp:gguf" in result.stdout
     back = read_llama_gguf(out)
     dense = load_file(str(tiny_llama / "model.safetensors"))
     assert sorted(back.names) == sorted(dense)

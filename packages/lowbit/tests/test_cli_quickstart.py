@@ -24,10 +24,32 @@ def test_quickstart_quantizes_saves_reloads_and_reports(tiny_llama: Path, tmp_pa
     assert "engines        loaded by vllm:gptq, vllm:exllama, transformers+gptqmodel:torch_aten" in summary
     config = json.loads((out / "quantize_config.json").read_text())
     assert (config["method"], config["bits"], config["group_size"]) == ("gptq", 4, 32)
+    gguf = out.with_name(out.name + ".gguf")
+    assert gguf.is_file() and f"                 {gguf.resolve()}" in summary
+    line = summary.split("llama.cpp      ", 1)[1].splitlines()[0]
+    assert "14 modules bit exact as Q4_0, 0 requantized" in line and "loaded by llama.cpp:gguf" in line
+    assert "smaller than the" in line and float(line.split("perplexity ", 1)[1].split(" ", 1)[0]) > 1.0
+    inspected = run_lowbit("inspect", str(gguf))
+    assert inspected.returncode == 0 and "engines      loaded by 1 of" in inspected.stdout
 
     again = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(out), "--group-size", "32", *FAST)
     assert again.returncode == 0, again.stderr
     assert "replaced the previous quickstart result" in again.stdout
+
+
+def test_quickstart_never_replaces_a_gguf_it_did_not_write(tiny_llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fresh"
+    foreign = tmp_path / "fresh.gguf"
+    foreign.write_bytes(b"not ours")
+    result = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(out), *FAST)
+    assert (
+        result.returncode == 2 and "--gguf-out" in result.stderr and "was not written with the result" in result.stderr
+    )
+    assert foreign.read_bytes() == b"not ours" and not out.exists()
+
+    skipped = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(out), "--gguf-out", "none", *FAST)
+    assert skipped.returncode == 0, skipped.stderr
+    assert "llama.cpp      " not in skipped.stdout and foreign.read_bytes() == b"not ours"
 
 
 def test_quickstart_never_overwrites_a_foreign_directory(tiny_llama: Path, tmp_path: Path) -> None:

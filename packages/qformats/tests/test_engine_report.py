@@ -15,6 +15,7 @@ from qformats.engines import (
     kernels_for,
     plan_target,
 )
+from qformats.engines.facts import GGUF
 from qformats.inspect import inspect
 
 SMOLLM2 = tuple(
@@ -62,6 +63,17 @@ def test_group_64_makes_smollm2_loadable_by_vllm_gptq_and_gptqmodel_cpu() -> Non
     assert verdicts["vllm:gptq"].loads and verdicts["vllm:exllama"].loads
     assert verdicts["transformers+gptqmodel:torch_aten"].loads
     assert not verdicts["vllm:gptq_marlin"].loads  # K=576 is not a multiple of marlin's 128 tile
+
+
+def test_a_gguf_file_is_loaded_by_llama_cpp_only_and_the_rest_name_the_container() -> None:
+    facts = QUICKSTART.changed(format="gguf", group_size=32, sym=False, dtype=None, container=GGUF)
+    verdicts = _verdicts(facts)
+    assert [key for key, v in verdicts.items() if v.loads] == ["llama.cpp:gguf"]
+    for key, verdict in verdicts.items():
+        if key != "llama.cpp:gguf":  # one reason, not the tensor rules of a file the kernel never opens
+            assert [f.reason for f in verdict.failures] == [
+                "reads safetensors checkpoint directories; a single .gguf file is not one"
+            ], key
 
 
 def test_float32_dtype_is_a_note_not_a_refusal() -> None:

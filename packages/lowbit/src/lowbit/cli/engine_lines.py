@@ -15,6 +15,35 @@ def directory_verdicts(path: str | Path, summary: Any = None) -> list[Any]:
     return check_engines(facts_from_summary(summary if summary is not None else inspect(Path(path))))
 
 
+def gguf_file_verdicts(path: str | Path) -> list[Any]:
+    """One ``qformats.engines.Verdict`` per engine kernel for the single ``.gguf`` file ``path``: its 2-D
+    block-quantized tensors are the modules; ``bits`` and ``group_size`` are those of the most common block
+    type (Q4_1: 4 bits, blocks of 32), so a safetensors kernel's refusal names what the file holds."""
+    from collections import Counter
+
+    from qformats.engines import CheckpointFacts, LinearShape, check_engines
+    from qformats.engines.facts import GGUF
+    from qformats.gguf_file import GGUFReader
+
+    reader = GGUFReader(Path(path))
+    blocks = [t for t in reader.tensors.values() if len(t.dims) == 2 and t.type.block_size > 1]
+    modules = tuple(LinearShape(t.name, t.dims[0], t.dims[1]) for t in blocks)
+    common = Counter(t.type for t in blocks).most_common(1)
+    kind = common[0][0] if common else None
+    digits = "".join(ch for ch in (kind.name.split("_")[0] if kind else "") if ch.isdigit())
+    facts = CheckpointFacts(
+        format="gguf",
+        bits=int(digits) if digits else 16,
+        group_size=kind.block_size if kind else -1,
+        sym=False,
+        desc_act=False,
+        dtype=None,
+        modules=modules,
+        container=GGUF,
+    )
+    return check_engines(facts)
+
+
 def engines_text(verdicts: list[Any]) -> str:
     """``engines`` heading, the one-line summary of who loads it, and one line per kernel."""
     from qformats.engines import format_report

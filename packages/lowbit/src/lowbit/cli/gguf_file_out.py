@@ -44,6 +44,10 @@ def _print_report(report: object, out: Path) -> None:
     )
     if written.skipped:
         print(f"not written  {', '.join(written.skipped)} (tied to the token embedding)")
+    from .engine_lines import engines_text, gguf_file_verdicts
+
+    print(engines_text(gguf_file_verdicts(out)))
+    print(f"result       {out.resolve()}")
 
 
 def export(source: Path, out: Path, qtype: str, tokenizer_gguf: str | None, name: str) -> None:
@@ -67,7 +71,7 @@ def quantize_to_gguf_file(args: argparse.Namespace, run: Callable[[argparse.Name
     """``lowbit quantize SOURCE ... --out x.gguf``: quantize into a temporary directory, then write the file."""
     out = _check_out_file(args.out)
     parts = out.with_name(f"{out.name}.parts-{os.getpid()}")
-    args.out = str(parts)
+    args.out, args.gguf_file_out = str(parts), str(out)
     try:
         code = run(args)
         if code == 0:

@@ -90,8 +90,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"inspect: {path} is a file but not a .gguf; give a checkpoint directory or a .gguf")
         if png is not None:
             raise UsageError("--plot draws quantized checkpoint directories; for a .gguf use the text summary")
+        from .engine_lines import engines_text, gguf_file_verdicts
+
         summary = gguf_summary(path)
-        print(json.dumps(summary, indent=2) if args.json else _gguf_text(summary))
+        verdicts = gguf_file_verdicts(path)
+        summary["engines"] = [v.to_dict() for v in verdicts]
+        print(json.dumps(summary, indent=2) if args.json else _gguf_text(summary) + "\n" + engines_text(verdicts))
         return 0
     from qformats.inspect import format_text, inspect
 

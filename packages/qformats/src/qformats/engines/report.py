@@ -6,7 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .catalog import KERNELS, EngineKernel
-from .facts import CheckpointFacts
+from .facts import GGUF, CheckpointFacts
+from .rules import GGUFFileOnly
+
+_NOT_A_DIRECTORY = "reads safetensors checkpoint directories; a single .gguf file is not one"
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,10 @@ class Verdict:
 
 
 def check_kernel(kernel: EngineKernel, facts: CheckpointFacts) -> Verdict:
-    """Every rule of ``kernel`` applied to ``facts``."""
+    """Every rule of ``kernel`` applied to ``facts``; a kernel that reads safetensors directories answers a
+    ``.gguf`` file with that one reason (its other rules describe tensors it would never open)."""
+    if facts.container == GGUF and not any(isinstance(rule, GGUFFileOnly) for rule in kernel.rules):
+        return Verdict(kernel, (RuleFailure("a safetensors checkpoint directory", _NOT_A_DIRECTORY, True),))
     failures = []
     for rule in kernel.rules:
         reason = rule.check(facts)
