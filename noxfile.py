@@ -319,7 +319,8 @@ def llamacpp(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def mlx(session: nox.Session) -> None:
-    """lowbit's MLX export read by MLX itself (tests-mlx/): MLX's Linux CPU wheel and mlx_lm (tests-mlx/requirements.txt).
+    """lowbit's MLX export read by MLX itself (tests-mlx/): MLX's Linux CPU wheel and mlx_lm, pinned in
+    tests-mlx/requirements.txt.
 
     A tiny llama (GPTQ and AWQ) and SmolLM2-135M (GPTQ 4-bit group 64) go through ``lowbit convert --to mlx``;
     ``mx.dequantize`` of every module is checked against lowbit's weight and ``mlx_lm.load`` logits / perplexity

@@ -40,8 +40,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_smollm2_mlx_weights_dequantize_like_lowbit(exported: tuple[Path, Path]) -> None:
     gptq, mlx_dir = exported
     check = dequantization_check(gptq, mlx_dir)
-    print(f"\n| directory | safetensors bytes |\n| --- | --- |\n| source .gguf (Q4_1) | {_smollm2().stat().st_size} |"
-          f"\n| lowbit GPTQ 4-bit g64 | {directory_bytes(gptq)} |\n| MLX export | {directory_bytes(mlx_dir)} |")  # fmt: skip
+    rows = [("source .gguf (Q4_1)", _smollm2().stat().st_size), ("lowbit GPTQ 4-bit g64", directory_bytes(gptq)),
+            ("MLX export", directory_bytes(mlx_dir))]  # fmt: skip
+    print("\n| files | bytes |\n| --- | --- |\n" + "\n".join(f"| {name} | {size} |" for name, size in rows))
     print(f"mx.dequantize vs lowbit: {check}")
     assert check["modules"] == 210
 

@@ -13,7 +13,7 @@ from conftest import dequantization_check, lowbit, lowbit_logits, mlx_logits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "lowbit" / "tests"))
 
-from tiny_model import save_tiny_llama  # noqa: E402
+from tiny_model import save_tiny_llama
 
 #: Logits of mlx_lm vs lowbit on the float32 tiny model: the only difference is the float16 bias rounding
 #: (asymmetric AWQ zeros) and float32 summation order, far below 1% of the logits' range.

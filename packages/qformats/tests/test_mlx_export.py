@@ -37,7 +37,8 @@ def test_awq_and_gptq_directories_export_within_the_bias_rounding(tmp_path: Path
     assert config["quantization_config"] == config["quantization"] and config["model_type"] == "llama"
     assert not (tmp_path / "mlx" / "quantize_config.json").exists()
     for prefix, weight in weights.items():
-        assert {n for n in tensors if n.startswith(prefix)} == {f"{prefix}.{s}" for s in ("weight", "scales", "biases", "bias")}
+        names = {f"{prefix}.{s}" for s in ("weight", "scales", "biases", "bias")}
+        assert {n for n in tensors if n.startswith(prefix)} == names
         mlx = unpack_mlx({s: tensors[f"{prefix}.{s}"] for s in ("weight", "scales", "biases")}, bits=4, group_size=32)
         assert np.array_equal(mlx.codes(), weight.codes)
         assert np.all(np.abs(mlx.dequantize() - weight.dequantize()) <= affine_bound(weight, "float16"))
@@ -76,7 +77,8 @@ def test_act_order_modules_are_refused_by_name_and_nothing_is_written(tmp_path: 
         "model.layers.0.mlp.up_proj": random_weight(rng, 64, 128, 4, 32, sym=True),
         "model.layers.1.mlp.up_proj": random_weight(rng, 64, 128, 4, 32, sym=True, act_order=True),
     }
-    write_checkpoint(tmp_path / "src", module_tensors("gptq", weights), quantize_config={**GPTQ_CONFIG, "desc_act": True},
+    config = {**GPTQ_CONFIG, "desc_act": True}
+    write_checkpoint(tmp_path / "src", module_tensors("gptq", weights), quantize_config=config,
                      model_config={"model_type": "llama"})  # fmt: skip
     with pytest.raises(MLXExportError, match=r"1 of 2 module\(s\)") as caught:
         export_mlx(tmp_path / "src", tmp_path / "mlx")

@@ -191,4 +191,3 @@ def export_mlx(source: str | Path, target: str | Path, *, max_shard_size: int | 
         dtypes=dtypes,
     )
     return report
-
