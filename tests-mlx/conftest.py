@@ -64,7 +64,7 @@ def mlx_logits(mlx_dir: Path, windows: list[list[int]]) -> list[np.ndarray]:
     from mlx_lm import load
 
     model, _ = load(str(mlx_dir))
-    return [np.array(model(mx.array([w]))[0].astype(mx.float32)) for w in windows]
+    return [np.array(model(mx.array(np.asarray([w], dtype=np.int32)))[0].astype(mx.float32)) for w in windows]
 
 
 def lowbit_logits(checkpoint: Path, windows: list[list[int]]) -> list[np.ndarray]:
