@@ -1,6 +1,6 @@
 """QQQ settings and runs: the reference's defaults and config fields, bad recipes named, modules the QQQ
 kernels cannot hold refused by name before any work; a tiny llama quantized with QQQ saves (verified),
-reloads with the same logits, and is read by qformats as a ``qqq`` checkpoint."""
+reloads with the same logits, is read by qformats as a ``qqq`` checkpoint and exports dense."""
 
 from __future__ import annotations
 
@@ -90,3 +90,9 @@ def test_qqq_quantize_save_reload(tmp_path) -> None:
     with torch.no_grad():
         reloaded = loaded(input_ids=PROBE, use_cache=False).logits.float()
     assert torch.equal(reloaded, in_memory)
+    from transformers import AutoModelForCausalLM
+
+    dense_dir = qhf.export.export_dense(out, tmp_path / "dense", dtype=torch.float32)
+    with torch.no_grad():
+        dense = AutoModelForCausalLM.from_pretrained(dense_dir).eval()(input_ids=PROBE, use_cache=False).logits
+    assert torch.allclose(dense, in_memory, atol=1e-5), float((dense - in_memory).abs().max())
