@@ -9,7 +9,7 @@ import torch
 from conftest import correlated_activations, output_error
 from qalgos.errors import SpecError
 from qalgos.gptq import GPTQ
-from qalgos.qqq import QQQ, quantize_qqq_rtn, qqq_spec
+from qalgos.qqq import QQQ, qqq_spec, quantize_qqq_rtn
 from qalgos.spec import QuantSpec
 from qformats.layouts.qqq import QQQWeight, pack_qqq
 

@@ -56,9 +56,7 @@ def test_layer0_grouped_codes_are_gptq_codes(run) -> None:
 def test_per_channel_and_lockstep_agree() -> None:
     spec = qqq_spec(-1)
     a = quantize_model(ToyDecoder(layers=2), DENSE, toy_calibration(), spec, QQQProcessor(spec), format="qqq")
-    b = quantize_model(
-        ToyDecoder(layers=2), DENSE, toy_calibration(), spec, "qqq", options=LoopOptions(lockstep=False)
-    )
+    b = quantize_model(ToyDecoder(layers=2), DENSE, toy_calibration(), spec, "qqq", options=LoopOptions(lockstep=False))
     for name, done in a.modules.items():
         assert done.weight.s_group is None and int(done.weight.codes.min()) >= 1, name
         assert all(np.array_equal(v, b.modules[name].tensors()[k]) for k, v in done.tensors().items()), name

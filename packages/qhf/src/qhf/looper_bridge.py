@@ -171,9 +171,8 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     from qlooper.definition import resolve_groups
 
     from .errors import QHFError
-    from .weight_only import fp8_block_problem
-
     from .qqq_settings import module_problem
+    from .weight_only import fp8_block_problem
 
     qqq = settings.method == "qqq"
     layout = None if settings.weight_only or qqq else get_layout(settings.format)

@@ -20,7 +20,8 @@ from qformats.logical import QuantizedWeight
 from .errors import ResumeError
 
 TYPES: dict[str, type] = {
-    cls.__name__: cls for cls in (QuantizedWeight, FP8Weight, BnB4Weight, NestedStats, BnB8Weight, GGUFWeight, QQQWeight)
+    cls.__name__: cls
+    for cls in (QuantizedWeight, FP8Weight, BnB4Weight, NestedStats, BnB8Weight, GGUFWeight, QQQWeight)
 }
 
 
