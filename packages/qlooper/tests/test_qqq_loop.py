@@ -4,21 +4,15 @@ resumes bit-identical."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from loop_helpers import expected_modules, output_error
+from loop_helpers import assert_resumes_bit_identical, expected_modules, output_error
 from qalgos.qqq import qqq_spec
 from qformats.layouts.qqq import QQQWeight, infer_meta, unpack_qqq, validate_qqq
 from qlooper import LoopOptions, ProcessorError, QQQProcessor, quantize_model
 from toy_models import DENSE, ToyDecoder, toy_calibration
-
-WORKER = Path(__file__).with_name("resume_worker.py")
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +68,4 @@ def test_non_qqq_spec_is_refused() -> None:
 
 def test_stopped_qqq_run_resumes_bit_identical(tmp_path: Path, run) -> None:
     result, _ = run
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = tmp_path / "out.npz"
-    for fault, expected in (("sigterm@2", 3), ("none", 0)):
-        args = [sys.executable, str(WORKER), "qqq", str(tmp_path / "ckpt"), str(out), fault]
-        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)  # hang guard only
-        assert proc.returncode == expected, proc.stderr[-3000:]
-    assert json.loads(Path(f"{out}.json").read_text())["resumed_from"] == 2
-    got = np.load(out)
-    for name, done in result.modules.items():
-        for key, value in done.tensors().items():
-            assert np.array_equal(got[f"{name}/{key}"], value), f"{name}/{key}"
+    assert_resumes_bit_identical(tmp_path, "qqq", result)
