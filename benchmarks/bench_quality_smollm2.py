@@ -65,6 +65,11 @@ ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
         {"method": "gptq", "bits": 4, "group_size": 128, "sym": True, "foem": {"alpha": 0.0, "beta": 0.2}},
         {"group_size": 128, "foem": {"alpha": 0.0, "beta": 0.2, "device": "cpu"}},
     ),
+    "gptq pc sym": ({"method": "gptq", "bits": 4, "group_size": -1, "sym": True}, {"group_size": -1}),
+    "qqq pc sym": (  # QQQ needs in % 128 == 0 for group 128; SmolLM2's hidden 576 is not: per channel
+        {"method": "qqq", "bits": 4, "group_size": -1},
+        {"method": "qqq", "format": "qqq", "group_size": -1},
+    ),
     "gptq g128 sym + eora r32": (  # the reference's EoRA run needs an adapter path API: lowbit's row only
         {"method": "gptq", "bits": 4, "group_size": 128, "sym": True, "adapter": {"rank": 32}},
         None,

@@ -40,18 +40,21 @@ def build_tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
 
-def save_tiny_llama(directory: Path, *, seed: int = 0, positive_rows: int = 0, hidden_size: int = 64) -> Path:
+def save_tiny_llama(
+    directory: Path, *, seed: int = 0, positive_rows: int = 0, hidden_size: int = 64, intermediate_size: int = 128
+) -> Path:
     """Seeded random weights saved (float32 safetensors) with the tokenizer in ``directory``.
 
     ``positive_rows``: the first rows of layer 0's ``up_proj`` are made strictly positive, so an asymmetric
-    quantizer gives those groups a true zero point of 0. ``hidden_size``: K of every linear but ``down_proj``.
+    quantizer gives those groups a true zero point of 0. ``hidden_size``: K of every linear but ``down_proj``;
+    ``intermediate_size``: ``down_proj``'s K.
     """
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     config = LlamaConfig(
         vocab_size=VOCAB,
         hidden_size=hidden_size,
-        intermediate_size=128,
+        intermediate_size=intermediate_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,

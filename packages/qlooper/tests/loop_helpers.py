@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import torch
 from qformats.layouts.registry import LayoutMeta, get_layout
@@ -39,8 +45,24 @@ def output_error(model: torch.nn.Module) -> float:
     return num / den
 
 
+def assert_resumes_bit_identical(tmp_path: Path, method: str, run: QuantizationRun) -> None:
+    """``resume_worker.py METHOD`` stopped at cursor 2 (SIGTERM) then resumed gives ``run``'s packed tensors."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "out.npz"
+    worker = Path(__file__).with_name("resume_worker.py")
+    for fault, expected in (("sigterm@2", 3), ("none", 0)):
+        args = [sys.executable, str(worker), method, str(tmp_path / "ckpt"), str(out), fault]
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)  # hang guard only
+        assert proc.returncode == expected, proc.stderr[-3000:]
+    assert json.loads(Path(f"{out}.json").read_text())["resumed_from"] == 2
+    got = np.load(out)
+    for name, done in run.modules.items():
+        for key, value in done.tensors().items():
+            assert np.array_equal(got[f"{name}/{key}"], value), f"{name}/{key}"
+
+
 def expected_modules(layers: int = 4) -> int:
     return layers * QUANTIZED_PER_LAYER
 
 
-__all__ = ["DENSE", "assert_packed_roundtrip", "expected_modules", "output_error"]
+__all__ = ["DENSE", "assert_packed_roundtrip", "assert_resumes_bit_identical", "expected_modules", "output_error"]

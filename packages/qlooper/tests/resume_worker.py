@@ -62,6 +62,10 @@ def main() -> int:
     options = LoopOptions(extensions=extensions, replace_module=replace, finalizer_workers=2)
     torch.manual_seed(1234)  # the RNG state is part of what resume restores
     spec = QuantSpec(bits=4, group_size=32)
+    if method == "qqq":
+        from qalgos.qqq import qqq_spec
+
+        spec = qqq_spec(32)
     try:
         config = CheckpointConfig(path=ckpt)
         processor: object = method
@@ -78,8 +82,10 @@ def main() -> int:
     for name, done in run.modules.items():
         for key, value in done.tensors().items():
             arrays[f"{name}/{key}"] = value
-        for field in ("codes", "scales", "zeros", "g_idx"):
-            arrays[f"{name}/logical.{field}"] = getattr(done.weight, field)
+        for field in ("codes", "scales", "zeros", "g_idx", "s_group", "s_channel"):
+            value = getattr(done.weight, field, None)
+            if value is not None:
+                arrays[f"{name}/logical.{field}"] = value
     for name, adapter in getattr(processor, "adapters", {}).items():
         arrays[f"{name}/eora.a"], arrays[f"{name}/eora.b"] = adapter.a.numpy(), adapter.b.numpy()
     np.savez(out, **arrays)

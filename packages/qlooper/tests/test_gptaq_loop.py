@@ -3,23 +3,18 @@ is GPTQ bit for bit, lockstep changes nothing, a stopped run resumes bit-identic
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from loop_helpers import assert_packed_roundtrip, expected_modules
+from loop_helpers import assert_packed_roundtrip, assert_resumes_bit_identical, expected_modules
 from qalgos.gptaq import AsymmetricSpec
 from qalgos.spec import QuantSpec
 from qlooper import GPTAQProcessor, LoopOptions, ProcessorError, quantize_model
 from toy_models import DENSE, ToyDecoder, toy_calibration
 
 SPEC = QuantSpec(bits=4, group_size=32)
-WORKER = Path(__file__).with_name("resume_worker.py")
 
 
 def _same(a, b, name: str) -> bool:
@@ -94,14 +89,4 @@ def test_expert_modules_refuse_alpha() -> None:
 
 def test_stopped_gptaq_run_resumes_bit_identical(tmp_path: Path, runs) -> None:
     gptaq = runs[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = tmp_path / "out.npz"
-    for fault, expected in (("sigterm@2", 3), ("none", 0)):
-        args = [sys.executable, str(WORKER), "gptaq", str(tmp_path / "ckpt"), str(out), fault]
-        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)  # hang guard only
-        assert proc.returncode == expected, proc.stderr[-3000:]
-    assert json.loads(Path(f"{out}.json").read_text())["resumed_from"] == 2
-    got = np.load(out)
-    for name, done in gptaq.modules.items():
-        for key, value in done.tensors().items():
-            assert np.array_equal(got[f"{name}/{key}"], value), f"{name}/{key}"
+    assert_resumes_bit_identical(tmp_path, "gptaq", gptaq)

@@ -57,15 +57,17 @@ def solve(
     spec: QuantSpec,
     scales: torch.Tensor,
     zeros: torch.Tensor,
+    min_code: int = 0,
 ) -> SolveOutput:
     """Run the column solve in place on ``wt [in, out]`` (float32, visiting order).
 
     ``scales``/``zeros`` ``[G, out]`` hold precomputed parameters when ``plan.dynamic`` is False and are
-    filled in as segments start otherwise.
+    filled in as segments start otherwise. ``min_code``: the lowest code a column may take (codes are
+    clamped to ``[min_code, maxq]``; QQQ's per-channel grid uses 1, a symmetric ``±7`` around zero 8).
     """
     threads = torch.get_num_threads()
     try:
-        return _solve(wt, upper, plan, spec, scales, zeros, threads)
+        return _solve(wt, upper, plan, spec, scales, zeros, threads, min_code)
     finally:
         torch.set_num_threads(threads)
 
@@ -78,6 +80,7 @@ def _solve(
     scales: torch.Tensor,
     zeros: torch.Tensor,
     threads: int,
+    min_code: int = 0,
 ) -> SolveOutput:
     in_, out = wt.shape
     maxq = spec.maxq
@@ -99,7 +102,7 @@ def _solve(
                 scale, zero = scales[g], zeros[g]
                 w = wt[j]
                 torch.div(w, scale, out=q)
-                q.round_().add_(zero).clamp_(0, maxq)
+                q.round_().add_(zero).clamp_(min_code, maxq)
                 codes_t[j].copy_(q)
                 torch.sub(q, zero, out=deq).mul_(scale)
                 err = block_err[j - b0]

@@ -153,6 +153,23 @@ class QuantizedCheckpoint:
         except KeyError:
             raise SourceFormatError(f"{self.directory.path}: {module!r} is not a quantized module") from None
 
+    def is_family_module(self, module: str) -> bool:
+        """True for a quantized module of a family outside the layout registry (QQQ, ParoQuant, VPTQ, EXL3)."""
+        return not self.settings.weight_only and module in self._entries and is_family(self._entries[module].layout)
+
+    def family_weight(self, module: str) -> Any:
+        """The family's logical weight of ``module`` (``QQQWeight`` ...; ``dequantize()`` gives ``[out, in]``)."""
+        from qformats.checkpoint.family_modules import family_weight
+
+        modules = self._layout_modules()
+        entry, config = self.entry(module), modules.fields.config
+        if config is None:
+            raise SourceFormatError(f"{self.directory.path}: a {entry.layout} checkpoint needs its parsed config")
+        try:
+            return family_weight(entry, modules.module_tensors(entry), config)
+        except QFormatsError as exc:
+            raise SourceFormatError(f"{self.directory.path}: {exc}") from None
+
     def module_tensors(self, module: str) -> dict[str, np.ndarray]:
         """The module's layout tensors keyed by suffix (``qweight``, ``scales``, ...) plus its ``bias`` if stored."""
         tensors = self._layout_modules().module_tensors(self.entry(module))

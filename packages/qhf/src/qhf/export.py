@@ -1,4 +1,5 @@
-"""Dense export: a plain transformers checkpoint whose quantized linears hold their dequantized weights.
+"""Dense export: a plain transformers checkpoint whose quantized linears hold their dequantized weights
+(QQQ modules: their family's dense weight, the int8 re-rounding included).
 
 The result has no ``quantization_config`` and loads with ``AutoModelForCausalLM.from_pretrained``; every
 other tensor is copied unchanged. An EoRA checkpoint's adapter is folded in (``Q + lora_B @ lora_A``, in
@@ -36,12 +37,17 @@ def export_dense(
     entries: list[TensorEntry] = []
     factors = _adapter_factors(checkpoint)
     for module in modules:
-        scales = checkpoint.module_tensors(module)
-        out_features = int(np.shape(scales["scales"])[1])
-        in_features = _in_features(checkpoint, module, out_features)
+        family = checkpoint.is_family_module(module)  # QQQ ...: dims from the tensors, its own dequantization
+        if family:
+            meta = checkpoint.entry(module).meta
+            out_features, in_features = meta.out_features, meta.in_features
+        else:
+            out_features = int(np.shape(checkpoint.module_tensors(module)["scales"])[1])
+            in_features = _in_features(checkpoint, module, out_features)
 
-        def load(m: str = module, i: int = in_features, o: int = out_features) -> torch.Tensor:
-            weight = torch.from_numpy(checkpoint.logical_weight(m, i, o).dequantize())
+        def load(m: str = module, i: int = in_features, o: int = out_features, f: bool = family) -> torch.Tensor:
+            logical = checkpoint.family_weight(m) if f else checkpoint.logical_weight(m, i, o)
+            weight = torch.from_numpy(np.asarray(logical.dequantize(), dtype=np.float32))
             if m.lower() in factors:  # EoRA: the adapter folded in, Q + lora_B @ lora_A in float32
                 a, b = factors[m.lower()]
                 weight = weight + b.to(torch.float32) @ a.to(torch.float32)

@@ -20,7 +20,8 @@ from .source.opened_source import OpenedSource
 
 
 def quant_spec(settings: QuantSettings) -> Any:
-    """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact.
+    """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact (QQQ keeps
+    float32 scales: it splits them into its two scale levels, :mod:`qalgos.qqq`).
     Weight-only methods (FP8, bitsandbytes, GGUF) get their ``WeightOnlySpec`` (:mod:`qhf.weight_only`)."""
     from qalgos.spec import QuantSpec
 
@@ -39,7 +40,7 @@ def quant_spec(settings: QuantSettings) -> Any:
         damp_percent=settings.damp_percent,
         damp_auto_increment=settings.damp_auto_increment,
         mse=settings.mse,
-        scale_dtype="float16",
+        scale_dtype="float32" if settings.method == "qqq" else "float16",
     )
 
 
@@ -105,6 +106,14 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, a
             return weight_only_module(
                 settings, tensors, *linear_features(dense), backend=backend, dtype=dtype, module=name
             )
+        if settings.method == "qqq":  # a QQQWeight: the family's own module (as a reload builds it)
+            from qkernels import weight_only_linear
+
+            in_features, out_features = linear_features(dense)
+            return weight_only_linear(
+                "qqq", tensors, in_features=in_features, out_features=out_features,
+                config={"group_size": done.weight.group_size}, backend=backend, dtype=dtype,
+            )  # fmt: skip
         weight = done.weight
         meta = LayoutMeta(
             bits=weight.bits,
@@ -153,7 +162,8 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
     the configured bits/group size against ``get_layout(format).cannot_represent``; e.g. AWQ's GEMM
     layout needs ``in_features`` divisible by ``group_size``, while the GPTQ layouts hold a partial group.
-    Weight-only methods hold any shape except FP8 block scaling (the block must divide ``[out, in]``).
+    Weight-only methods hold any shape except FP8 block scaling (the block must divide ``[out, in]``); QQQ
+    needs in/out divisible by 64 and no partial group (:func:`qhf.qqq_settings.module_problem`).
     """
     import numpy as np
     from qformats.layouts.registry import get_layout
@@ -161,9 +171,11 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     from qlooper.definition import resolve_groups
 
     from .errors import QHFError
+    from .qqq_settings import module_problem
     from .weight_only import fp8_block_problem
 
-    layout = None if settings.weight_only else get_layout(settings.format)
+    qqq = settings.method == "qqq"
+    layout = None if settings.weight_only or qqq else get_layout(settings.format)
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -175,6 +187,14 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
         if (out_features, in_features) in seen:
             continue
         seen.add((out_features, in_features))
+        if qqq:
+            reason = module_problem(settings.group_size, out_features, in_features)
+            if reason is not None:
+                raise QHFError(
+                    f"method 'qqq' cannot hold {resolved.full_name} [{out_features} x {in_features}] "
+                    f"at group {settings.group_size}: {reason}"
+                )
+            continue
         if layout is None:  # weight-only: only FP8 block scaling constrains the shape
             problem = fp8_block_problem(settings, out_features, in_features)
             if problem is not None:

@@ -23,8 +23,11 @@ METHOD_FORMATS = {
     "fp8": ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"),
     "bitsandbytes": ("fp4", "nf4", "int8"),
     "gguf": ("q_0", "q_k", "q_k_s", "q_k_m"),
+    "qqq": ("qqq",),
 }
-DEFAULT_FORMAT = {"gptq": "gptq", "awq": "gemm", "rtn": "gptq", "fp8": "float8_e4m3fn", "bitsandbytes": "fp4"}
+DEFAULT_FORMAT = {
+    "gptq": "gptq", "awq": "gemm", "rtn": "gptq", "qqq": "qqq", "fp8": "float8_e4m3fn", "bitsandbytes": "fp4",
+}  # fmt: skip
 #: Weight-only methods (:mod:`qhf.weight_only`): no calibration, no groups, no act-order.
 WEIGHT_ONLY = ("fp8", "bitsandbytes", "gguf")
 FP8_SCALE_METHODS = ("tensor", "row", "block")
@@ -37,7 +40,8 @@ class QuantConfigError(QHFError, ValueError):
 
 @dataclass(frozen=True)
 class QuantSettings:
-    """Normalized settings. ``method``: gptq | awq | rtn; ``format``: the checkpoint layout key.
+    """Normalized settings. ``method``: gptq | awq | rtn | qqq (or a weight-only method); ``format``: the
+    checkpoint layout key.
 
     ``act_group_aware`` left as ``None`` resolves as the reference's default does: on for GPTQ with groups
     (``group_size > 0``) and without ``desc_act``, off otherwise (the reference refuses it per channel; the
@@ -97,6 +101,12 @@ class QuantSettings:
         elif gar and self.method == "awq":
             raise QuantConfigError("act_group_aware: AWQ keeps the natural column order; only GPTQ reorders")
         object.__setattr__(self, "act_group_aware", bool(gar))
+        if self.method == "qqq":
+            from .qqq_settings import qqq_problem
+
+            problem = qqq_problem(self)
+            if problem is not None:
+                raise QuantConfigError(problem)
 
     @property
     def asymmetric(self) -> tuple[str, dict[str, float]] | None:
@@ -184,6 +194,8 @@ class QuantSettings:
             out["version"] = self.format
         else:
             out["sym"] = self.sym
+        if method == "qqq":
+            out["wbits"] = self.bits  # vLLM's QQQ loader reads the weight width from wbits (as the reference writes)
         return out
 
 
@@ -246,6 +258,10 @@ def parse_settings(config: Any) -> QuantSettings:
         )
     fields = QuantSettings.__dataclass_fields__
     known = {k: raw.pop(k) for k in list(raw) if k in fields and k not in ("extra", "calibration", "dynamic")}
+    if method == "qqq":  # the reference's QQQ damping defaults
+        from .qqq_settings import DEFAULTS
+
+        known = {**DEFAULTS, **known}
     if raw.get("dynamic", 0) is None:
         raw.pop("dynamic")  # a QuantSettings' own empty field
     try:

@@ -2,7 +2,8 @@
 
 Public API: :class:`ModelDefinition`/:class:`GroupSpec` (model definitions as data),
 :func:`prepare_calibration`, :func:`quantize_model` → :class:`QuantizationRun`, :class:`LoopOptions`,
-the processors (:class:`GPTQProcessor`, :class:`AWQProcessor`, :class:`WeightOnlyProcessor`) and the
+the processors (:class:`GPTQProcessor`, :class:`GPTAQProcessor`, :class:`QQQProcessor`, :class:`AWQProcessor`,
+:class:`WeightOnlyProcessor`) and the
 :class:`Processor` protocol a processor of one's own implements.
 """
 
@@ -26,6 +27,7 @@ from .processors.awq import AWQProcessor
 from .processors.base import LayerContext, ModuleResult, Processor
 from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
+from .processors.qqq import QQQProcessor
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport
 
@@ -52,6 +54,7 @@ __all__ = [
     "Processor",
     "ProcessorError",
     "QLooperError",
+    "QQQProcessor",
     "QuantizationRun",
     "ResumeError",
     "RunStopped",

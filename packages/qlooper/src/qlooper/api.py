@@ -21,11 +21,12 @@ from .processors.awq import AWQProcessor
 from .processors.base import Processor
 from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
+from .processors.qqq import QQQProcessor
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport, write_report_csv, write_report_json
 from .resume import run_with_checkpoint
 
-DEFAULT_FORMATS = {"gptq": "gptq", "gptaq": "gptq", "foem": "gptq", "awq": "gemm", "rtn": "gptq"}
+DEFAULT_FORMATS = {"gptq": "gptq", "gptaq": "gptq", "foem": "gptq", "qqq": "qqq", "awq": "gemm", "rtn": "gptq"}
 
 
 @dataclass
@@ -61,7 +62,7 @@ class QuantizationRun:
 
 
 def make_processor(method: str, spec: QuantSpec | WeightOnlySpec, terms: AsymmetricSpec | None = None) -> Processor:
-    """The built-in processor for ``method`` (``"gptq"``, ``"gptaq"``, ``"foem"``, ``"awq"``, ``"rtn"``, or a
+    """The built-in processor for ``method`` (``"gptq"``, ``"gptaq"``, ``"foem"``, ``"qqq"``, ``"awq"``, ``"rtn"``, or a
     ``WeightOnlySpec`` family). ``terms``: GPTAQ/FOEM's alpha/beta (default: the reference's defaults)."""
     if isinstance(spec, WeightOnlySpec):
         if method not in ("weight_only", spec.family):
@@ -75,12 +76,14 @@ def make_processor(method: str, spec: QuantSpec | WeightOnlySpec, terms: Asymmet
         if terms.method != method:
             raise ProcessorError(f"terms: method {method!r} got {terms.method!r} terms")
         return GPTAQProcessor(spec, terms)
+    if method == "qqq":
+        return QQQProcessor(spec)
     if method == "awq":
         return AWQProcessor(spec)
     if method == "rtn":
         return WeightOnlyProcessor(spec)
     raise ProcessorError(
-        f"method: expected 'gptq', 'gptaq', 'foem', 'awq', 'rtn' or a processor object, found {method!r}"
+        f"method: expected 'gptq', 'gptaq', 'foem', 'qqq', 'awq', 'rtn' or a processor object, found {method!r}"
     )
 
 
@@ -100,7 +103,7 @@ def quantize_model(
     ``method`` is ``"gptq"``, ``"awq"``, ``"rtn"`` or a processor object (then ``spec`` may be None); with a
     qalgos ``WeightOnlySpec`` it is its family (``"fp8"``, ``"bnb4"``, ``"int8"``, ``"gguf"``) or ``"weight_only"``.
     ``format`` is the qformats layout key the modules are packed into (default per method: gptq → "gptq",
-    awq → "gemm", rtn → "gptq"). ``checkpoint`` is a ``qcheckpoint.CheckpointConfig`` enabling resume.
+    qqq → "qqq", awq → "gemm", rtn → "gptq"). ``checkpoint`` is a ``qcheckpoint.CheckpointConfig`` enabling resume.
     """
     options = options or LoopOptions()
     if isinstance(method, str):

@@ -10,7 +10,7 @@ import argparse
 
 from .. import __version__
 
-METHODS = ("gptq", "awq", "rtn", "fp8", "nf4", "gguf")
+METHODS = ("gptq", "awq", "rtn", "qqq", "fp8", "nf4", "gguf")
 DENSE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # qhf.save.dense_dtype.DTYPE_CHOICES (not imported here)
 QUICKSTART_OUT = "lowbit-quickstart/smollm2-135m-gptq-4bit"
 
@@ -65,7 +65,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--asym", action="store_true", help="asymmetric zero points (default: symmetric)")
     p.add_argument("--desc-act", action="store_true", help="GPTQ act-order (columns by descending Hessian)")
-    p.add_argument("--damp-percent", type=float, default=None, help="GPTQ damping (default: qhf's, 0.05)")
+    p.add_argument("--damp-percent", type=float, default=None, help="GPTQ damping (default: 0.05; qqq: 0.005)")
     p.add_argument("--static-groups", action="store_true", help="GPTQ group parameters from the unsolved weight")
     p.add_argument("--mse", type=float, default=None, help="GPTQ range search norm per group (default: 0, off)")
     p.add_argument(

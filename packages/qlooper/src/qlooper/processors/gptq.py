@@ -83,7 +83,7 @@ class GPTQProcessor:
             reason = ctx.fallback.get(mod.full_name)
             weight = mod.weight.detach()
             if reason is not None:
-                result = fall_back(weight, self.spec, reason, tokens)
+                result = self._fall_back(weight, reason, tokens)
             else:
                 # a solve reads a float32 copy of the shared sum; the last reader frees the sum
                 result = task.quantize(weight, release_statistics=remaining[mod.input_key] == 0)
@@ -92,6 +92,10 @@ class GPTQProcessor:
             if count == 0:
                 self._tasks.pop(key, None)
         return results
+
+    def _fall_back(self, weight: torch.Tensor, reason: str, tokens: int) -> Any:
+        """The result of a module the loop marked for fallback (RTN, the reason recorded)."""
+        return fall_back(weight, self.spec, reason, tokens)
 
     def _finished(
         self, ctx: LayerContext, mod: ResolvedModule, result: Any, tokens: int, seconds: float
@@ -132,7 +136,7 @@ class GPTQProcessor:
             tokens = int(self._tasks[mod.input_key].nsamples)
             reason = ctx.fallback.get(mod.full_name)
             if reason is not None:
-                result, seconds = fall_back(mod.weight.detach(), self.spec, reason, tokens), 0.0
+                result, seconds = self._fall_back(mod.weight.detach(), reason, tokens), 0.0
             else:
                 result, seconds = by_name[mod.full_name]
             results.append(self._finished(ctx, mod, result, tokens, seconds + time.perf_counter() - start))

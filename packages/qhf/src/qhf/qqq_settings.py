@@ -1,0 +1,48 @@
+"""QQQ (W4A8) settings: the reference's defaults and what its recipe and kernels accept.
+
+QQQ is GPTQ's solve on QQQ's 4-bit grids (:mod:`qalgos.qqq`), saved in the ``qqq`` layout. The reference
+(GPT-QModel 7.7.0 ``QQQConfig``) defaults ``damp_percent`` to 0.005 and ``damp_auto_increment`` to 0.001,
+writes ``wbits`` beside ``bits`` (vLLM's QQQ loader reads it) and refuses ``desc_act``; its QQQ kernels
+(``QQQLinear`` / ``QQQTorchLinear``, and vLLM's) take ``group_size`` -1 or 128 and in/out features divisible
+by 64. lowbit refuses anything else before any work, naming the module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULTS = {"damp_percent": 0.005, "damp_auto_increment": 0.001}
+GROUP_SIZES = (-1, 128)
+FEATURE_MULTIPLE = 64
+
+
+def qqq_problem(settings: Any) -> str | None:
+    """Why ``settings`` (a ``QuantSettings`` with method ``qqq``) is not a QQQ recipe, naming the field."""
+    if settings.bits != 4:
+        return f"bits: QQQ stores 4-bit weights, found {settings.bits!r}"
+    if not settings.sym:
+        return "sym: QQQ is symmetric (codes around the fixed zero 8), found sym=False"
+    if settings.desc_act:
+        return "desc_act: QQQ has no g_idx tensor, so act-order cannot be stored (the reference refuses it too)"
+    if settings.act_group_aware:
+        return "act_group_aware: the reference's QQQ solve visits columns in natural order; leave it unset"
+    if settings.group_size not in GROUP_SIZES:
+        return f"group_size: the QQQ kernels take -1 (per channel) or 128, found {settings.group_size!r}"
+    if settings.mse:
+        return f"mse: lowbit's QQQ has no shrink search (use 0), found {settings.mse!r}"
+    return None
+
+
+def module_problem(group_size: int, out_features: int, in_features: int) -> str | None:
+    """Why a linear ``[out, in]`` cannot be a QQQ module at ``group_size`` (None when it can)."""
+    if in_features % FEATURE_MULTIPLE or out_features % FEATURE_MULTIPLE:
+        return (
+            f"the QQQ kernels need in_features and out_features divisible by {FEATURE_MULTIPLE}; "
+            f"found in={in_features}, out={out_features}"
+        )
+    if group_size != -1 and in_features % group_size:
+        return (
+            f"in_features {in_features} is not divisible by group_size {group_size} (QQQ has no partial groups); "
+            "use group_size -1 (per channel)"
+        )
+    return None
