@@ -198,7 +198,8 @@ def optimize_paroquant(
     ``bias [out]`` or None; ``seed`` picks the pair schedule. With no rows, or a ``fallback`` reason, nothing is
     learned: the identity transform and min/max quantization (the reason is recorded in ``fallback``)."""
     if weight.ndim != 2 or not weight.dtype.is_floating_point or not bool(torch.isfinite(weight).all()):
-        raise ShapeError(f"weight: expected a finite floating [out, in] tensor, found {weight.dtype} {tuple(weight.shape)}")
+        found = f"{weight.dtype} {tuple(weight.shape)}"
+        raise ShapeError(f"weight: expected a finite floating [out, in] tensor, found {found}")
     in_features = weight.shape[1]
     if x.ndim != 2 or x.shape[1] != in_features:
         raise ShapeError(f"x: expected [rows, {in_features}], found {tuple(x.shape)}")

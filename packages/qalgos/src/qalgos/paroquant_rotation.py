@@ -64,8 +64,9 @@ def module_seed(seed: int, layer: int, module: str) -> int:
 
 @dataclass(frozen=True)
 class RoundIndex:
-    """Per round ``r``: ``partner [krot, K]`` (the other channel of each channel's pair), ``slot [krot, K]`` (the
-    pair index ``[0, K/2)`` of each channel) and ``sign [krot, K]`` (+1 for a pair's first channel, -1 for its second)."""
+    """Per round ``r``: ``partner [krot, K]`` (the other channel of each channel's pair), ``slot [krot, K]``
+    (the pair index ``[0, K/2)`` of each channel) and ``sign [krot, K]`` (+1 for a pair's first channel, -1 for
+    its second)."""
 
     partner: torch.Tensor
     slot: torch.Tensor
