@@ -182,6 +182,20 @@ class QuantizedCheckpoint:
         except QFormatsError as exc:
             raise SourceFormatError(str(exc)) from None
 
+    def family_logical(self, module: str) -> Any:
+        """A QQQ / ParoQuant / VPTQ / EXL3 module's family object read from the files (``dequantize()`` is its
+        dense equivalent); raises :class:`SourceFormatError` naming the module."""
+        from qformats.checkpoint.family_modules import family_weight
+
+        checkpoint = self._layout_modules()
+        config = checkpoint.fields.config
+        if config is None:
+            raise SourceFormatError(f"{self.directory.path}: module {module!r}: no quantization config to read it with")
+        try:
+            return family_weight(self.entry(module), checkpoint.module_tensors(self.entry(module)), config)
+        except QFormatsError as exc:
+            raise SourceFormatError(str(exc)) from None
+
     def weight_only_inputs(
         self, module: str, in_features: int, out_features: int
     ) -> tuple[str, dict[str, Any], dict[str, Any]]:

@@ -21,13 +21,18 @@ from .source.opened_source import OpenedSource
 
 def quant_spec(settings: QuantSettings) -> Any:
     """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact.
-    Weight-only methods (FP8, bitsandbytes, GGUF) get their ``WeightOnlySpec`` (:mod:`qhf.weight_only`)."""
+    Weight-only methods (FP8, bitsandbytes, GGUF) get their ``WeightOnlySpec`` (:mod:`qhf.weight_only`), ParoQuant
+    its ``ParoSpec`` (:mod:`qhf.paroquant_settings`)."""
     from qalgos.spec import QuantSpec
 
     if settings.weight_only:
         from .weight_only import weight_only_spec
 
         return weight_only_spec(settings)
+    if settings.method == "paroquant":
+        from .paroquant_settings import paro_spec
+
+        return paro_spec(settings)
 
     return QuantSpec(
         bits=settings.bits,
@@ -105,6 +110,14 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, a
             return weight_only_module(
                 settings, tensors, *linear_features(dense), backend=backend, dtype=dtype, module=name
             )
+        if settings.method == "paroquant":  # served as its dense equivalent, as when reloaded
+            from qkernels import weight_only_linear
+
+            in_features, out_features = linear_features(dense)
+            return weight_only_linear(
+                "paroquant", tensors, in_features=in_features, out_features=out_features,
+                config={"group_size": settings.group_size}, backend=backend, dtype=dtype,
+            )  # fmt: skip
         weight = done.weight
         meta = LayoutMeta(
             bits=weight.bits,
@@ -153,7 +166,8 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
     the configured bits/group size against ``get_layout(format).cannot_represent``; e.g. AWQ's GEMM
     layout needs ``in_features`` divisible by ``group_size``, while the GPTQ layouts hold a partial group.
-    Weight-only methods hold any shape except FP8 block scaling (the block must divide ``[out, in]``).
+    Weight-only methods hold any shape except FP8 block scaling (the block must divide ``[out, in]``); ParoQuant
+    needs an even group size dividing every ``in_features`` (e.g. SmolLM2's 576 takes 64, not 128).
     """
     import numpy as np
     from qformats.layouts.registry import get_layout
@@ -163,7 +177,8 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     from .errors import QHFError
     from .weight_only import fp8_block_problem
 
-    layout = None if settings.weight_only else get_layout(settings.format)
+    paro = settings.method == "paroquant"
+    layout = None if settings.weight_only or paro else get_layout(settings.format)
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -175,6 +190,17 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
         if (out_features, in_features) in seen:
             continue
         seen.add((out_features, in_features))
+        if paro:  # ParoQuant rotates groups: the (even) group size must divide in_features
+            from qformats.errors import LayoutError
+            from qformats.layouts.paroquant.rotation import rotation_group_size
+
+            try:
+                rotation_group_size(settings.group_size, in_features)
+            except LayoutError as exc:
+                raise QHFError(
+                    f"method 'paroquant' cannot hold {resolved.full_name} [{out_features} x {in_features}]: {exc}"
+                ) from None
+            continue
         if layout is None:  # weight-only: only FP8 block scaling constrains the shape
             problem = fp8_block_problem(settings, out_features, in_features)
             if problem is not None:

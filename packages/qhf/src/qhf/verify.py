@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from qformats.checkpoint.family_modules import is_family
 from qlooper.module_access import linear_features
 from torch import nn
 
@@ -83,6 +84,8 @@ def verify_checkpoint(
         try:
             if checkpoint.settings.weight_only:  # FP8 / bitsandbytes / GGUF logical objects
                 back = checkpoint.weight_only_logical(name, *linear_features(model.get_submodule(name)))
+            elif is_family(checkpoint.entry(name).layout):  # ParoQuant (its transform folded in by dequantize)
+                back = checkpoint.family_logical(name)
             else:
                 back = checkpoint.logical_weight(name, weight.in_features, weight.out_features)
         except (ValueError, KeyError) as exc:
