@@ -1,6 +1,6 @@
 """ParoQuant settings and checkpoints: the reference's ``krot`` / ``opt_*`` fields read into a ``ParoSpec``
 and written back (``zero_point``, ``krot``, ``meta.opt_*``); unsupported variants and shapes refused by name;
-a tiny llama quantized with ParoQuant saves (verified), and reloads with the same logits."""
+a tiny llama quantized with ParoQuant saves (verified), and reloads (and exports dense) with the same logits."""
 
 from __future__ import annotations
 
@@ -73,4 +73,10 @@ def test_paroquant_quantize_save_reload(tmp_path, tiny_dirs) -> None:
     assert config["method"] == "paroquant" and config["krot"] == 4 and config["meta"]["opt_train_samples"] == 128
     lm = qhf.load_quantized(out)
     assert lm.settings.method == "paroquant"
-    assert torch.allclose(_logits(lm), _logits(qm.model), atol=1e-4)
+    in_memory = _logits(qm.model)
+    assert torch.allclose(_logits(lm), in_memory, atol=1e-4)
+    from transformers import AutoModelForCausalLM
+
+    exported = qm.export_dense(tmp_path / "dense", dtype=torch.float32)  # the transform folded into each weight
+    dense = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)
+    assert torch.allclose(_logits(dense), in_memory, atol=1e-4)

@@ -2,7 +2,8 @@
 
 The result has no ``quantization_config`` and loads with ``AutoModelForCausalLM.from_pretrained``; every
 other tensor is copied unchanged. An EoRA checkpoint's adapter is folded in (``Q + lora_B @ lora_A``, in
-float32 before the cast), so the export computes what ``load_quantized`` computes. The dequantized
+float32 before the cast), so the export computes what ``load_quantized`` computes; a ParoQuant module is
+written as its dense equivalent (the input transform folded into the weight). The dequantized
 weights are written in ``dtype`` (float16 by default, as the reference's ``hf`` export does).
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from qformats.checkpoint.family_modules import is_family
 from qformats.checkpoint.publish import staged_directory
 from qformats.checkpoint.writer import write_checkpoint_files
 from qlooper.module_access import linear_features
@@ -41,7 +43,10 @@ def export_dense(
         in_features = _in_features(checkpoint, module, out_features)
 
         def load(m: str = module, i: int = in_features, o: int = out_features) -> torch.Tensor:
-            weight = torch.from_numpy(checkpoint.logical_weight(m, i, o).dequantize())
+            if is_family(checkpoint.entry(m).layout):  # ParoQuant & co: the dense equivalent (transform folded in)
+                weight = torch.from_numpy(np.asarray(checkpoint.family_logical(m).dequantize(), dtype=np.float32))
+            else:
+                weight = torch.from_numpy(checkpoint.logical_weight(m, i, o).dequantize())
             if m.lower() in factors:  # EoRA: the adapter folded in, Q + lora_B @ lora_A in float32
                 a, b = factors[m.lower()]
                 weight = weight + b.to(torch.float32) @ a.to(torch.float32)
