@@ -26,5 +26,7 @@ def test_flags_become_reference_fields() -> None:
 def test_bad_flags_are_refused() -> None:
     with pytest.raises(UsageError, match="--method gptq"):
         _config("--krot", "4")
+    with pytest.raises(UsageError, match="--krot"):
+        _config("--method", "fp8", "--krot", "4")
     with pytest.raises(SystemExit):
         _config("--method", "paroquant", "--paro-epochs", "10")

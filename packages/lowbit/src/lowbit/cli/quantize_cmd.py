@@ -71,7 +71,7 @@ _INTEGER_ONLY_FLAGS = {
     "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
     "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
-    "eora_rank": "--eora-rank",
+    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
 }  # fmt: skip
 
 
