@@ -36,11 +36,11 @@ class _ClampSTE(torch.autograd.Function):
 
 
 def round_ste(x: torch.Tensor) -> torch.Tensor:
-    return _RoundSTE.apply(x)  # type: ignore[no-any-return]
+    return _RoundSTE.apply(x)  # type: ignore[no-untyped-call,no-any-return]
 
 
 def clamp_ste(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    return _ClampSTE.apply(x, low, high)  # type: ignore[no-any-return]
+    return _ClampSTE.apply(x, low, high)  # type: ignore[no-untyped-call,no-any-return]
 
 
 def affine_params(weight: torch.Tensor, bits: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,7 +123,7 @@ def run_stage(
         for start in range(0, x_train.shape[0], spec.batch_size):
             stop = start + spec.batch_size
             loss = F.smooth_l1_loss(model(x_train[start:stop]), y_train[start:stop])
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             cosine = 0.5 * (1.0 + math.cos(math.pi * optimizer.steps / total))
             optimizer.lrs = [lr / 20 + (lr - lr / 20) * cosine for lr in base]
