@@ -74,6 +74,10 @@ ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
         {"method": "gptq", "bits": 4, "group_size": 128, "sym": True, "adapter": {"rank": 32}},
         None,
     ),
+    "paroquant g64": (  # lowbit's default budget (2 + 1 epochs, 512 rows); the reference's 10 + 10 is hours on CPU
+        {"method": "paroquant", "bits": 4, "group_size": 64, "sym": True},
+        None,
+    ),
     "best g128 sym": ({"preset": "best", "bits": 4, "group_size": 128, "sym": True}, None),
     "best g64 asym": ({"preset": "best", "bits": 4, "group_size": 64, "sym": False}, None),
 }

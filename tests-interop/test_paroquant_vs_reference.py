@@ -65,3 +65,32 @@ def test_rotation_golden_comes_from_the_reference() -> None:
     pairs, theta, scales, x = (torch.from_numpy(a) for a in rotation_case())
     y = apply_paroquant_rotation_reference(x, pairs, theta, scales=scales, group_size=4)
     assert y.view(torch.int16).tolist() == ROTATION_GOLDEN
+
+
+def test_reference_loads_lowbit_quantized_paroquant(tmp_path: Path, tiny_source: Path) -> None:
+    """A tiny llama quantized by lowbit's ParoQuant (learned rotations) loads in GPT-QModel as ``ParoLinear``
+    modules; its float16 logits match lowbit's float32 reload within 1% of their scale (cosine > 0.9999)."""
+    import json
+
+    import qhf
+    from cases import assert_logits_close
+    from gptqmodel.nn_modules.qlinear.paroquant import ParoLinear
+    from gptqmodel.utils.backend import BACKEND
+    from lowbit_side import lowbit_logits
+    from reference import reference_logits
+
+    out = tmp_path / "lowbit-paroquant"
+    budget = {"krot": 4, "opt_rotation_epochs": 2, "opt_finetune_epochs": 1, "opt_train_samples": 128}
+    qm = qhf.load(tiny_source, {"method": "paroquant", "bits": 4, "group_size": 32, **budget})
+    qm.quantize(samples=4, length=48)
+    qm.save(out)
+    assert json.loads((out / "quantize_config.json").read_text())["krot"] == 4
+    assert not any(result.weight.is_identity() for result in qm.results.values())
+
+    from gptqmodel import GPTQModel
+
+    ref = GPTQModel.load(str(out), backend=BACKEND.PAROQUANT_CUDA, device="cpu", dtype=torch.float16)
+    assert ref.quantize_config.krot == 4
+    modules = {name: m for name, m in ref.model.named_modules() if isinstance(m, ParoLinear)}
+    assert sorted(modules) == sorted(qm.results) and len(modules) == 14
+    assert_logits_close(lowbit_logits(out), reference_logits(ref))

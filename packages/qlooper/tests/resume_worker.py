@@ -27,7 +27,8 @@ from qalgos.spec import QuantSpec  # noqa: E402
 from qcheckpoint import CheckpointConfig  # noqa: E402
 from qlooper import GPTQProcessor, LoopOptions, RunStopped, quantize_model  # noqa: E402
 from qlooper.processors.eora import EoRAProcessor  # noqa: E402
-from toy_models import DENSE, ToyDecoder, toy_calibration  # noqa: E402
+from qlooper.processors.paroquant import ParoQuantProcessor  # noqa: E402
+from toy_models import DENSE, PARO_SPEC, ToyDecoder, toy_calibration  # noqa: E402
 
 
 class Fault:
@@ -71,7 +72,9 @@ def main() -> int:
         processor: object = method
         if method == "gptq+eora":  # GPTQ with rank-4 EoRA adapters (saved beside the tensors below)
             processor = EoRAProcessor(GPTQProcessor(spec), 4)
-        fmt = "gptq" if method == "gptq+eora" else None
+        if method == "paroquant":  # a small optimisation budget: the resume path is what is tested
+            processor = ParoQuantProcessor(PARO_SPEC)
+        fmt = {"gptq+eora": "gptq", "paroquant": "paroquant"}.get(method)
         run = quantize_model(
             ToyDecoder(), DENSE, toy_calibration(), spec, processor, format=fmt, checkpoint=config, options=options
         )
@@ -82,8 +85,9 @@ def main() -> int:
     for name, done in run.modules.items():
         for key, value in done.tensors().items():
             arrays[f"{name}/{key}"] = value
+        logical = getattr(done.weight, "weight", done.weight)  # ParoQuant: the AWQ part (its transform is packed)
         for field in ("codes", "scales", "zeros", "g_idx", "s_group", "s_channel"):
-            value = getattr(done.weight, field, None)
+            value = getattr(logical, field, None)
             if value is not None:
                 arrays[f"{name}/logical.{field}"] = value
     for name, adapter in getattr(processor, "adapters", {}).items():

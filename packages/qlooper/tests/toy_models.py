@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from qalgos.paroquant import ParoSpec
 from qlooper import GroupSpec, ModelDefinition, prepare_calibration
 from torch import nn
 
@@ -155,3 +156,7 @@ def calibration_rows(n: int = 8, length: int = 24, seed: int = 1) -> list[list[i
 
 def toy_calibration(n: int = 8, batch_size: int = 2):
     return prepare_calibration(calibration_rows(n), batch_size=batch_size, max_length=64, min_length=4)
+
+
+#: ParoQuant with a budget small enough for the toy decoder's tests (group 32, 4 rounds, 2 + 1 short epochs).
+PARO_SPEC = ParoSpec(group_size=32, krot=4, rotation_epochs=2, finetune_epochs=1, train_samples=96, batch_size=32)

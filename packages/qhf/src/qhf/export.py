@@ -3,7 +3,8 @@
 
 The result has no ``quantization_config`` and loads with ``AutoModelForCausalLM.from_pretrained``; every
 other tensor is copied unchanged. An EoRA checkpoint's adapter is folded in (``Q + lora_B @ lora_A``, in
-float32 before the cast), so the export computes what ``load_quantized`` computes. The dequantized
+float32 before the cast), so the export computes what ``load_quantized`` computes; a ParoQuant module is
+written as its dense equivalent (the input transform folded into the weight). The dequantized
 weights are written in ``dtype`` (float16 by default, as the reference's ``hf`` export does).
 """
 

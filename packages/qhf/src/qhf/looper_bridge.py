@@ -22,13 +22,18 @@ from .source.opened_source import OpenedSource
 def quant_spec(settings: QuantSettings) -> Any:
     """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact (QQQ keeps
     float32 scales: it splits them into its two scale levels, :mod:`qalgos.qqq`).
-    Weight-only methods (FP8, bitsandbytes, GGUF) get their ``WeightOnlySpec`` (:mod:`qhf.weight_only`)."""
+    Weight-only methods (FP8, bitsandbytes, GGUF) get their ``WeightOnlySpec`` (:mod:`qhf.weight_only`), ParoQuant
+    its ``ParoSpec`` (:mod:`qhf.paroquant_settings`)."""
     from qalgos.spec import QuantSpec
 
     if settings.weight_only:
         from .weight_only import weight_only_spec
 
         return weight_only_spec(settings)
+    if settings.method == "paroquant":
+        from .paroquant_settings import paro_spec
+
+        return paro_spec(settings)
 
     return QuantSpec(
         bits=settings.bits,
@@ -106,13 +111,14 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, a
             return weight_only_module(
                 settings, tensors, *linear_features(dense), backend=backend, dtype=dtype, module=name
             )
-        if settings.method == "qqq":  # a QQQWeight: the family's own module (as a reload builds it)
+        if settings.method in ("qqq", "paroquant"):  # the family's own module, as a reload builds it
             from qkernels import weight_only_linear
 
             in_features, out_features = linear_features(dense)
             return weight_only_linear(
-                "qqq", tensors, in_features=in_features, out_features=out_features,
-                config={"group_size": done.weight.group_size}, backend=backend, dtype=dtype,
+                settings.method, tensors, in_features=in_features, out_features=out_features,
+                config={"group_size": done.weight.group_size if settings.method == "qqq" else settings.group_size},
+                backend=backend, dtype=dtype,
             )  # fmt: skip
         weight = done.weight
         meta = LayoutMeta(
@@ -163,7 +169,8 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     the configured bits/group size against ``get_layout(format).cannot_represent``; e.g. AWQ's GEMM
     layout needs ``in_features`` divisible by ``group_size``, while the GPTQ layouts hold a partial group.
     Weight-only methods hold any shape except FP8 block scaling (the block must divide ``[out, in]``); QQQ
-    needs in/out divisible by 64 and no partial group (:func:`qhf.qqq_settings.module_problem`).
+    needs in/out divisible by 64 and no partial group (:func:`qhf.qqq_settings.module_problem`); ParoQuant
+    needs an even group size dividing every ``in_features`` (e.g. SmolLM2's 576 takes 64, not 128).
     """
     import numpy as np
     from qformats.layouts.registry import get_layout
@@ -175,7 +182,8 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     from .weight_only import fp8_block_problem
 
     qqq = settings.method == "qqq"
-    layout = None if settings.weight_only or qqq else get_layout(settings.format)
+    paro = settings.method == "paroquant"
+    layout = None if settings.weight_only or qqq or paro else get_layout(settings.format)
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -194,6 +202,16 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
                     f"method 'qqq' cannot hold {resolved.full_name} [{out_features} x {in_features}] "
                     f"at group {settings.group_size}: {reason}"
                 )
+        if paro:  # ParoQuant rotates groups: the (even) group size must divide in_features
+            from qformats.errors import LayoutError
+            from qformats.layouts.paroquant.rotation import rotation_group_size
+
+            try:
+                rotation_group_size(settings.group_size, in_features)
+            except LayoutError as exc:
+                raise QHFError(
+                    f"method 'paroquant' cannot hold {resolved.full_name} [{out_features} x {in_features}]: {exc}"
+                ) from None
             continue
         if layout is None:  # weight-only: only FP8 block scaling constrains the shape
             problem = fp8_block_problem(settings, out_features, in_features)

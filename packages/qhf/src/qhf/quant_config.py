@@ -24,9 +24,11 @@ METHOD_FORMATS = {
     "bitsandbytes": ("fp4", "nf4", "int8"),
     "gguf": ("q_0", "q_k", "q_k_s", "q_k_m"),
     "qqq": ("qqq",),
+    "paroquant": ("paroquant",),
 }
 DEFAULT_FORMAT = {
     "gptq": "gptq", "awq": "gemm", "rtn": "gptq", "qqq": "qqq", "fp8": "float8_e4m3fn", "bitsandbytes": "fp4",
+    "paroquant": "paroquant",
 }  # fmt: skip
 #: Weight-only methods (:mod:`qhf.weight_only`): no calibration, no groups, no act-order.
 WEIGHT_ONLY = ("fp8", "bitsandbytes", "gguf")
@@ -189,7 +191,13 @@ class QuantSettings:
             out["adapter"] = dict(self.adapter)
         if self.calibration:
             out["meta"]["calibration"] = dict(self.calibration)
-        if method == "awq":
+        if method == "paroquant":  # the reference's fields: zero_point, krot; opt_* under meta
+            from .paroquant_settings import checkpoint_fields
+
+            top, meta = checkpoint_fields(self)
+            out.update(top)
+            out["meta"].update(meta)
+        elif method == "awq":
             out["zero_point"] = not self.sym
             out["version"] = self.format
         else:
@@ -268,6 +276,10 @@ def parse_settings(config: Any) -> QuantSettings:
         settings = QuantSettings(method=method, format=fmt, extra=raw, **known)
     except TypeError as exc:
         raise QuantConfigError(f"quant_config: {exc}") from exc
+    if method == "paroquant":
+        from .paroquant_settings import refuse_unsupported
+
+        refuse_unsupported(settings)
     bits, group_size = settings.bits, settings.group_size
     if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
         raise QuantConfigError(f"bits: expected an integer in 2..8, found {bits!r}")

@@ -83,7 +83,7 @@ def verify_checkpoint(
         try:
             if checkpoint.settings.weight_only:  # FP8 / bitsandbytes / GGUF logical objects
                 back = checkpoint.weight_only_logical(name, *linear_features(model.get_submodule(name)))
-            elif checkpoint.is_family_module(name):  # QQQ: its own logical object (two scale levels)
+            elif checkpoint.is_family_module(name):  # QQQ, ParoQuant ...: the family's own logical object
                 back = checkpoint.family_weight(name)
             else:
                 back = checkpoint.logical_weight(name, weight.in_features, weight.out_features)

@@ -27,6 +27,7 @@ from .processors.awq import AWQProcessor
 from .processors.base import LayerContext, ModuleResult, Processor
 from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
+from .processors.paroquant import ParoQuantProcessor
 from .processors.qqq import QQQProcessor
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport
@@ -50,6 +51,7 @@ __all__ = [
     "ModelDefinition",
     "ModuleReport",
     "ModuleResult",
+    "ParoQuantProcessor",
     "PlanError",
     "Processor",
     "ProcessorError",

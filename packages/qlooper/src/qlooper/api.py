@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from qalgos.gptaq import AsymmetricSpec, foem_defaults, gptaq_defaults
+from qalgos.paroquant import ParoSpec
 from qalgos.spec import QuantSpec
 from qalgos.weight_only import WeightOnlySpec
 from torch import nn
@@ -21,12 +22,21 @@ from .processors.awq import AWQProcessor
 from .processors.base import Processor
 from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
+from .processors.paroquant import ParoQuantProcessor
 from .processors.qqq import QQQProcessor
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport, write_report_csv, write_report_json
 from .resume import run_with_checkpoint
 
-DEFAULT_FORMATS = {"gptq": "gptq", "gptaq": "gptq", "foem": "gptq", "qqq": "qqq", "awq": "gemm", "rtn": "gptq"}
+DEFAULT_FORMATS = {
+    "gptq": "gptq",
+    "gptaq": "gptq",
+    "foem": "gptq",
+    "awq": "gemm",
+    "rtn": "gptq",
+    "qqq": "qqq",
+    "paroquant": "paroquant",
+}
 
 
 @dataclass
@@ -61,9 +71,16 @@ class QuantizationRun:
         raise ValueError(f"write_report: expected a .csv or .json path, found {target.name!r}")
 
 
-def make_processor(method: str, spec: QuantSpec | WeightOnlySpec, terms: AsymmetricSpec | None = None) -> Processor:
-    """The built-in processor for ``method`` (``"gptq"``, ``"gptaq"``, ``"foem"``, ``"qqq"``, ``"awq"``, ``"rtn"``, or a
-    ``WeightOnlySpec`` family). ``terms``: GPTAQ/FOEM's alpha/beta (default: the reference's defaults)."""
+def make_processor(
+    method: str, spec: QuantSpec | WeightOnlySpec | ParoSpec, terms: AsymmetricSpec | None = None
+) -> Processor:
+    """The built-in processor for ``method`` (``"gptq"``, ``"gptaq"``, ``"foem"``, ``"qqq"``, ``"awq"``, ``"rtn"``,
+    ``"paroquant"`` with a qalgos ``ParoSpec``, or a ``WeightOnlySpec`` family). ``terms``: GPTAQ/FOEM's
+    alpha/beta (default: the reference's defaults)."""
+    if method == "paroquant" or isinstance(spec, ParoSpec):
+        if method != "paroquant" or not isinstance(spec, ParoSpec):
+            raise ProcessorError(f"method: 'paroquant' runs with a qalgos ParoSpec, found {method!r} with {spec!r}")
+        return ParoQuantProcessor(spec)
     if isinstance(spec, WeightOnlySpec):
         if method not in ("weight_only", spec.family):
             raise ProcessorError(f"method: a WeightOnlySpec({spec.family!r}) runs as {spec.family!r}, found {method!r}")
@@ -83,7 +100,8 @@ def make_processor(method: str, spec: QuantSpec | WeightOnlySpec, terms: Asymmet
     if method == "rtn":
         return WeightOnlyProcessor(spec)
     raise ProcessorError(
-        f"method: expected 'gptq', 'gptaq', 'foem', 'qqq', 'awq', 'rtn' or a processor object, found {method!r}"
+        f"method: expected 'gptq', 'gptaq', 'foem', 'qqq', 'awq', 'rtn', 'paroquant' or a processor object, "
+        f"found {method!r}"
     )
 
 
@@ -91,7 +109,7 @@ def quantize_model(
     model: nn.Module,
     definition: ModelDefinition,
     calibration: CalibrationSet | None = None,
-    spec: QuantSpec | WeightOnlySpec | None = None,
+    spec: QuantSpec | WeightOnlySpec | ParoSpec | None = None,
     method: str | Processor = "gptq",
     *,
     format: str | None = None,
@@ -100,10 +118,12 @@ def quantize_model(
 ) -> QuantizationRun:
     """Quantize every module the definition names, layer by layer; the model is mutated in place.
 
-    ``method`` is ``"gptq"``, ``"awq"``, ``"rtn"`` or a processor object (then ``spec`` may be None); with a
+    ``method`` is ``"gptq"``, ``"awq"``, ``"rtn"``, ``"paroquant"`` (with a qalgos ``ParoSpec``) or a processor
+    object (then ``spec`` may be None); with a
     qalgos ``WeightOnlySpec`` it is its family (``"fp8"``, ``"bnb4"``, ``"int8"``, ``"gguf"``) or ``"weight_only"``.
     ``format`` is the qformats layout key the modules are packed into (default per method: gptq → "gptq",
-    qqq → "qqq", awq → "gemm", rtn → "gptq"). ``checkpoint`` is a ``qcheckpoint.CheckpointConfig`` enabling resume.
+    qqq → "qqq", awq → "gemm", rtn → "gptq", paroquant → "paroquant"). ``checkpoint`` is a
+    ``qcheckpoint.CheckpointConfig`` enabling resume.
     """
     options = options or LoopOptions()
     if isinstance(method, str):

@@ -1,7 +1,8 @@
 """Logical weights to (JSON tree, named arrays) and back, for checkpoint bundles; no pickle, no imports by name.
 
 Handles :class:`qformats.logical.QuantizedWeight` and the weight-only families' logical objects (FP8, bitsandbytes
-4-bit with its nested statistics, bitsandbytes int8, GGUF, QQQ). Only classes in :data:`TYPES` are ever rebuilt.
+4-bit with its nested statistics, bitsandbytes int8, GGUF, QQQ, ParoQuant). Only classes in :data:`TYPES` are
+ever rebuilt.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ import numpy as np
 from qformats.layouts.bnb import BnB4Weight, BnB8Weight, NestedStats
 from qformats.layouts.fp8 import FP8Weight
 from qformats.layouts.gguf import GGUFWeight
+from qformats.layouts.paroquant import ParoQuantWeight
 from qformats.layouts.qqq import QQQWeight
 from qformats.logical import QuantizedWeight
 
 from .errors import ResumeError
 
-TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (QuantizedWeight, FP8Weight, BnB4Weight, NestedStats, BnB8Weight, GGUFWeight, QQQWeight)
-}
+_CLASSES = (QuantizedWeight, FP8Weight, BnB4Weight, NestedStats, BnB8Weight, GGUFWeight, QQQWeight, ParoQuantWeight)
+TYPES: dict[str, type] = {cls.__name__: cls for cls in _CLASSES}
 
 
 def encode_logical(value: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:

@@ -10,7 +10,7 @@ import argparse
 
 from .. import __version__
 
-METHODS = ("gptq", "awq", "rtn", "qqq", "fp8", "nf4", "gguf")
+METHODS = ("gptq", "awq", "rtn", "qqq", "paroquant", "fp8", "nf4", "gguf")
 DENSE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # qhf.save.dense_dtype.DTYPE_CHOICES (not imported here)
 QUICKSTART_OUT = "lowbit-quickstart/smollm2-135m-gptq-4bit"
 
@@ -55,6 +55,13 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _epoch_pair(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"expected ROT,FT (two non-negative integers), found {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="quantize a model (HF directory or llama .gguf) and save the checkpoint")
     p.add_argument("source", help="Hugging Face model directory or llama .gguf file")
@@ -92,6 +99,16 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="ALPHA",
         help="with --foem: also GPTAQ's native-input term (default: 0)",
+    )
+    p.add_argument(
+        "--krot", type=_positive_int, default=None, metavar="N", help="paroquant: rotation rounds per group (default 8)"
+    )
+    p.add_argument(
+        "--paro-epochs",
+        type=_epoch_pair,
+        default=None,
+        metavar="ROT,FT",
+        help="paroquant: rotation and finetune epochs per module (default 2,1; the reference's 10,10)",
     )
     p.add_argument(
         "--eora-rank",

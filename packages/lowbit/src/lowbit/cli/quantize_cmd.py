@@ -71,7 +71,7 @@ _INTEGER_ONLY_FLAGS = {
     "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
     "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
-    "eora_rank": "--eora-rank",
+    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
 }  # fmt: skip
 
 
@@ -129,6 +129,7 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     }
     config.update({key: value for key, value in flags.items() if value is not None})
     config.update(_asymmetric_config(args))
+    config.update(_paroquant_config(args))
     if args.preset is not None:
         if args.method != "gptq":
             raise UsageError(
@@ -159,6 +160,21 @@ def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
     if args.gptaq is not None:
         return {**out, "gptaq": {"alpha": args.gptaq}}
     return {**out, "foem": {"alpha": args.foem_alpha or 0.0, "beta": args.foem}}
+
+
+def _paroquant_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--krot`` / ``--paro-epochs ROT,FT`` as the reference's ``krot`` / ``opt_rotation_epochs`` /
+    ``opt_finetune_epochs`` fields (ParoQuant only)."""
+    if args.krot is None and args.paro_epochs is None:
+        return {}
+    if args.method != "paroquant":
+        raise UsageError(f"--krot/--paro-epochs: ParoQuant settings; not with --method {args.method}")
+    out: dict[str, Any] = {}
+    if args.krot is not None:
+        out["krot"] = args.krot
+    if args.paro_epochs is not None:
+        out["opt_rotation_epochs"], out["opt_finetune_epochs"] = args.paro_epochs
+    return out
 
 
 def _checkpoint_config(args: argparse.Namespace) -> Any:
