@@ -4,22 +4,16 @@ group, and a stopped run (another process) resumed bit-identical to an uninterru
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from loop_helpers import expected_modules, output_error
+from loop_helpers import assert_resumes_bit_identical, expected_modules, output_error
 from qalgos.spec import QuantSpec
 from qformats.layouts.paroquant import infer_meta, unpack_paroquant
 from qlooper import ProcessorError, quantize_model
 from qlooper.api import make_processor
 from toy_models import DENSE, PARO_SPEC, ToyDecoder, toy_calibration
-
-WORKER = Path(__file__).with_name("resume_worker.py")
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +51,4 @@ def test_method_needs_a_paro_spec() -> None:
 
 def test_stopped_paroquant_run_resumes_bit_identical(tmp_path: Path, run) -> None:
     first, _ = run
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = tmp_path / "out.npz"
-    for fault, expected in (("sigterm@2", 3), ("none", 0)):
-        args = [sys.executable, str(WORKER), "paroquant", str(tmp_path / "ckpt"), str(out), fault]
-        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)  # hang guard only
-        assert proc.returncode == expected, proc.stderr[-3000:]
-    assert json.loads(Path(f"{out}.json").read_text())["resumed_from"] == 2
-    got = np.load(out)
-    for name, done in first.modules.items():
-        for key, value in done.tensors().items():
-            assert np.array_equal(got[f"{name}/{key}"], value), f"{name}/{key}"
+    assert_resumes_bit_identical(tmp_path, "paroquant", first)
