@@ -92,6 +92,26 @@ def test_lossy_convert_is_refused_then_done_only_when_allowed(quantized: Path, t
     assert any(not np.array_equal(before[n], after[n]) for n in before)
 
 
+def test_lossy_convert_keeps_bfloat16_dense_tensors_bfloat16(
+    tiny_llama: Path, calibration_text: Path, tmp_path: Path
+) -> None:
+    from qformats.checkpoint import open_checkpoint
+
+    source = tmp_path / "bf16"
+    quantized = run_lowbit(
+        "quantize", str(tiny_llama), "--out", str(source), "--group-size", "32", "--desc-act", "--dtype", "bfloat16",
+        "--calibration", str(calibration_text), "--samples", "2", "--length", "32", "--quiet",
+    )  # fmt: skip
+    assert quantized.returncode == 0, quantized.stderr
+    out = tmp_path / "lossy"
+    result = run_lowbit("convert", str(source), "--to", "gemm", "--out", str(out), "--allow-lossy")
+    assert result.returncode == 0, result.stderr
+    before, after = open_checkpoint(source), open_checkpoint(out)
+    dense = before.dense_names()
+    assert "model.embed_tokens.weight" in dense and before.stored_dtype("model.embed_tokens.weight") == "BF16"
+    assert {n: after.stored_dtype(n) for n in dense} == {n: before.stored_dtype(n) for n in dense}
+
+
 def test_convert_names_unknown_targets(quantized: Path, tmp_path: Path) -> None:
     result = run_lowbit("convert", str(quantized), "--to", "gptq_v9", "--out", str(tmp_path / "x"))
     assert result.returncode == 2 and "--to: expected one of" in result.stderr and "'gptq_v9'" in result.stderr

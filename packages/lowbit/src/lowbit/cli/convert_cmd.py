@@ -111,13 +111,11 @@ def _lossy_modules(checkpoint: Any, to: str, refused: list[tuple[str, str]]) -> 
     return converted, errors
 
 
-def _tensors(checkpoint: Any, converted: dict[str, Any], dtypes: dict[str, str]) -> Iterator[tuple[str, np.ndarray]]:
+def _tensors(checkpoint: Any, converted: dict[str, Any]) -> Iterator[tuple[str, np.ndarray]]:
     for prefix, result in converted.items():
         for key, array in result.tensors.items():
             yield f"{prefix}.{key}", array
     for name in checkpoint.dense_names():
-        if checkpoint.shape_of(name)[1] == "BF16":
-            dtypes[name] = "BF16"
         yield name, checkpoint.load(name)
 
 
@@ -153,10 +151,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.allow_lossy:
             raise LossyConversionError(_refusal_message(refused, len(checkpoint.modules()), args.to)) from None
         converted, errors = _lossy_modules(checkpoint, args.to, refused)
-        dtypes: dict[str, str] = {}
+        # bfloat16 dense tensors are read as float32 and written back as BF16 (decided before writing starts)
+        dtypes = {n: "BF16" for n in checkpoint.dense_names() if checkpoint.stored_dtype(n) == "BF16"}
         report = write_checkpoint(
             out,
-            _tensors(checkpoint, converted, dtypes),
+            _tensors(checkpoint, converted),
             quantize_config=lossy_config(source, checkpoint, args.to),
             model_config=model_config_without_quantization(source),
             max_shard_size=args.max_shard_size,

@@ -161,7 +161,7 @@ def export_mlx(source: str | Path, target: str | Path, *, max_shard_size: int | 
         if _scale_dtype(ck, entry) == "bfloat16":
             dtypes.update({f"{entry.prefix}.scales": "BF16", f"{entry.prefix}.biases": "BF16"})
     for name in ck.dense_names():
-        if ck.files[ck.weight_map[name]].tensors[name].dtype == "BF16":
+        if ck.stored_dtype(name) == "BF16":
             dtypes[name] = "BF16"
     report.dense = len(ck.dense_names())
     for entry in entries.values():

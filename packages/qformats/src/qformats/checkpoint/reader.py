@@ -173,6 +173,11 @@ class Checkpoint:
         dtype = "float32" if info.dtype == "BF16" else SAFETENSORS_DTYPES[info.dtype][0].name
         return info.shape, dtype
 
+    def stored_dtype(self, name: str) -> str:
+        """The safetensors dtype name of a tensor as stored (``"BF16"``, ``"F16"`` ...), from the headers only;
+        :meth:`shape_of` gives the dtype it is read as (BF16 is read as float32)."""
+        return str(self.files[self.weight_map[name]].tensors[name].dtype)
+
     def load(self, name: str) -> np.ndarray:
         """One tensor by full name (raises naming the tensor when it is not in the checkpoint)."""
         try:
