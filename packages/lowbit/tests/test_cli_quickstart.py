@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from conftest import run_lowbit
@@ -50,6 +51,23 @@ def test_quickstart_never_replaces_a_gguf_it_did_not_write(tiny_llama: Path, tmp
     skipped = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(out), "--gguf-out", "none", *FAST)
     assert skipped.returncode == 0, skipped.stderr
     assert "llama.cpp      " not in skipped.stdout and foreign.read_bytes() == b"not ours"
+
+
+def test_quickstart_says_why_a_model_gets_no_gguf_and_keeps_the_directory(tiny_llama: Path, tmp_path: Path) -> None:
+    model = tmp_path / "llama3-rope"
+    shutil.copytree(tiny_llama, model)
+    config = json.loads((model / "config.json").read_text())
+    config["rope_scaling"] = {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 128,
+    }  # fmt: skip
+    (model / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "result"
+    result = run_lowbit("quickstart", "--model", str(model), "--out", str(out), *FAST)
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.split("llama.cpp      not written: ", 1)[1].splitlines()[0]
+    assert "llama3" in line
+    assert (out / "quant_report.json").is_file() and not out.with_name(out.name + ".gguf").exists()
 
 
 def test_quickstart_never_overwrites_a_foreign_directory(tiny_llama: Path, tmp_path: Path) -> None:

@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"  size           before {human_bytes(path_bytes(model_path))} on disk ({human_bytes(params * 4)} dense "
         f"float32, {human_bytes(params * 2)} float16) -> after {human_bytes(saved_bytes)} (directory)"
-        + (f", {human_bytes(gguf.nbytes)} (.gguf)" if gguf is not None else "")
+        + (f", {human_bytes(gguf.nbytes)} (.gguf)" if gguf is not None and not isinstance(gguf, str) else "")
     )
     from .engine_lines import directory_verdicts
 
@@ -182,7 +182,9 @@ def run(args: argparse.Namespace) -> int:
         f"  engines        loaded by {', '.join(loads) or 'none'}; not by {len(verdicts) - len(loads)} other engine "
         f"kernels (lowbit inspect {out} names the rule each one fails)"
     )
-    if gguf is not None:
+    if isinstance(gguf, str):
+        print(f"  llama.cpp      not written: {gguf}")
+    elif gguf is not None:
         print(f"  llama.cpp      {gguf.describe()}")
     if sample_before is not None:
         print(f"  generation     {args.prompt!r}")
@@ -191,15 +193,23 @@ def run(args: argparse.Namespace) -> int:
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in clock.phases.items())
     print(f"  time           {clock.total:.1f} s ({phases})")
     print(f"  result         {out.resolve()}" + (" (replaced the previous quickstart result)" if replaced else ""))
-    if gguf is not None:
+    if gguf is not None and not isinstance(gguf, str):
         print(f"                 {gguf.path.resolve()}")
     print(f"  next           lowbit eval {out}    lowbit inspect {out}")
     return 0
 
 
 def _write_gguf(path: Path, out: Path, model_path: Path, config: dict[str, Any], args: argparse.Namespace) -> Any:
-    """The saved directory as one llama.cpp file, then read back by lowbit and evaluated on the same text."""
+    """The saved directory as one llama.cpp file, then read back by lowbit and evaluated on the same text; the
+    reason, as a string, when the model is one the .gguf writer refuses (another architecture, llama3 rope,
+    projection biases): the directory is the result then, and the summary says why there is no file."""
+    from qformats.gguf_file.errors import GGUFFileError
+
     from .quickstart_gguf import write_and_evaluate
 
     print(f"[6/6] writing the llama.cpp file {path}", flush=True)
-    return write_and_evaluate(path, out, model_path, config, window=args.window, windows=args.eval_windows)
+    try:
+        return write_and_evaluate(path, out, model_path, config, window=args.window, windows=args.eval_windows)
+    except GGUFFileError as exc:
+        print(f"[6/6] no llama.cpp file: {exc}", flush=True)
+        return str(exc)
