@@ -4,8 +4,9 @@ GPTAQ (GPT-QModel's ``gptaq: {alpha}``) sees two activations per calibration tok
 path (what GPTQ sees) and ``x_native``, the same module's input when every earlier module is unquantized.
 Beside ``H = 2/N sum x xᵀ`` it accumulates ``dXXT = 2/N sum (x_native - x) xᵀ`` ``[in, in]`` and solves with
 the extra term ``P = alpha * triu(dXXT Uᵀ, 1) U`` (``U``: the upper Cholesky factor of the damped inverse
-Hessian), see :mod:`qalgos.gptaq_solve`. FOEM (``foem: {alpha, beta}``) adds the ``beta`` pull toward the
-original weights; with ``alpha = 0`` it needs no native input. ``alpha = beta = 0`` is GPTQ exactly.
+Hessian). FOEM (``foem: {alpha, beta}``) adds the ``beta`` pull toward the original weights; with
+``alpha = 0`` it needs no native input. Both are GPTQ's column solve, :func:`qalgos.gptq_solve.solve`,
+given ``p`` and ``beta``. ``alpha = beta = 0`` is GPTQ exactly.
 
 Differences from the reference, all documented in docs/algorithms.md: both sums are normalised by the
 token count (the reference normalises by batch requests; ``P`` and the solve do not depend on that common
@@ -20,9 +21,8 @@ import torch
 
 from .column_order import ColumnPlan
 from .errors import ShapeError, SpecError, StateError
-from .gptaq_solve import solve_asymmetric
 from .gptq import GPTQ
-from .gptq_solve import SolveOutput
+from .gptq_solve import SolveOutput, solve
 from .spec import QuantSpec
 
 
@@ -121,7 +121,7 @@ class GPTAQ(GPTQ):
             if not plan.is_identity():
                 dxxt = dxxt[plan.perm][:, plan.perm]
             p = asymmetric_term(dxxt, upper, self.terms.alpha)
-        return solve_asymmetric(wt, upper, plan, self.spec, scales, zeros, p, float(self.terms.beta))
+        return solve(wt, upper, plan, self.spec, scales, zeros, p=p, beta=float(self.terms.beta))
 
 
 def asymmetric_term(dxxt: torch.Tensor, upper: torch.Tensor, alpha: float) -> torch.Tensor:
