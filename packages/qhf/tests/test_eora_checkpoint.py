@@ -4,6 +4,7 @@ quantized modules with the in-memory logits, and the adapted model closer to the
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 import qhf
@@ -58,7 +59,10 @@ def test_eora_quantize_save_reload(tmp_path, tiny_dirs) -> None:
     saved = qm.save(out)
     assert saved["verification"]["passed"] is True  # the reload (adapters included) gives the same logits
     assert json.loads((out / "quantize_config.json").read_text())["adapter"]["rank"] == 8
-    tensors = load_file(str(out / "eora" / "adapter_model.safetensors"))
+    adapter_file = out / "eora" / "adapter_model.safetensors"
+    # readable like the model's weights (safetensors itself creates files 0600)
+    assert stat.S_IMODE(adapter_file.stat().st_mode) == stat.S_IMODE((out / "model.safetensors").stat().st_mode)
+    tensors = load_file(str(adapter_file))
     a = tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"]
     b = tensors["base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"]
     assert len(tensors) == 28 and a.shape == (8, 64) and b.shape[1] == 8 and a.dtype == torch.float32

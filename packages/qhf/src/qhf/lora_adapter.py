@@ -12,6 +12,7 @@ dtype. In the forward a module computes ``base(x) + (x @ lora_A.weightᵀ) @ lor
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import torch
@@ -68,7 +69,8 @@ def write_adapter(
         a, b = adapters[name]
         tensors[f"{KEY_PREFIX}{name.lower()}.lora_A.weight"] = a.contiguous()
         tensors[f"{KEY_PREFIX}{name.lower()}.lora_B.weight"] = b.contiguous()
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    weights = directory / WEIGHTS_FILE
+    save_file(tensors, str(weights), metadata={"format": "pt"})
     config = {
         "peft_type": "LORA",
         "r": rank,
@@ -76,7 +78,11 @@ def write_adapter(
         "target_modules": sorted({name.rsplit(".", 1)[-1] for name in adapters}),
         "base_model_name_or_path": base,
     }
-    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    config_file = directory / CONFIG_FILE
+    config_file.write_text(json.dumps(config, indent=2))
+    # safetensors (0.8) creates its file 0600, which hides the adapter from an engine running as another
+    # user; give it the mode the user's umask gives any new file (the JSON written just above).
+    weights.chmod(stat.S_IMODE(config_file.stat().st_mode))
     return directory
 
 
