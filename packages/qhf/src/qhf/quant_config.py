@@ -13,25 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS, WEIGHT_ONLY_METHODS
+
 from . import __version__
 from .errors import QHFError
 
-METHOD_FORMATS = {
-    "gptq": ("gptq", "gptq_v2", "gptq_p"),
-    "awq": ("gemm", "gemv", "gemv_fast", "llm-awq"),
-    "rtn": ("gptq", "gptq_v2", "gptq_p", "gemm", "gemv", "gemv_fast", "llm-awq"),
-    "fp8": ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"),
-    "bitsandbytes": ("fp4", "nf4", "int8"),
-    "gguf": ("q_0", "q_k", "q_k_s", "q_k_m"),
-    "qqq": ("qqq",),
-    "paroquant": ("paroquant",),
-}
-DEFAULT_FORMAT = {
-    "gptq": "gptq", "awq": "gemm", "rtn": "gptq", "qqq": "qqq", "fp8": "float8_e4m3fn", "bitsandbytes": "fp4",
-    "paroquant": "paroquant",
-}  # fmt: skip
-#: Weight-only methods (:mod:`qhf.weight_only`): no calibration, no groups, no act-order.
-WEIGHT_ONLY = ("fp8", "bitsandbytes", "gguf")
 FP8_SCALE_METHODS = ("tensor", "row", "block")
 QUANTIZER = f"lowbit-qhf:{__version__}"
 
@@ -122,7 +108,7 @@ class QuantSettings:
     @property
     def weight_only(self) -> bool:
         """FP8 / bitsandbytes / GGUF: quantized from the weight alone (:mod:`qhf.weight_only`)."""
-        return self.method in WEIGHT_ONLY
+        return self.method in WEIGHT_ONLY_METHODS
 
     @property
     def needs_calibration(self) -> bool:
@@ -133,7 +119,7 @@ class QuantSettings:
         """The method written to the checkpoint: RTN exports as the family its format belongs to."""
         if self.method != "rtn":
             return self.method
-        return "awq" if self.format in METHOD_FORMATS["awq"] else "gptq"
+        return "awq" if self.format in QUANTIZER_FORMATS["awq"] else "gptq"
 
     def _weight_only_dict(self) -> dict[str, Any]:
         """The reference's serialized FP8 / bitsandbytes / GGUF config (GGUF drops group_size, desc_act,
@@ -253,16 +239,16 @@ def parse_settings(config: Any) -> QuantSettings:
         if key in meta and key not in raw:
             raw[key] = meta[key]
     method = str(raw.pop("method", "gptq")).lower()
-    if isinstance(meta, dict) and meta.get("algorithm") in METHOD_FORMATS:
+    if isinstance(meta, dict) and meta.get("algorithm") in QUANTIZER_FORMATS:
         method = str(meta["algorithm"])
-    if method not in METHOD_FORMATS:
-        raise QuantConfigError(f"method: expected one of {', '.join(METHOD_FORMATS)}, found {method!r}")
-    if method in WEIGHT_ONLY:
+    if method not in QUANTIZER_FORMATS:
+        raise QuantConfigError(f"method: expected one of {', '.join(QUANTIZER_FORMATS)}, found {method!r}")
+    if method in WEIGHT_ONLY_METHODS:
         return _weight_only_settings(method, raw)
-    fmt = str(raw.pop("format", DEFAULT_FORMAT[method])).lower()
-    if fmt not in METHOD_FORMATS[method]:
+    fmt = str(raw.pop("format", DEFAULT_FORMATS[method])).lower()
+    if fmt not in QUANTIZER_FORMATS[method]:
         raise QuantConfigError(
-            f"format: method {method!r} writes one of {', '.join(METHOD_FORMATS[method])}, found {fmt!r}"
+            f"format: method {method!r} writes one of {', '.join(QUANTIZER_FORMATS[method])}, found {fmt!r}"
         )
     fields = QuantSettings.__dataclass_fields__
     known = {k: raw.pop(k) for k in list(raw) if k in fields and k not in ("extra", "calibration", "dynamic")}
@@ -367,11 +353,11 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     else:
         if bits not in (4, 8):
             raise QuantConfigError(f"bits: bitsandbytes stores 4-bit (nf4/fp4) or 8-bit (int8), found {bits!r}")
-        fmt = fmt or ("int8" if bits == 8 else DEFAULT_FORMAT["bitsandbytes"])
+        fmt = fmt or ("int8" if bits == 8 else DEFAULT_FORMATS["bitsandbytes"])
         if (fmt == "int8") != (bits == 8):
             raise QuantConfigError(f"format: bitsandbytes {fmt!r} does not store {bits}-bit weights")
-    if fmt not in METHOD_FORMATS[method]:
-        choices = ", ".join(METHOD_FORMATS[method])
+    if fmt not in QUANTIZER_FORMATS[method]:
+        choices = ", ".join(QUANTIZER_FORMATS[method])
         raise QuantConfigError(f"format: method {method!r} writes one of {choices}, found {fmt!r}")
     for name in ("weight_scale_method", "weight_block_size", "block_size", "compress_statistics", "lm_head"):
         if name in raw:

@@ -15,18 +15,30 @@ from .files import (
     write_quantize_config,
 )
 from .model import CONFIG_VERSION, ModuleSpec, QuantizeConfig
+from .quantizer_formats import (
+    DEFAULT_FORMATS,
+    QUANTIZER_FORMATS,
+    SOLVER_VARIANTS,
+    WEIGHT_ONLY_METHODS,
+    default_format,
+)
 from .serialize import config_to_dict, config_to_json
 
 __all__ = [
     "CONFIG_FILENAMES",
     "CONFIG_VERSION",
+    "DEFAULT_FORMATS",
+    "QUANTIZER_FORMATS",
     "QUANTIZE_CONFIG_FILENAME",
+    "SOLVER_VARIANTS",
+    "WEIGHT_ONLY_METHODS",
     "DynamicRule",
     "DynamicRules",
     "ModuleSpec",
     "QuantizeConfig",
     "config_to_dict",
     "config_to_json",
+    "default_format",
     "embed_in_model_config",
     "find_config_file",
     "parse_config",
