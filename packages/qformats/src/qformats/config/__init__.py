@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from .aliases import FoldedConfig, fold_aliases
 from .dynamic import DynamicRule, DynamicRules
 from .files import (
     CONFIG_FILENAMES,
     QUANTIZE_CONFIG_FILENAME,
+    config_from_folded,
     embed_in_model_config,
     find_config_file,
     parse_config,
@@ -34,13 +36,16 @@ __all__ = [
     "WEIGHT_ONLY_METHODS",
     "DynamicRule",
     "DynamicRules",
+    "FoldedConfig",
     "ModuleSpec",
     "QuantizeConfig",
+    "config_from_folded",
     "config_to_dict",
     "config_to_json",
     "default_format",
     "embed_in_model_config",
     "find_config_file",
+    "fold_aliases",
     "parse_config",
     "read_config",
     "read_config_file",
