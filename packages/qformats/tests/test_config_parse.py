@@ -163,3 +163,17 @@ def test_transformers_gptq_config_keeps_its_extra_fields() -> None:
     out = cfg.to_dict()
     assert out["use_exllama"] is True and out["exllama_config"] == {"version": 1} and out["damp_percent"] == 0.1
     assert "dataset" not in out  # None values are dropped, as the reference writer does
+
+
+def test_config_from_folded_lets_the_caller_choose_before_the_rules_run() -> None:
+    from qformats.config import config_from_folded, fold_aliases, parse_config
+    from qformats.enums import METHOD
+
+    raw = {"wbits": 4, "method": "awq", "format": "gptq"}
+    folded = fold_aliases(raw)
+    assert (folded.fields["bits"], folded.fields["method"], folded.fields["format"]) == (4, "awq", "gptq")
+    fixed = parse_config(raw)  # the resolver fixes the pair, with a note
+    assert fixed.format == "gemm" and any("format fixed to 'gemm'" in n for n in fixed.notes)
+    chosen = config_from_folded(folded, method="gptq")
+    assert (chosen.method, chosen.format) == (METHOD.GPTQ, "gptq")
+    assert config_from_folded(fold_aliases(raw)) == fixed

@@ -32,6 +32,14 @@ def test_fields_parse_and_write_back() -> None:
     assert meta["opt_betas"] == [0.8, 0.9] and meta["opt_channel_scale_clamp_max"] == 100.0
 
 
+def test_settings_passed_again_keep_their_paroquant_fields() -> None:
+    """``qhf.load(src, settings)`` re-checks a ``QuantSettings``; the opt_* fields ride in its qformats config."""
+    settings = parse_settings({"method": "paroquant", "group_size": 64, **BUDGET})
+    again = parse_settings(settings)
+    assert paro_spec(again) == paro_spec(settings)
+    assert again.to_checkpoint_dict() == settings.to_checkpoint_dict()
+
+
 @pytest.mark.parametrize(
     ("config", "match"),
     [

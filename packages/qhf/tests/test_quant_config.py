@@ -83,3 +83,42 @@ def test_act_group_aware_round_trips_through_the_checkpoint_dict() -> None:
     d = parse_settings({"method": "gptq"}).to_checkpoint_dict()
     assert d["meta"]["act_group_aware"] is True
     assert parse_settings(d).act_group_aware is True
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"bits": 4, "wbits": 8}, r"conflicting aliases for 'bits': bits=4, wbits=8"),
+        ({"w_bit": 3, "bits": 4}, r"conflicting aliases for 'bits': bits=4, w_bit=3"),
+        (
+            {"group_size": 128, "q_group_size": 64},
+            r"conflicting aliases for 'group_size': group_size=128, q_group_size=64",
+        ),
+        ({"method": "awq", "sym": True, "zero_point": True}, r"conflicting aliases: sym=True but zero_point=True"),
+        ({"method": "bitsandbytes", "block_size": 64, "bnb_block_size": 128}, r"block_size=64, bnb_block_size=128"),
+    ],
+)
+def test_conflicting_aliases_are_refused_naming_both_fields(config: dict, match: str) -> None:
+    """qhf parses through qformats: two names of one field that disagree are an error, never a silent pick."""
+    with pytest.raises(QuantConfigError, match=match):
+        parse_settings(config)
+
+
+def test_agreeing_aliases_and_format_precedence_follow_qformats() -> None:
+    assert parse_settings({"bits": 3, "wbits": 3, "group_size": 64, "q_group_size": 64}).bits == 3
+    # checkpoint_format is only a hint (the reference's rule): an explicit format wins, and the config says so
+    s = parse_settings({"format": "gptq_v2", "checkpoint_format": "gptq"})
+    assert s.format == "gptq_v2"
+    assert s.config is not None and any("takes precedence over checkpoint_format" in n for n in s.config.notes)
+
+
+def test_the_settings_carry_the_parsed_qformats_config() -> None:
+    from qformats.config import QuantizeConfig
+    from qformats.enums import METHOD
+
+    s = parse_settings({"method": "rtn", "format": "gemm", "bits": 4, "group_size": 64, "damp_percent": 0.1, "foo": 1})
+    assert isinstance(s.config, QuantizeConfig)
+    assert (s.config.method, s.config.format, s.config.group_size) == (METHOD.AWQ, "gemm", 64)
+    assert s.config.unknown == {"foo": 1}  # unknown keys live in the config, not in a second settings field
+    assert "extra" not in QuantSettings.__dataclass_fields__
+    assert (s.method, s.format, s.damp_percent) == ("rtn", "gemm", 0.1)

@@ -248,12 +248,9 @@ def family_settings(fields: QuantFields) -> QuantSettings:
     """Settings describing a QQQ / ParoQuant / VPTQ / EXL3 checkpoint (method and format: the family key).
 
     qhf's own settings parser knows the families it quantizes to (GPTQ, AWQ, RTN); these were parsed
-    and checked by qformats' config parser, and their fields (VPTQ's codebook sizes ...) are in ``extra``.
+    and checked by qformats' config parser, whose ``QuantizeConfig`` (VPTQ's codebook sizes, EXL3's float
+    bits-per-weight ...) the settings carry as ``config``.
     """
-    config = fields.config
-    extra = dict(config.settings) if config is not None else {}
-    if config is not None and isinstance(config.bits, float):
-        extra["bits_per_weight"] = config.bits  # EXL3's float bits-per-weight (``bits`` holds its ceiling)
     return QuantSettings(
         method=fields.layout,
         format=fields.layout,
@@ -261,7 +258,7 @@ def family_settings(fields: QuantFields) -> QuantSettings:
         group_size=fields.group_size,
         sym=fields.sym,
         pack_dtype=fields.pack_dtype,
-        extra=extra,
+        config=fields.config,
     )
 
 

@@ -1,8 +1,9 @@
 """ParoQuant settings: the reference's ``krot`` and ``opt_*`` fields read from a user's config, turned into the
 qalgos :class:`~qalgos.paroquant.ParoSpec`, and written back into the checkpoint's config.
 
-A config ``{"method": "paroquant", "group_size": 64, "opt_rotation_epochs": 10, ...}`` keeps these keys in
-``QuantSettings.extra``. Unset fields take lowbit's defaults (``ParoSpec``'s: the reference's values except
+A config ``{"method": "paroquant", "group_size": 64, "opt_rotation_epochs": 10, ...}`` keeps these keys in the
+parsed ``qformats.config.QuantizeConfig`` (``krot`` in its ``settings``, ``opt_*`` in its ``unknown``), which
+``QuantSettings.config`` carries. Unset fields take lowbit's defaults (``ParoSpec``'s: the reference's values except
 the optimisation budget, which is smaller so that a CPU run takes minutes). Options that would change the
 method rather than its budget are accepted only at the value lowbit implements (``opt_optimizer`` ``adamw``,
 ``opt_pair_ratio`` 0.5, ``opt_scope`` ``module``, ``opt_quantizer_impl`` ``reference``: learned asymmetric
@@ -51,12 +52,21 @@ class ParoSettingsError(QHFError, ValueError):
     """A ParoQuant field is malformed or asks for a variant lowbit does not implement (names the field)."""
 
 
+def paro_fields(settings: QuantSettings) -> dict[str, Any]:
+    """The ``krot`` / ``opt_*`` fields of the config ``settings`` were parsed from (none: settings built in code)."""
+    config = settings.config
+    if config is None:
+        return {}
+    fields = {**config.settings, **config.unknown}
+    return {k: v for k, v in fields.items() if k == "krot" or k.startswith("opt_")}
+
+
 def paro_spec(settings: QuantSettings) -> ParoSpec:
-    """The qalgos ``ParoSpec`` of ``settings`` (bits, group size, and the ``krot`` / ``opt_*`` fields in extra)."""
+    """The qalgos ``ParoSpec`` of ``settings`` (bits, group size, and the ``krot`` / ``opt_*`` fields of its config)."""
     from qalgos.errors import SpecError
     from qalgos.paroquant import ParoSpec
 
-    extra = settings.extra
+    extra = paro_fields(settings)
     for name, value in FIXED.items():
         if name in extra and extra[name] != value:
             raise ParoSettingsError(f"{name}: lowbit's ParoQuant implements {value!r} only, found {extra[name]!r}")

@@ -2,7 +2,10 @@
 
 Accepts a plain dict in the reference's vocabulary (``bits``, ``group_size``, ``sym``, ``desc_act``,
 ``method``, ``format``, ``damp_percent`` ...; ``quant_method``/``checkpoint_format``/``zero_point`` aliases)
-or any object with ``to_dict()``. :meth:`QuantSettings.to_checkpoint_dict` writes the dict stored in both
+or any object with ``to_dict()``. It is parsed once, by qformats (:func:`read_quantize_config`: aliases that
+disagree are refused, unknown keys kept in ``QuantizeConfig.unknown``); :class:`QuantSettings` is qhf's typed
+view of that :class:`qformats.config.QuantizeConfig`, which it carries as ``config``.
+:meth:`QuantSettings.to_checkpoint_dict` writes the dict stored in both
 ``quantize_config.json`` and ``config.json["quantization_config"]``: ``method`` and ``quant_method``,
 ``format`` and ``checkpoint_format``, ``pack_dtype`` as a string, AWQ's ``zero_point``/``version``, and a
 ``meta`` block naming the quantizer.
@@ -13,25 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from qformats.config import QuantizeConfig
+from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS, WEIGHT_ONLY_METHODS
+
 from . import __version__
 from .errors import QHFError
 
-METHOD_FORMATS = {
-    "gptq": ("gptq", "gptq_v2", "gptq_p"),
-    "awq": ("gemm", "gemv", "gemv_fast", "llm-awq"),
-    "rtn": ("gptq", "gptq_v2", "gptq_p", "gemm", "gemv", "gemv_fast", "llm-awq"),
-    "fp8": ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"),
-    "bitsandbytes": ("fp4", "nf4", "int8"),
-    "gguf": ("q_0", "q_k", "q_k_s", "q_k_m"),
-    "qqq": ("qqq",),
-    "paroquant": ("paroquant",),
-}
-DEFAULT_FORMAT = {
-    "gptq": "gptq", "awq": "gemm", "rtn": "gptq", "qqq": "qqq", "fp8": "float8_e4m3fn", "bitsandbytes": "fp4",
-    "paroquant": "paroquant",
-}  # fmt: skip
-#: Weight-only methods (:mod:`qhf.weight_only`): no calibration, no groups, no act-order.
-WEIGHT_ONLY = ("fp8", "bitsandbytes", "gguf")
 FP8_SCALE_METHODS = ("tensor", "row", "block")
 QUANTIZER = f"lowbit-qhf:{__version__}"
 
@@ -82,7 +72,10 @@ class QuantSettings:
     #: GGUF only: the reference's per-module overrides (``{"+:^name$": {"bits": 6, "format": "q_k"}}``); a
     #: ``q_k_m`` / ``q_k_s`` run fills it with the mixture's per-module types (:mod:`qhf.weight_only`).
     dynamic: dict[str, dict[str, Any]] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: The parsed qformats config these settings were derived from (:func:`read_quantize_config`): its
+    #: ``settings`` / ``unknown`` hold the fields this view does not name (ParoQuant's ``krot`` / ``opt_*``).
+    #: None for settings built in code.
+    config: QuantizeConfig | None = field(default=None, compare=False, repr=False)
     #: The run's calibration record (set by ``QuantModel.quantize`` for the default mixture), written to
     #: ``meta.calibration``; not a setting: never parsed from a user's config.
     calibration: dict[str, Any] | None = None
@@ -122,7 +115,7 @@ class QuantSettings:
     @property
     def weight_only(self) -> bool:
         """FP8 / bitsandbytes / GGUF: quantized from the weight alone (:mod:`qhf.weight_only`)."""
-        return self.method in WEIGHT_ONLY
+        return self.method in WEIGHT_ONLY_METHODS
 
     @property
     def needs_calibration(self) -> bool:
@@ -133,7 +126,7 @@ class QuantSettings:
         """The method written to the checkpoint: RTN exports as the family its format belongs to."""
         if self.method != "rtn":
             return self.method
-        return "awq" if self.format in METHOD_FORMATS["awq"] else "gptq"
+        return "awq" if self.format in QUANTIZER_FORMATS["awq"] else "gptq"
 
     def _weight_only_dict(self) -> dict[str, Any]:
         """The reference's serialized FP8 / bitsandbytes / GGUF config (GGUF drops group_size, desc_act,
@@ -207,24 +200,25 @@ class QuantSettings:
         return out
 
 
-_ALIASES = {
-    "w_bit": "bits",
-    "wbits": "bits",
-    "q_group_size": "group_size",
-    "quant_method": "method",
-    "version": "format",
-    "bnb_quant_type": "format",
-    "bnb_block_size": "block_size",
-    "bnb_compress_statistics": "compress_statistics",
-    "fmt": "format",
-}
+SOURCE = "quant_config"
+#: Settings of the calibrated methods (GPTQ family, AWQ, RTN, QQQ, ParoQuant) read from ``QuantizeConfig.settings``.
+CALIBRATED_SETTINGS = (
+    "damp_percent", "damp_auto_increment", "static_groups", "act_group_aware", "mse", "true_sequential",
+    "gptaq", "foem", "adapter",
+)  # fmt: skip
+#: Settings of the weight-only methods read from ``QuantizeConfig.settings``.
+WEIGHT_ONLY_SETTINGS = ("weight_scale_method", "weight_block_size", "block_size", "compress_statistics")
 
 
 def _as_dict(config: Any) -> dict[str, Any]:
     if config is None:
         return {}
     if isinstance(config, QuantSettings):
-        return {k: getattr(config, k) for k in QuantSettings.__dataclass_fields__ if k not in ("extra", "calibration")}
+        skip = ("config", "calibration")
+        fields = {k: getattr(config, k) for k in QuantSettings.__dataclass_fields__ if k not in skip}
+        if config.config is not None:  # fields the typed view does not name (ParoQuant's opt_* ...)
+            fields = {**config.config.settings, **config.config.unknown, **fields}
+        return {k: v for k, v in fields.items() if v is not None}
     if isinstance(config, dict):
         return dict(config)
     if hasattr(config, "to_dict"):
@@ -232,59 +226,81 @@ def _as_dict(config: Any) -> dict[str, Any]:
     raise QuantConfigError(f"quant_config: expected a dict or an object with to_dict(), found {type(config).__name__}")
 
 
+def read_quantize_config(config: Any) -> tuple[str, QuantizeConfig]:
+    """``(method, QuantizeConfig)`` of a user's config: qformats' parsing with qhf's method table on top.
+
+    qformats folds the aliases (refusing aliases of one field that disagree, e.g. ``bits`` 4 with ``wbits`` 8),
+    lifts the reference's settings from ``meta`` and keeps unknown keys (``QuantizeConfig.unknown``). qhf then
+    names the run's ``method`` (``rtn`` included; a checkpoint's ``meta.algorithm`` wins) and refuses a
+    method/format pair outside :data:`~qformats.config.QUANTIZER_FORMATS` and weight-only widths its packers
+    do not store, before qformats' rules resolve the rest (:class:`qformats.config.QuantizeConfig`).
+    """
+    from qformats.config import config_from_folded, fold_aliases
+    from qformats.errors import ConfigError
+
+    try:
+        folded = fold_aliases(_as_dict(config), SOURCE)
+    except ConfigError as exc:
+        raise QuantConfigError(str(exc)) from None
+    fields = folded.fields
+    method = str(fields.get("method") or "gptq")
+    algorithm = fields["meta"].get("algorithm")
+    if algorithm in QUANTIZER_FORMATS:
+        method = str(algorithm)
+    if method not in QUANTIZER_FORMATS:
+        raise QuantConfigError(f"method: expected one of {', '.join(QUANTIZER_FORMATS)}, found {method!r}")
+    fmt = fields.get("format")
+    bits = fields.get("bits")
+    if method in WEIGHT_ONLY_METHODS:
+        if folded.settings.get("adapter") is not None:
+            raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
+        bits, fmt = _weight_only_bits_format(method, bits, fmt)
+        resolved_method = method
+    else:
+        fmt = fmt or DEFAULT_FORMATS[method]
+        if fmt not in QUANTIZER_FORMATS[method]:
+            raise QuantConfigError(
+                f"format: method {method!r} writes one of {', '.join(QUANTIZER_FORMATS[method])}, found {fmt!r}"
+            )
+        resolved_method = ("awq" if fmt in QUANTIZER_FORMATS["awq"] else "gptq") if method == "rtn" else method
+    try:
+        cfg = config_from_folded(folded, source=SOURCE, method=resolved_method, format=fmt, bits=bits)
+    except ConfigError as exc:
+        raise QuantConfigError(str(exc)) from None
+    return method, cfg
+
+
 def parse_settings(config: Any) -> QuantSettings:
-    """Normalize ``config`` (see the module docstring); unknown keys are kept in ``extra``."""
-    raw = {str(k).lower(): v for k, v in _as_dict(config).items()}
-    for alias, name in _ALIASES.items():
-        if alias in raw and name not in raw:
-            raw[name] = raw.pop(alias)
-        else:
-            raw.pop(alias, None)
-    if "checkpoint_format" in raw:
-        value = raw.pop("checkpoint_format")
-        raw.setdefault("format", value)
-    if "zero_point" in raw:
-        raw.setdefault("sym", not bool(raw.pop("zero_point")))
-    meta = raw.pop("meta", None) or {}
-    for key in (
-        "damp_percent", "damp_auto_increment", "static_groups", "true_sequential", "mse", "act_group_aware",
-        "gptaq", "foem",
-    ):  # fmt: skip
-        if key in meta and key not in raw:
-            raw[key] = meta[key]
-    method = str(raw.pop("method", "gptq")).lower()
-    if isinstance(meta, dict) and meta.get("algorithm") in METHOD_FORMATS:
-        method = str(meta["algorithm"])
-    if method not in METHOD_FORMATS:
-        raise QuantConfigError(f"method: expected one of {', '.join(METHOD_FORMATS)}, found {method!r}")
-    if method in WEIGHT_ONLY:
-        return _weight_only_settings(method, raw)
-    fmt = str(raw.pop("format", DEFAULT_FORMAT[method])).lower()
-    if fmt not in METHOD_FORMATS[method]:
-        raise QuantConfigError(
-            f"format: method {method!r} writes one of {', '.join(METHOD_FORMATS[method])}, found {fmt!r}"
-        )
-    fields = QuantSettings.__dataclass_fields__
-    known = {k: raw.pop(k) for k in list(raw) if k in fields and k not in ("extra", "calibration", "dynamic")}
+    """Normalize ``config`` (see the module docstring) through :func:`read_quantize_config`: a dict, an object
+    with ``to_dict()``, or a ``QuantSettings`` (re-checked)."""
+    method, cfg = read_quantize_config(config)
+    return settings_from_config(method, cfg)
+
+
+def settings_from_config(method: str, cfg: QuantizeConfig) -> QuantSettings:
+    """qhf's typed view of a parsed ``QuantizeConfig`` quantized with ``method`` (``rtn`` or a
+    :data:`~qformats.config.QUANTIZER_FORMATS` key); ``cfg`` stays attached as ``QuantSettings.config``."""
+    if method in WEIGHT_ONLY_METHODS:
+        return _weight_only_settings(method, cfg)
+    known = {k: cfg.settings[k] for k in CALIBRATED_SETTINGS if k in cfg.settings}
     if method == "qqq":  # the reference's QQQ damping defaults
         from .qqq_settings import DEFAULTS
 
         known = {**DEFAULTS, **known}
-    if raw.get("dynamic", 0) is None:
-        raw.pop("dynamic")  # a QuantSettings' own empty field
+    bits = cfg.bits
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
+        raise QuantConfigError(f"bits: expected an integer in 2..8, found {bits!r}")
     try:
-        settings = QuantSettings(method=method, format=fmt, extra=raw, **known)
+        settings = QuantSettings(
+            method=method, format=str(cfg.format), bits=bits, group_size=cfg.group_size, sym=cfg.sym,
+            desc_act=bool(cfg.desc_act), pack_dtype=cfg.pack_dtype, lm_head=cfg.lm_head, config=cfg, **known,
+        )  # fmt: skip
     except TypeError as exc:
         raise QuantConfigError(f"quant_config: {exc}") from exc
     if method == "paroquant":
         from .paroquant_settings import refuse_unsupported
 
         refuse_unsupported(settings)
-    bits, group_size = settings.bits, settings.group_size
-    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
-        raise QuantConfigError(f"bits: expected an integer in 2..8, found {bits!r}")
-    if not isinstance(group_size, int) or (group_size != -1 and group_size <= 0):
-        raise QuantConfigError(f"group_size: expected -1 or a positive integer, found {group_size!r}")
     return settings
 
 
@@ -336,52 +352,48 @@ def _adapter(value: Any, method: str) -> dict[str, Any] | None:
     return {"name": "lora", "path": path, "rank": rank}
 
 
-def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
-    """FP8 / bitsandbytes / GGUF settings with the reference's forced fields (group_size -1, sym, no
-    act-order) and its defaults: FP8 8-bit ``float8_e4m3fn`` row scaling; bitsandbytes 4-bit ``fp4`` (8-bit
-    ``int8``), block 64, nested statistics; GGUF ``bits`` + public format (``q4_k_m`` style aliases too)."""
-    from .gguf_settings import gguf_bits_format, gguf_dynamic
+def _weight_only_bits_format(method: str, bits: Any, fmt: str | None) -> tuple[int, str]:
+    """``(bits, public format)`` of an FP8 / bitsandbytes / GGUF config with the reference's defaults (FP8
+    8-bit ``float8_e4m3fn``; bitsandbytes 4-bit ``fp4``, 8-bit ``int8``; GGUF ``bits`` + public format, a
+    ``q4_k_m`` style alias too); refuses a width or format lowbit's packers do not store, naming the field."""
+    from .gguf_settings import gguf_bits_format
 
-    for name in ("group_size", "sym", "desc_act", "pack_dtype", "damp_percent", "damp_auto_increment",
-                 "static_groups", "true_sequential", "mse", "act_group_aware", "gptaq", "foem"):  # fmt: skip
-        raw.pop(name, None)  # forced or meaningless without calibration (the reference drops them too)
-    if raw.pop("adapter", None) is not None:
-        raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
-    known: dict[str, Any] = {}
-    bits = raw.pop("bits", 8 if method == "fp8" else 4)
+    if bits is None:
+        bits = 8 if method == "fp8" else 4
     if isinstance(bits, bool) or not isinstance(bits, (int, str)):
         raise QuantConfigError(f"bits: expected an integer, found {bits!r}")
-    fmt = raw.pop("format", None)
-    fmt = None if fmt is None else str(fmt).lower()
     if method == "gguf":
         bits, fmt = gguf_bits_format(bits, fmt)
-        dynamic = raw.pop("dynamic", None)
-        if dynamic:
-            known["dynamic"] = gguf_dynamic(dynamic)
-    elif raw.get("dynamic", 0) is None:
-        raw.pop("dynamic")  # a QuantSettings' own empty field
     elif method == "fp8":
         if bits != 8:
             raise QuantConfigError(f"bits: FP8 stores 8-bit weights, found {bits!r}")
-        fmt = fmt or "float8_e4m3fn"
+        fmt = fmt or DEFAULT_FORMATS["fp8"]
     else:
         if bits not in (4, 8):
             raise QuantConfigError(f"bits: bitsandbytes stores 4-bit (nf4/fp4) or 8-bit (int8), found {bits!r}")
-        fmt = fmt or ("int8" if bits == 8 else DEFAULT_FORMAT["bitsandbytes"])
+        fmt = fmt or ("int8" if bits == 8 else DEFAULT_FORMATS["bitsandbytes"])
         if (fmt == "int8") != (bits == 8):
             raise QuantConfigError(f"format: bitsandbytes {fmt!r} does not store {bits}-bit weights")
-    if fmt not in METHOD_FORMATS[method]:
-        choices = ", ".join(METHOD_FORMATS[method])
+    if fmt not in QUANTIZER_FORMATS[method]:
+        choices = ", ".join(QUANTIZER_FORMATS[method])
         raise QuantConfigError(f"format: method {method!r} writes one of {choices}, found {fmt!r}")
-    for name in ("weight_scale_method", "weight_block_size", "block_size", "compress_statistics", "lm_head"):
-        if name in raw:
-            known[name] = raw.pop(name)
-    if raw.get("weight_scale_semantics", "inverse") != "inverse":
+    return int(bits), fmt
+
+
+def _weight_only_settings(method: str, cfg: QuantizeConfig) -> QuantSettings:
+    """FP8 / bitsandbytes / GGUF settings with the reference's forced fields (group_size -1, sym, no act-order;
+    the calibration settings mean nothing without calibration and are not read) and its FP8 / bitsandbytes
+    fields (``weight_scale_method`` row, ``weight_block_size``, ``block_size`` 64, nested statistics)."""
+    from .gguf_settings import gguf_dynamic
+
+    known: dict[str, Any] = {k: cfg.settings[k] for k in WEIGHT_ONLY_SETTINGS if k in cfg.settings}
+    if method == "gguf" and cfg.rules is not None:
+        known["dynamic"] = gguf_dynamic(cfg.rules.to_mapping())
+    semantics = cfg.settings.get("weight_scale_semantics", "inverse")
+    if semantics is not None and semantics != "inverse":
         raise QuantConfigError(
-            f"weight_scale_semantics: lowbit writes FP8 scales as 'inverse' (the reference's), "
-            f"found {raw['weight_scale_semantics']!r}"
+            f"weight_scale_semantics: lowbit writes FP8 scales as 'inverse' (the reference's), found {semantics!r}"
         )
-    raw.pop("weight_scale_semantics", None)
     block = known.get("weight_block_size")
     if block is not None:
         if (
@@ -404,6 +416,6 @@ def _weight_only_settings(method: str, raw: dict[str, Any]) -> QuantSettings:
     if isinstance(size, bool) or not isinstance(size, int) or size < 32 or size > 4096 or size & (size - 1):
         raise QuantConfigError(f"block_size: expected a power of two in 32..4096, found {size!r}")
     return QuantSettings(
-        method=method, bits=int(bits), group_size=-1, sym=True, desc_act=False, format=fmt,
-        act_group_aware=False, extra=raw, **known,
+        method=method, bits=cfg.width, group_size=-1, sym=True, desc_act=False, format=str(cfg.format),
+        act_group_aware=False, lm_head=cfg.lm_head, config=cfg, **known,
     )  # fmt: skip

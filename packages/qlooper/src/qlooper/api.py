@@ -10,6 +10,7 @@ from qalgos.gptaq import AsymmetricSpec, foem_defaults, gptaq_defaults
 from qalgos.paroquant import ParoSpec
 from qalgos.spec import QuantSpec
 from qalgos.weight_only import WeightOnlySpec
+from qformats.config.quantizer_formats import default_format
 from torch import nn
 
 from .calibration import CalibrationSet
@@ -27,16 +28,6 @@ from .processors.qqq import QQQProcessor
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport, write_report_csv, write_report_json
 from .resume import run_with_checkpoint
-
-DEFAULT_FORMATS = {
-    "gptq": "gptq",
-    "gptaq": "gptq",
-    "foem": "gptq",
-    "awq": "gemm",
-    "rtn": "gptq",
-    "qqq": "qqq",
-    "paroquant": "paroquant",
-}
 
 
 @dataclass
@@ -121,8 +112,9 @@ def quantize_model(
     ``method`` is ``"gptq"``, ``"awq"``, ``"rtn"``, ``"paroquant"`` (with a qalgos ``ParoSpec``) or a processor
     object (then ``spec`` may be None); with a
     qalgos ``WeightOnlySpec`` it is its family (``"fp8"``, ``"bnb4"``, ``"int8"``, ``"gguf"``) or ``"weight_only"``.
-    ``format`` is the qformats layout key the modules are packed into (default per method: gptq → "gptq",
-    qqq → "qqq", awq → "gemm", rtn → "gptq", paroquant → "paroquant"). ``checkpoint`` is a
+    ``format`` is the qformats layout key the modules are packed into (default per method:
+    ``qformats.config.default_format``: gptq/gptaq/foem → "gptq", qqq → "qqq", awq → "gemm", rtn → "gptq",
+    paroquant → "paroquant"; a ``WeightOnlySpec`` packs into its family key). ``checkpoint`` is a
     ``qcheckpoint.CheckpointConfig`` enabling resume.
     """
     options = options or LoopOptions()
@@ -130,7 +122,12 @@ def quantize_model(
         if spec is None:
             raise ProcessorError(f"spec: method {method!r} needs a qalgos QuantSpec; none was given")
         processor = make_processor(method, spec)
-        fmt = format or DEFAULT_FORMATS.get(method) or processor.method
+        if format is not None:
+            fmt = format
+        elif isinstance(spec, WeightOnlySpec):
+            fmt = processor.method  # the weight-only family key ("fp8", "bnb4", "int8", "gguf")
+        else:
+            fmt = default_format(method)  # qformats' one table (gptaq/foem write gptq)
     else:
         processor = method
         if format is None:

@@ -210,13 +210,13 @@ def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> 
     fit, else one reopened with the adjusted settings (``args.dtype`` too); a target no setting change can
     satisfy raises ``qformats.engines.EngineTargetError`` (exit status 2)."""
     import qhf
+    from qformats.config import QUANTIZER_FORMATS
     from qformats.engines import plan_target
     from qhf.engine_facts import planned_facts
-    from qhf.quant_config import METHOD_FORMATS
 
     from .engine_lines import target_changes_text
 
-    formats = METHOD_FORMATS[qhf_method(args.method)]
+    formats = QUANTIZER_FORMATS[qhf_method(args.method)]
     plan = plan_target(planned_facts(qm, args.dtype), args.target, formats=formats)
     line = target_changes_text(args.target, plan)
     changes = dict(plan.changes)
@@ -261,13 +261,13 @@ def _run_directory(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import qhf
     from qcheckpoint import ResumePolicyError
-    from qhf.quant_config import METHOD_FORMATS
+    from qformats.config import QUANTIZER_FORMATS
     from qlooper.errors import RunStopped
 
-    if qhf_method(args.method) not in METHOD_FORMATS:
+    if qhf_method(args.method) not in QUANTIZER_FORMATS:
         raise UnsupportedRequestError(
             f"--method {args.method}: whole-model quantization with {args.method} is not available in the installed "
-            f"qhf (it quantizes models with: {', '.join(METHOD_FORMATS)})"
+            f"qhf (it quantizes models with: {', '.join(QUANTIZER_FORMATS)})"
         )
     wall = time.perf_counter()
     config = quant_config(args)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .aliases import fold_aliases
+from .aliases import FoldedConfig, fold_aliases
 from .model import QuantizeConfig
 from .serialize import config_to_json
 
@@ -25,19 +25,28 @@ NESTED_KEY = "quantization_config"
 
 def parse_config(raw: object, *, source: str = "<config>") -> QuantizeConfig:
     """A :class:`QuantizeConfig` from a parsed JSON object; errors name ``source`` and the field."""
-    folded = fold_aliases(raw, source)
-    fields = folded.fields
+    return config_from_folded(fold_aliases(raw, source), source=source)
+
+
+def config_from_folded(folded: FoldedConfig, *, source: str = "<config>", **fields: Any) -> QuantizeConfig:
+    """The :class:`QuantizeConfig` of an alias-folded config (:func:`~qformats.config.aliases.fold_aliases`).
+
+    ``fields`` replace folded canonical fields before the rules run (a caller that reads the folded values
+    first, e.g. to refuse a method/format pair instead of letting the resolver fix it, passes its choice of
+    ``method`` / ``format``); a ``None`` value leaves the field to its default.
+    """
+    values = {**folded.fields, **fields}
     kwargs: dict[str, Any] = {
-        "meta": fields.get("meta", {}),
+        "meta": values.get("meta") or {},
         "settings": folded.settings,
         "unknown": folded.unknown,
         "notes": tuple(folded.notes),
     }
-    if "sym" not in fields:
+    if "sym" not in values:
         kwargs["notes"] = (*kwargs["notes"], "sym missing: defaulted to true")
     for key in ("bits", "group_size", "sym", "desc_act", "method", "format", "pack_dtype", "lm_head", "dynamic"):
-        if key in fields and fields[key] is not None:
-            kwargs[key] = fields[key]
+        if key in values and values[key] is not None:
+            kwargs[key] = values[key]
     try:
         return QuantizeConfig(**kwargs)
     except ConfigError as exc:
