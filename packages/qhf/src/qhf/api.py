@@ -125,7 +125,7 @@ class QuantModel:
         from qlooper.loop import LoopOptions
 
         from .looper_bridge import (
-            LazyLayerProcessor,
+            SourceLayerLoader,
             kernel_replacer,
             layer_modules,
             make_quant_processor,
@@ -151,15 +151,15 @@ class QuantModel:
             calibration_seconds = time.perf_counter() - start
             self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
-        inner = (
+        processor = (
             weight_only_processor(settings, spec, [name for name, _ in modules])
             if settings.weight_only
             else make_quant_processor(settings, spec)
         )
-        processor = LazyLayerProcessor(inner, self.source)
+        loader = SourceLayerLoader(self.source)
 
         def adapter_for(name: str) -> Any:
-            return getattr(inner, "adapters", {}).get(name)
+            return getattr(processor, "adapters", {}).get(name)
 
         options = LoopOptions(
             true_sequential=settings.true_sequential,
@@ -169,6 +169,7 @@ class QuantModel:
             replace_module=kernel_replacer(settings, self.source.dtype, backend, adapter_for),
             progress=progress,
             executor=executor,
+            layer_loader=loader,
         )
         # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
         # created there would be captured too and grow with every replay, so caching is off meanwhile.
@@ -217,12 +218,12 @@ class QuantModel:
                 "fallbacks": fallbacks,
                 "resumed_from": run.resumed_from,
                 "quantize_seconds": round(time.perf_counter() - start - calibration_seconds, 3),
-                "largest_layer_bytes": processor.peak_layer_bytes,
+                "largest_layer_bytes": loader.peak_layer_bytes,
                 "lockstep_skipped": dict(run.lockstep_skipped),
             }
         )
         if settings.adapter is not None:
-            self.summary["adapter"] = {**settings.adapter, "modules": len(getattr(inner, "adapters", {}))}
+            self.summary["adapter"] = {**settings.adapter, "modules": len(getattr(processor, "adapters", {}))}
         if settings.asymmetric is not None:  # GPTAQ / FOEM: the GPTQ variant and its terms
             self.summary["algorithm"] = {"name": settings.asymmetric[0], **settings.asymmetric[1]}
         if executor is not None:

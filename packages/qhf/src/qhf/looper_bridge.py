@@ -1,20 +1,22 @@
 """Running qlooper on an opened source: quantization spec, lazy layers, quantized-module replacement.
 
-Decoder layers stay on the meta device until the loop starts them: a processor wrapper materializes
-layer ``i`` from the source files in ``start_layer`` (before any capture forward or weight-only solve),
-and each finished linear is replaced by a qkernels module built from its packed tensors, which drops the
-dense weight. Peak memory is then the base modules, one dense layer, the calibration cache and the packed
-layers done so far.
+Decoder layers stay on the meta device until the loop starts them: :class:`SourceLayerLoader` (qlooper's
+``LoopOptions.layer_loader``) materializes layer ``i`` from the source files before the loop works on it
+(before any capture forward or weight-only solve), and each finished linear is replaced by a qkernels module
+built from its packed tensors, which drops the dense weight. Peak memory is then the base modules, one dense
+layer (a few while finalizers catch up), the calibration cache and the packed layers done so far.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from qlooper.module_access import linear_features
 from torch import nn
 
+from .errors import QHFError
 from .quant_config import QuantSettings
 from .source.opened_source import OpenedSource
 
@@ -69,30 +71,33 @@ def make_quant_processor(settings: QuantSettings, spec: Any) -> Any:
     return processor
 
 
-class LazyLayerProcessor:
-    """Wraps a qlooper processor: materializes each decoder layer before the processor sees it.
+@dataclass
+class SourceLayerLoader:
+    """qlooper ``LayerLoader`` reading each decoder layer's weights from ``source``'s files when the loop starts it.
 
-    The first layer start comes after the loop captured the first layer's inputs, so the modules outside
-    the decoder layers (embeddings, final norm, lm_head) are released then; the caller materializes them
-    again after the loop (:meth:`OpenedSource.materialize_base`).
+    The first ``load`` comes after the loop captured the first layer's inputs, so the modules outside the
+    decoder layers (embeddings, final norm, lm_head) are released then; the caller materializes them again
+    after the loop (:meth:`OpenedSource.materialize_base`). ``peak_layer_bytes``: the most bytes one layer read.
+    ``release`` keeps the layer: it is part of the quantized model in memory (its linears already replaced
+    by qkernels modules, its norms still needed).
     """
 
-    def __init__(self, inner: Any, source: OpenedSource) -> None:
-        self._inner = inner
-        self._source = source
-        self.peak_layer_bytes = 0
-        self._base_released = False
+    source: OpenedSource
+    peak_layer_bytes: int = 0
+    base_released: bool = False
 
-    def start_layer(self, ctx: Any) -> Any:
-        if not self._base_released:
-            self._source.release_base()
-            self._base_released = True
-        loaded = self._source.materialize_layer(int(ctx.index))
+    def load(self, index: int, name: str, layer: nn.Module) -> None:
+        expected = self.source.layer_prefix(index)
+        if name != expected:
+            raise QHFError(f"layer loader: the loop's layer {index} is {name!r}, the source's is {expected!r}")
+        if not self.base_released:
+            self.source.release_base()
+            self.base_released = True
+        loaded = self.source.materialize_layer(index)
         self.peak_layer_bytes = max(self.peak_layer_bytes, loaded)
-        return self._inner.start_layer(ctx)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def release(self, index: int, name: str, layer: nn.Module) -> None:
+        """Nothing to release (class docstring)."""
 
 
 def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, adapter_for: Any = None) -> Any:
@@ -177,7 +182,6 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     from qformats.logical import QuantizedWeight, default_g_idx, group_count
     from qlooper.definition import resolve_groups
 
-    from .errors import QHFError
     from .qqq_settings import module_problem
     from .weight_only import fp8_block_problem
 

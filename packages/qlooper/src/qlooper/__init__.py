@@ -1,7 +1,8 @@
 """Layer-by-layer calibration orchestration with resume.
 
 Public API: :class:`ModelDefinition`/:class:`GroupSpec` (model definitions as data),
-:func:`prepare_calibration`, :func:`quantize_model` → :class:`QuantizationRun`, :class:`LoopOptions`,
+:func:`prepare_calibration`, :func:`quantize_model` → :class:`QuantizationRun`, :class:`LoopOptions` (with its
+:class:`LayerLoader` hook),
 the processors (:class:`GPTQProcessor`, :class:`GPTAQProcessor`, :class:`QQQProcessor`, :class:`AWQProcessor`,
 :class:`WeightOnlyProcessor`) and the
 :class:`Processor` protocol a processor of one's own implements.
@@ -15,6 +16,7 @@ from .errors import (
     CaptureError,
     DefinitionError,
     ExecutorError,
+    LayerLoadError,
     PlanError,
     ProcessorError,
     QLooperError,
@@ -22,6 +24,7 @@ from .errors import (
     RunStopped,
 )
 from .finalize import FinalizedModule
+from .layer_loader import LayerLoader
 from .loop import LoopOptions
 from .processors.awq import AWQProcessor
 from .processors.base import LayerContext, ModuleResult, Processor
@@ -47,6 +50,8 @@ __all__ = [
     "GPTQProcessor",
     "GroupSpec",
     "LayerContext",
+    "LayerLoadError",
+    "LayerLoader",
     "LoopOptions",
     "ModelDefinition",
     "ModuleReport",

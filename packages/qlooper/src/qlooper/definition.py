@@ -26,7 +26,9 @@ class GroupSpec:
 
     * ``modules``: dotted names relative to the layer, in forward order (``("self_attn.q_proj", ...)``).
     * ``shared_input``: the modules read one and the same input, so statistics are collected once
-      (per expert when the names hold the ``#`` wildcard).
+      (per expert when the names hold the ``#`` wildcard). Default (None): ``True`` when the group names
+      several modules, ``False`` for one (a lone module reads its own input either way); set in
+      ``__post_init__``, so a built spec always holds a bool.
     * ``prev_op``: the op whose output feeds the group (a norm or linear), into which AWQ folds its
       scales; ``None`` when there is none (AWQ then skips the scale search and records it).
     * ``inspect``: the module whose output AWQ compares when searching scales (``"self_attn"`` for
@@ -35,7 +37,7 @@ class GroupSpec:
     """
 
     modules: tuple[str, ...]
-    shared_input: bool = True
+    shared_input: bool | None = None
     prev_op: str | None = None
     inspect: str | None = None
     optional: bool = False
@@ -45,6 +47,8 @@ class GroupSpec:
             raise DefinitionError("GroupSpec.modules: expected at least one module name, found none")
         if len(set(self.modules)) != len(self.modules):
             raise DefinitionError(f"GroupSpec.modules: duplicate names in {list(self.modules)}")
+        if self.shared_input is None:
+            object.__setattr__(self, "shared_input", len(self.modules) > 1)  # frozen: the one place it is set
 
     @property
     def is_expert_group(self) -> bool:

@@ -46,6 +46,10 @@ class RunStopped(QLooperError, RuntimeError):
         self.cursor = cursor
 
 
+class LayerLoadError(QLooperError, RuntimeError):
+    """A ``LoopOptions.layer_loader`` failed to load or release a layer (names the layer and the call)."""
+
+
 class ExecutorError(QLooperError, RuntimeError):
     """An executor cannot run a call (Ray missing, a worker lost twice in one call: names the worker)."""
 

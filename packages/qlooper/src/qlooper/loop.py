@@ -4,12 +4,15 @@ For each planned layer (from the start cursor an extension may restore):
 
 0. extensions start (a checkpoint may restore state and a cursor); first-layer inputs are captured
    unless restored;
-1. bind the definition's groups to the layer; ``processor.start_layer``;
+1. the layer loader (``LoopOptions.layer_loader``, :mod:`qlooper.layer_loader`) loads the layer; bind the
+   definition's groups to the layer; ``processor.start_layer``;
 2. per calculation group (or all groups at once with ``true_sequential=False``): the processor's hooks,
    the loop's token counters and an early-stop hook after the group's last module are installed, every
    cached batch is forwarded, the fallback policy marks under-covered modules, ``processor.process``;
 3. ``processor.end_layer``; a forward replay of the quantized layer produces the next layer's inputs;
-4. finalizers (pack → offload → replace) are submitted to the worker pool; extensions see the boundary.
+   extensions see the solved layer (``on_layer_done``);
+4. finalizers (pack → offload → replace) are submitted to the worker pool; extensions see the boundary;
+   the layer loader releases each layer whose finalizers are done (in layer order; the rest at the end).
 
 Weight-only processors (``needs_calibration = False``) skip capture, hooks and replay.
 """
@@ -36,6 +39,7 @@ from .errors import ProcessorError
 from .executor import InProcessExecutor
 from .finalize import FinalizedModule, finalize_module
 from .input_cache import InputCache
+from .layer_loader import LayerLoader, load_layer, release_layer
 from .lockstep import lockstep_forward, lockstep_supported, parked_bytes
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
 from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, first_tensor
@@ -74,6 +78,9 @@ class LoopOptions:
       the same numbers; lockstep is in-process only (sharded runs use the per-group forwards).
     * ``source_identity``: a caller's fingerprint of the source weights for checkpoint identity (e.g. sha256
       of the checkpoint files); when None the model's parameters and buffers are hashed before quantizing.
+    * ``layer_loader``: a :class:`~qlooper.layer_loader.LayerLoader` whose ``load`` runs before each layer
+      is worked on and ``release`` after it is finished (e.g. weights read from disk layer by layer); a
+      failing call stops the loop with a ``LayerLoadError`` naming the layer. None: the layers are in memory.
     """
 
     true_sequential: bool = True
@@ -90,6 +97,7 @@ class LoopOptions:
     extensions: tuple[Any, ...] = ()
     source_identity: str | None = None
     executor: Any = None
+    layer_loader: LayerLoader | None = None
 
 
 @dataclass
@@ -178,22 +186,39 @@ class LayerLoop:
         progress = Progress(len(state.plan), enabled=self.options.progress)
         progress.start(cursor)
         offload = Path(self.options.offload_dir) if self.options.offload_dir is not None else None
+        finished: list[tuple[int, list[Future[Any]]]] = []  # layers to release once their finalizers are done
         with ThreadPoolExecutor(max_workers=max(1, self.options.finalizer_workers)) as pool:
             try:
                 for position in range(cursor, len(state.plan)):
                     step = state.plan.steps[position]
                     futures = self._run_layer(position, step, pool, offload)
+                    finished.append((position, futures))
                     state.cursor = position + 1
                     self.extensions.publish(step, position + 1, futures)
                     self._raise_failed()
+                    self._release_finished(finished)
                     progress.advance(step.name)
                 self._wait_all()
+                self._release_finished(finished)
             except BaseException:
                 for fut in self.extensions.pending():
                     fut.cancel()
                 wait(self.extensions.pending())
                 raise
         return state
+
+    def _release_finished(self, finished: list[tuple[int, list[Future[Any]]]]) -> None:
+        """``layer_loader.release`` for the leading layers of ``finished`` whose finalizers all succeeded (in
+        layer order; a layer waits for the ones before it); removes them from ``finished``."""
+        loader = self.options.layer_loader
+        while finished:
+            position, futures = finished[0]
+            if not all(f.done() and not f.cancelled() and f.exception() is None for f in futures):
+                return
+            finished.pop(0)
+            if loader is not None:
+                name, layer = self.state.layers[position]
+                release_layer(loader, position, name, layer)
 
     def _raise_failed(self) -> None:
         pending = self.extensions.pending()
@@ -294,6 +319,9 @@ class LayerLoop:
     ) -> list[Future[Any]]:
         state = self.state
         name, layer = state.layers[position]
+        loader = self.options.layer_loader
+        if loader is not None:
+            load_layer(loader, position, name, layer)
         if state.cache is not None:
             state.cache = state.cache.for_layer(position)  # this layer's kwargs (its type's mask)
         ctx = LayerContext(position, name, layer, self.definition, state.cache, self.total_tokens)

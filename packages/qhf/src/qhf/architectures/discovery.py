@@ -20,7 +20,7 @@ the part of the layer, before any work.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import torch
@@ -202,7 +202,6 @@ def _merge(structures: dict[int, LayerStructure], where: str) -> list[GroupSpec]
         specs.append(
             GroupSpec(
                 group.modules,
-                shared_input=len(group.modules) > 1,
                 prev_op=group.prev_op,
                 inspect=group.inspect,
                 optional=present[group.modules] < len(structures),
@@ -237,7 +236,7 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
     for i, spec in enumerate(specs):
         if spec.modules in dropped:
             notes[spec.modules[0]] = f"prev_op {spec.prev_op} dropped: its norm offset differs from {offset}"
-            specs[i] = GroupSpec(spec.modules, spec.shared_input, None, spec.inspect, spec.optional)
+            specs[i] = replace(spec, prev_op=None)
     common_run_only = set.intersection(*(set(s.run_only) for s in structures.values()))
     run_only = [n for n in next(iter(structures.values())).run_only if n in common_run_only]
     quantized = [m for spec in specs for m in spec.modules]
