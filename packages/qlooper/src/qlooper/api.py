@@ -28,6 +28,8 @@ from .resume import run_with_checkpoint
 class QuantizationRun:
     """What a run gives back: per module name the finalized module (logical weight, packed tensors) and report.
 
+    ``modules`` is in solve order, the order of ``report`` (the same on every run of the same inputs).
+
     ``resumed_from`` is the plan cursor restored from a checkpoint (0 for a fresh run). ``lockstep_skipped``:
     layer name -> why it ran per-group forwards instead of lockstep (``LoopOptions.lockstep_budget``).
     """
@@ -100,10 +102,19 @@ def quantize_model(
     else:
         state = loop.run(calibration)
     return QuantizationRun(
-        dict(state.finalized),
+        _in_report_order(state.finalized, state.reports),
         list(state.reports),
         state.plan,
         fmt,
         state.start_cursor,
         lockstep_skipped=dict(state.lockstep_skipped),
     )
+
+
+def _in_report_order(finalized: dict[str, FinalizedModule], reports: list[ModuleReport]) -> dict[str, FinalizedModule]:
+    """``finalized`` in the order the modules were solved (the report's rows), not the order the background
+    finalizers happened to finish, so that files listing the modules are the same on every run; modules
+    without a report row keep their order after them."""
+    ordered = {row.module: finalized[row.module] for row in reports if row.module in finalized}
+    ordered.update((name, done) for name, done in finalized.items() if name not in ordered)
+    return ordered
