@@ -156,7 +156,7 @@ def main() -> None:
             qm = qhf.load(path, {"method": method, "bits": 4, "group_size": group, "sym": True}, tokenizer=tokenizer)
             summary = qm.quantize(calibration=calibrations[cal] if cal else None)
             label = f"{method} g{group}" + (f" {cal} {len(calibrations[cal])}x{args.length}" if cal else "")
-            row = {"ppl": measure(qm.model, texts, args), "quantize_seconds": summary["quantize_seconds"]}
+            row = {"ppl": measure(qm.model, texts, args), "quantize_seconds": summary.quantize_seconds}
             results["rows"][label] = row
             print(label, row, flush=True)
             args.out.write_text(json.dumps(results, indent=2))

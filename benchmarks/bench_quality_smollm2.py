@@ -134,7 +134,7 @@ def quantize_lowbit(inputs: dict[str, Any], settings: dict[str, Any], out: Path)
     qm = qhf.load(inputs["dense"], settings)
     summary = qm.quantize(calibration=inputs["calibration"] if settings.get("method") != "rtn" else None)
     qm.save(out)
-    return {"quantize_seconds": summary.get("quantize_seconds")}
+    return {"quantize_seconds": summary.quantize_seconds}
 
 
 def quantize_reference(inputs: dict[str, Any], kwargs: dict[str, Any], out: Path) -> dict[str, Any]:

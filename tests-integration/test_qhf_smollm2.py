@@ -72,7 +72,7 @@ def test_smollm2_gptq_beats_rtn_and_survives_save_reload(tmp_path, results) -> N
                 qm.quantize()
             out = tmp_path / f"{method}-g{group_size}"
             summary = qm.save(out, max_shard_size="64MB")
-            assert summary["verification"]["passed"], summary["verification"]
+            assert summary.verified, summary.verification
             seconds = time.perf_counter() - start
             del qm
             lm = qhf.load_quantized(out, tokenizer=tokenizer)

@@ -2,7 +2,8 @@
 
 Both are driven directly (weights ``[192, 576]``, 576 inputs as in SmolLM2, so group 128 leaves a partial
 last group of 64; activations with a few outlier channels). Where the two define the same computation the
-dequantized weights agree to float32 rounding: natural order and group-aware order (GAR, the reference's
+dequantized weights agree to float32 rounding (at most 0.1% of entries a code apart where a weight sits on a
+rounding tie, and the same Hessian-weighted error to 0.1%): natural order and group-aware order (GAR, the reference's
 default) at group 128, with and without symmetry. One documented difference: at a group size smaller than
 the lazy-update block (128 columns) the reference computes a group that starts inside a block from weights
 that do not yet carry the errors of that block's earlier columns; qalgos computes every group's parameters
@@ -70,7 +71,13 @@ def _error(q: torch.Tensor, weight: torch.Tensor, batches: list[torch.Tensor]) -
 def test_same_computation_gives_the_same_weights(kwargs: dict[str, object]) -> None:
     weight, batches = _layer()
     ours, reference = _ours(weight, batches, **kwargs), _reference(weight, batches, **kwargs)
-    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
+    # Equal to float32 rounding: the two sum the same products in a different order (and the CPU's SIMD width
+    # changes the order again), so a weight that sits on a rounding tie may take the neighbouring code.
+    # Measured: identical on an AVX2 CPU; on an AVX-512 one 54 of 110592 entries one step apart (group-aware).
+    differ = ~torch.isclose(ours, reference, rtol=0, atol=1e-6)
+    assert float(differ.float().mean()) <= 1e-3, f"{int(differ.sum())} of {differ.numel()} entries differ"
+    ours_err, ref_err = _error(ours, weight, batches), _error(reference, weight, batches)
+    assert abs(ours_err - ref_err) <= 1e-3 * ref_err, (ours_err, ref_err)
 
 
 @pytest.mark.parametrize("kwargs", [{"group_size": 64, "sym": True}, {"group_size": 32, "sym": False}])

@@ -1,22 +1,28 @@
-"""The terminal tables: per-layer folding of qhf's module rows, sizes, cell formatting."""
+"""The terminal tables: per-layer folding of the run's module rows, sizes, cell formatting."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from lowbit.cli.report_tables import human_bytes, per_layer_rows, render_table
+from qlooper.report import ModuleReport
+
+
+def _row(layer: int, module: str, loss: float | None, tokens: int, damp: float | None, **kw: Any) -> ModuleReport:
+    fields = {"fallback": None, "fallback_reason": None, "seconds": 0.0, **kw}
+    return ModuleReport(layer, module, "gptq", "gptq", 4, 128, loss, tokens, damp, None, **fields)
 
 
 def test_per_layer_rows_sum_loss_take_max_tokens_and_damp_and_list_fallbacks() -> None:
     rows = [
-        {"layer": 0, "module": "model.layers.0.self_attn.q_proj", "loss": 0.5, "samples": 100, "damp": 0.05,
-         "fallback": None, "seconds": 1.0},
-        {"layer": 0, "module": "model.layers.0.mlp.experts.3.up_proj", "loss": 0.25, "samples": 7, "damp": 0.06,
-         "fallback": "rtn", "seconds": 0.5},
-        {"layer": 1, "module": "model.layers.1.self_attn.q_proj", "loss": None, "samples": None, "damp": None,
-         "fallback": None, "seconds": None},
-    ]  # fmt: skip
+        _row(0, "model.layers.0.self_attn.q_proj", 0.5, 100, 0.05, seconds=1.0),
+        _row(0, "model.layers.0.mlp.experts.3.up_proj", 0.25, 7, 0.06, fallback="rtn", seconds=0.5),
+        _row(0, "model.layers.0.mlp.experts.4.up_proj", 0.0, 0, None, fallback="rtn", fallback_reason="no tokens"),
+        _row(1, "model.layers.1.self_attn.q_proj", None, 0, None),
+    ]
     assert per_layer_rows(rows) == [
-        [0, 2, 0.75, 100, 0.06, "up_proj: rtn", 1.5],
-        [1, 1, None, None, None, "none", 0.0],
+        [0, 3, 0.75, 100, 0.06, "up_proj: rtn; up_proj: no tokens", 1.5],
+        [1, 1, None, 0, None, "none", 0.0],
     ]
 
 

@@ -7,6 +7,8 @@ import pytest
 import torch
 from conftest import correlated_activations, outlier_activations, output_error
 from qalgos.awq import (
+    _output_mse,
+    fake_quantize_awq,
     fold_scales_into_previous,
     quantize_awq,
     quantize_scaled_group,
@@ -15,6 +17,8 @@ from qalgos.awq import (
 )
 from qalgos.awq_clip import apply_clip, clip_allowed, search_clip
 from qalgos.errors import NumericalError, ShapeError, SpecError
+from qalgos.group_params import awq_params
+from qalgos.rtn import quantize_groups
 from qalgos.spec import QuantSpec
 
 
@@ -115,3 +119,23 @@ def test_awq_errors_are_named() -> None:
         search_scales(x, [w], lambda ws: torch.zeros(3), QuantSpec(bits=4, group_size=16), reference=x @ w.T)
     with pytest.raises(ShapeError, match="clip"):
         quantize_awq(w, QuantSpec(bits=4, group_size=16), clip=torch.ones(8, 3))
+
+
+@pytest.mark.parametrize("sym", [False, True])
+@pytest.mark.parametrize("in_features", [128, 96, 100])
+def test_fake_quantize_equals_the_per_group_loop_bit_for_bit(sym: bool, in_features: int) -> None:
+    w = torch.randn(48, in_features, generator=torch.Generator().manual_seed(3)) * 0.05
+    w[:, 5] *= 40.0
+    spec = QuantSpec(bits=4, group_size=32, sym=sym)
+    assert torch.equal(fake_quantize_awq(w, spec), quantize_groups(w, spec, awq_params)[3])
+
+
+def test_output_mse_equals_the_plain_float64_expression() -> None:
+    gen = torch.Generator().manual_seed(4)
+    reference, output = torch.randn(300, 70, generator=gen), torch.randn(300, 70, generator=gen)
+    plain = float((reference.to(torch.float64) - output.to(torch.float64)).square().mean())
+    before = output.clone()
+    assert _output_mse(reference.to(torch.float64), output) == plain
+    assert torch.equal(output, before)  # the in-place work happens on a float64 copy
+    with pytest.raises(ShapeError, match="forward_with"):
+        _output_mse(reference.to(torch.float64), output[:10])

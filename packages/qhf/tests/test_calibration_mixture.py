@@ -84,11 +84,12 @@ def test_too_little_documentation_is_an_error_not_a_silent_shortfall(tokenizer) 
 def test_quantize_default_records_the_mixture_in_summary_and_saved_config(tmp_path, tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
     summary = qm.quantize(samples=4, length=32)  # no calibration given: the default mixture
-    source = summary["calibration_source"]
+    source = summary.calibration_source
     # every documentation block a documentation-only run would use, plus as many generated rows
     assert source["documentation_rows"] == 4 and source["self_generated_rows"] == 4 and source["samples"] == 8
-    assert summary["calibration"]["rows"] == 8 and summary["calibration"]["tokens"] == 8 * 32
-    assert source["generation_seconds"] >= 0 and summary["calibration_seconds"] >= source["generation_seconds"]
+    assert summary.calibration is not None
+    assert summary.calibration.rows == 8 and summary.calibration.tokens == 8 * 32
+    assert source["generation_seconds"] >= 0 and summary.calibration_seconds >= source["generation_seconds"]
     qm.save(tmp_path / "q")
     config = json.loads((tmp_path / "q" / "config.json").read_text())
     recorded = config["quantization_config"]["meta"]["calibration"]

@@ -34,7 +34,7 @@ def test_auto_keeps_the_dtype_the_source_config_declares(tmp_path, bf16_dir) -> 
     assert resolve_dense_dtype(qm.source) == torch.bfloat16
     qm.quantize()
     summary = qm.save(tmp_path / "q")
-    assert summary["verification"]["passed"] and summary["dense_dtype"] == "bfloat16"
+    assert summary.verified and summary.dense_dtype == "bfloat16"
     assert json.loads((tmp_path / "q" / "config.json").read_text())["dtype"] == "bfloat16"
     dtypes = _saved_dtypes(tmp_path / "q")
     assert dtypes["model.embed_tokens.weight"] == torch.bfloat16
@@ -47,7 +47,7 @@ def test_float16_asked_for_a_float32_source(tmp_path, tiny_dirs) -> None:
     assert resolve_dense_dtype(qm.source) == torch.float32  # its config says float32
     qm.quantize()
     summary = qm.save(tmp_path / "q", dtype="float16")
-    assert summary["verification"]["passed"], summary["verification"]
+    assert summary.verified, summary.verification
     assert json.loads((tmp_path / "q" / "config.json").read_text())["dtype"] == "float16"
     dtypes = _saved_dtypes(tmp_path / "q")
     floating = {n: d for n, d in dtypes.items() if d.is_floating_point}

@@ -49,7 +49,7 @@ def test_eora_quantize_save_reload(tmp_path, tiny_dirs) -> None:
         qm = qhf.load(src, {**base, **extra})
         summary = qm.quantize(token_blocks(qm.tokenizer, bundled_docs("calibration").texts, count=4, length=48))
         logits[name] = _logits(qm.model)
-    assert summary["adapter"] == {"name": "lora", "path": "eora", "rank": 8, "modules": 14}
+    assert summary.adapter == {"name": "lora", "path": "eora", "rank": 8, "modules": 14}
     assert sum(isinstance(m, LoraLinear) for m in qm.model.modules()) == 14
     original = _logits(AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval())
     err = {k: float(((v - original) ** 2).mean()) for k, v in logits.items()}
@@ -57,7 +57,7 @@ def test_eora_quantize_save_reload(tmp_path, tiny_dirs) -> None:
 
     out = tmp_path / "q"
     saved = qm.save(out)
-    assert saved["verification"]["passed"] is True  # the reload (adapters included) gives the same logits
+    assert saved.verified  # the reload (adapters included) gives the same logits
     assert json.loads((out / "quantize_config.json").read_text())["adapter"]["rank"] == 8
     adapter_file = out / "eora" / "adapter_model.safetensors"
     # readable like the model's weights (safetensors itself creates files 0600)

@@ -20,12 +20,13 @@ def test_sharded_executor_matches_one_process_on_lazy_layers(tmp_path, tokenizer
     sharded = qhf.load(src, config)
     executor = LocalShardExecutor(2)
     summary = sharded.quantize(blocks, batch_size=1, executor=executor)
-    assert summary["executor"]["executor"] == "local-shards" and summary["executor"]["lost_workers"] == []
-    assert len(summary["executor"]["layer_times"]) == 3
+    assert summary.executor is not None
+    assert summary.executor["executor"] == "local-shards" and summary.executor["lost_workers"] == []
+    assert len(summary.executor["layer_times"]) == 3
     assert one.results is not None and sharded.results is not None and sorted(one.results) == sorted(sharded.results)
     for name, mine in one.results.items():
         theirs = sharded.results[name]
         assert mine.packed is not None and theirs.packed is not None
         for key, value in mine.packed.items():
             assert np.array_equal(value, theirs.packed[key]), (name, key)
-        assert mine.report["loss"] == theirs.report["loss"], name
+        assert one.run.report_for(name).loss == sharded.run.report_for(name).loss, name

@@ -96,8 +96,8 @@ def test_gguf_source_quantizes_saves_and_reloads(tmp_path, tiny_gguf, tokenizer)
     qm = qhf.load(path, {"method": "rtn", "bits": 4, "group_size": 32}, tokenizer=tokenizer)
     qm.quantize()
     summary = qm.save(tmp_path / "q")
-    assert summary["verification"]["passed"]
-    assert summary["dense_dtype"] == "float16"  # auto: a .gguf source's dense tensors are written as float16
+    assert summary.verified
+    assert summary.dense_dtype == "float16"  # auto: a .gguf source's dense tensors are written as float16
     config = json.loads((tmp_path / "q" / "config.json").read_text())
     assert config["dtype"] == "float16"
     with safe_open(str(tmp_path / "q" / "model.safetensors"), "pt") as handle:

@@ -61,7 +61,7 @@ def test_gptaq_quantize_save_reload(tmp_path, tiny_dirs) -> None:
     assert not torch.equal(in_memory, runs["gptq"][1])  # the native-input term changed the solve
     out = tmp_path / "q"
     saved = qm.save(out)
-    assert saved["verification"]["passed"] is True
+    assert saved.verified
     config = json.loads((out / "quantize_config.json").read_text())
     assert config["meta"]["gptaq"] == {"alpha": 0.25, "device": "auto"} and config["method"] == "gptq"
     summary = json.loads((out / "quant_report.json").read_text())["summary"]

@@ -41,15 +41,16 @@ def test_quantize_save_reload(tmp_path, tiny_dirs, model_type: str, method: str,
     qm = qhf.load(src, {"method": method, "bits": 4, "group_size": 32, "format": fmt, "sym": method != "awq"})
     blocks = token_blocks(qm.tokenizer, bundled_docs("calibration").texts, count=4, length=48)
     summary = qm.quantize(blocks)
-    assert summary["modules"] == 2 * 7 and summary["method"] == method
+    assert summary.modules == 2 * 7 and summary.method == method
     if method != "rtn":
-        assert summary["calibration"]["tokens"] == 4 * 48 and summary["calibration"]["rows"] == 4
+        assert summary.calibration is not None
+        assert summary.calibration.tokens == 4 * 48 and summary.calibration.rows == 4
     in_memory = _logits(qm.model)
 
     out = tmp_path / "q"
     saved = qm.save(out, max_shard_size="60KB")
-    assert saved["verification"]["passed"] is True and saved["verification"]["modules_checked"] == 14
-    assert saved["saved"]["shards"] > 1 and (out / "model.safetensors.index.json").is_file()
+    assert saved.verified and saved.verification["modules_checked"] == 14
+    assert saved.saved is not None and saved.saved.shards > 1 and (out / "model.safetensors.index.json").is_file()
     config = json.loads((out / "config.json").read_text())
     assert config["quantization_config"] == json.loads((out / "quantize_config.json").read_text())
     assert config["quantization_config"]["format"] == fmt
@@ -122,7 +123,8 @@ def test_batched_calibration_with_a_tokenizer_that_cannot_pad(tiny_dirs) -> None
 def test_batched_calibration_pads_with_eos_and_records_it(tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "group_size": 32})
     summary = qm.quantize(calibration=["some text " * 20, "more text " * 30], batch_size=2)
-    assert "eos_token" in summary["tokenizer_note"] and summary["calibration"]["rows"] == 2
+    assert summary.tokenizer_note is not None and summary.calibration is not None
+    assert "eos_token" in summary.tokenizer_note and summary.calibration.rows == 2
 
 
 def test_bfloat16_source_keeps_its_dtype(tmp_path, tokenizer) -> None:
@@ -142,8 +144,9 @@ def test_bfloat16_source_keeps_its_dtype(tmp_path, tokenizer) -> None:
 def test_default_calibration_needs_no_data(tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("qwen2"), {"method": "gptq", "group_size": 32})
     summary = qm.quantize(samples=4, length=32)
-    assert summary["calibration"]["rows"] == 2 * 4 and 0 < summary["calibration"]["tokens"] <= 2 * 4 * 32
-    assert isinstance(summary["calibration_source"], dict)
+    assert summary.calibration is not None
+    assert summary.calibration.rows == 2 * 4 and 0 < summary.calibration.tokens <= 2 * 4 * 32
+    assert isinstance(summary.calibration_source, dict)
 
 
 def test_awq_gemm_refuses_a_partial_group_before_any_work(tiny_dirs) -> None:
@@ -157,6 +160,6 @@ def test_gptq_holds_a_partial_last_group(tmp_path, tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), {"method": "rtn", "bits": 4, "group_size": 48})
     qm.quantize()
     summary = qm.save(tmp_path / "q")
-    assert summary["verification"]["passed"]
+    assert summary.verified
     weight = qm.results["model.layers.0.mlp.up_proj"].weight
     assert weight.num_groups == 2 and weight.in_features == 64

@@ -73,10 +73,10 @@ def test_paroquant_quantize_save_reload(tmp_path, tiny_dirs) -> None:
     data = token_blocks(qhf.load(src).tokenizer, bundled_docs("calibration").texts, count=4, length=48)
     qm = qhf.load(src, {"method": "paroquant", "bits": 4, "group_size": 32, **BUDGET})
     summary = qm.quantize(data)
-    assert summary["method"] == "paroquant" and summary["modules"] == 14 and not summary["fallbacks"]
+    assert summary.method == "paroquant" and summary.modules == 14 and not summary.fallbacks
     out = tmp_path / "paro"
     saved = qm.save(out)
-    assert saved["verification"]["passed"] is True and saved["verification"]["modules_checked"] == 14
+    assert saved.verified and saved.verification["modules_checked"] == 14
     config = json.loads((out / "quantize_config.json").read_text())
     assert config["method"] == "paroquant" and config["krot"] == 4 and config["meta"]["opt_train_samples"] == 128
     lm = qhf.load_quantized(out)

@@ -79,7 +79,7 @@ def test_qqq_quantize_save_reload(tmp_path) -> None:
         in_memory = qm.model(input_ids=PROBE, use_cache=False).logits.float()
     out = tmp_path / "q"
     saved = qm.save(out)
-    assert saved["verification"]["passed"] is True, saved["verification"]
+    assert saved.verified, saved.verification
     config = json.loads((out / "quantize_config.json").read_text())
     assert (config["method"], config["format"], config["wbits"]) == ("qqq", "qqq", 4)
     rows = json.loads((out / "quant_report.json").read_text())["modules"]

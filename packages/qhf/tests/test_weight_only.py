@@ -66,11 +66,11 @@ def test_quantize_save_reload_and_evaluate(case, llama, dense_perplexity, tmp_pa
     qm = qhf.load(llama, config)
     assert qm.settings.weight_only and not qm.settings.needs_calibration
     summary = qm.quantize()
-    assert "calibration" not in summary  # weight-only: no calibration built
+    assert summary.calibration is None  # weight-only: no calibration built
     out = tmp_path / case
     summary = qm.save(out)
-    assert summary["verification"]["passed"], summary["verification"]["problems"]
-    assert summary["verification"]["modules_checked"] == len(qm.results) == 14
+    assert summary.verified, summary.verification
+    assert summary.verification["modules_checked"] == len(qm.results) == 14
 
     written = json.loads((out / "config.json").read_text())["quantization_config"]
     assert {k: written[k] for k in fields} == fields
@@ -154,7 +154,7 @@ def test_q4_k_m_mixture_is_recorded_as_dynamic_overrides_and_loads_back(llama, t
     qm = qhf.load(llama, {"method": "gguf", "format": "q4_k_m"})
     qm.quantize()
     summary = qm.save(tmp_path / "m")
-    assert summary["verification"]["passed"], summary["verification"]["problems"]
+    assert summary.verified, summary.verification
     written = json.loads((tmp_path / "m" / "config.json").read_text())["quantization_config"]
     assert (written["bits"], written["format"]) == (4, "q_k_m")
     assert written["dynamic"] == {
@@ -173,8 +173,8 @@ def test_q4_k_m_mixture_is_recorded_as_dynamic_overrides_and_loads_back(llama, t
 
     pure = qhf.load(llama, {"method": "gguf", "format": "q4_k"})
     pure.quantize()
-    upgraded = qm.results["model.layers.1.mlp.down_proj"].report["loss"]
-    assert upgraded < pure.results["model.layers.1.mlp.down_proj"].report["loss"]  # Q6_K beats Q4_K
+    upgraded = qm.run.report_for("model.layers.1.mlp.down_proj").loss
+    assert upgraded < pure.run.report_for("model.layers.1.mlp.down_proj").loss  # Q6_K beats Q4_K
     lm = qhf.load_quantized(tmp_path / "m")
     reloaded = float(qhf.evaluate(lm.model, lm.tokenizer, window=WINDOW, max_windows=4).perplexity)
     assert reloaded == pytest.approx(float(qm.perplexity(window=WINDOW, max_windows=4).perplexity), rel=1e-5)

@@ -151,3 +151,16 @@ def test_bad_arguments_fail_before_work() -> None:
     assert torch.equal(
         model.model.layers[0].self_attn.q_proj.weight, ToyDecoder().model.layers[0].self_attn.q_proj.weight
     )
+
+
+def test_modules_are_listed_in_solve_order_whatever_order_finalizers_finish() -> None:
+    import time
+
+    def slow_first(name: str, module: nn.Module, done: FinalizedModule) -> None:
+        if name.endswith("q_proj"):  # the first module solved in each layer finishes last
+            time.sleep(0.2)
+
+    model = ToyDecoder()
+    run = quantize_model(model, DENSE, None, SPEC, "rtn", options=LoopOptions(replace_module=slow_first))
+    assert list(run.modules) == [row.module for row in run.report]
+    assert run.report[0].module.endswith("q_proj")  # the slow finalizer was the first submitted

@@ -22,7 +22,7 @@ import torch
 
 from .awq_clip import apply_clip, clip_allowed, search_clip
 from .errors import NumericalError, ShapeError, SpecError
-from .group_params import awq_params
+from .group_params import awq_params, codes_of, dequant_of
 from .result import QuantResult, build_logical, check_weight, stored_dequantized
 from .rtn import natural_g_idx, quantize_groups
 from .spec import QuantSpec
@@ -46,8 +46,21 @@ def _check_awq_spec(spec: QuantSpec) -> None:
 
 
 def fake_quantize_awq(weight: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """AWQ pseudo-quantization of ``weight [out, in]``: float32 ``[out, in]`` dequantized values."""
-    return quantize_groups(weight.to(torch.float32), spec, awq_params)[3]
+    """AWQ pseudo-quantization of ``weight [out, in]``: float32 ``[out, in]`` dequantized values.
+
+    When every group is full, all ``out * G`` groups go through the AWQ formulas as the rows of one
+    ``[out * G, width]`` view (row min/max and elementwise math only, so the values equal the per-group
+    loop's); a partial last group takes the per-group loop.
+    """
+    w = weight.to(torch.float32)
+    out, in_ = w.shape
+    width = spec.group_width(in_)
+    if in_ % width:
+        return quantize_groups(w, spec, awq_params)[3]
+    rows = w.reshape(out * (in_ // width), width)
+    scale, zero = awq_params(rows, spec)
+    codes = codes_of(rows, scale[:, None], zero[:, None], spec.maxq)
+    return dequant_of(codes, scale[:, None], zero[:, None]).reshape(out, in_)
 
 
 def weight_importance(weights: Sequence[torch.Tensor], spec: QuantSpec) -> torch.Tensor:
@@ -60,12 +73,17 @@ def weight_importance(weights: Sequence[torch.Tensor], spec: QuantSpec) -> torch
     return normalised.mean(dim=0)
 
 
-def _output_mse(reference: torch.Tensor, output: torch.Tensor) -> float:
-    if tuple(output.shape) != tuple(reference.shape):
+def _output_mse(reference64: torch.Tensor, output: torch.Tensor) -> float:
+    """Mean of ``(reference - output)**2`` in float64; ``reference64`` is the reference already in float64
+    (converted once per search). One float64 buffer per call, reused in place for the difference and its
+    square: the same elementwise operations and reduction as the plain expression, so the same value."""
+    if tuple(output.shape) != tuple(reference64.shape):
         raise ShapeError(
-            f"forward_with: expected an output of shape {tuple(reference.shape)}, found {tuple(output.shape)}"
+            f"forward_with: expected an output of shape {tuple(reference64.shape)}, found {tuple(output.shape)}"
         )
-    return float((reference.to(torch.float64) - output.to(torch.float64)).square().mean())
+    diff = output.to(torch.float64, copy=True)
+    torch.sub(reference64, diff, out=diff)
+    return float(diff.square_().mean())
 
 
 def search_scales(
@@ -98,6 +116,7 @@ def search_scales(
     w_mean = weight_importance(weights, spec)
     if reference is None:
         reference = forward_with(list(weights))
+    reference64 = reference.detach().to(torch.float64)
     best: tuple[float, float, torch.Tensor] | None = None
     for i in range(grid):
         ratio = i / grid
@@ -109,7 +128,7 @@ def search_scales(
         scales = scales / (scales.max() * scales.min()).sqrt()
         scales = torch.where(torch.isfinite(scales), scales, torch.ones_like(scales))
         trial = [(fake_quantize_awq(wj.to(torch.float32) * scales, spec) / scales).to(wj.dtype) for wj in weights]
-        loss = _output_mse(reference, forward_with(trial))
+        loss = _output_mse(reference64, forward_with(trial))
         if loss == loss and (best is None or loss < best[0]):  # NaN never wins
             best = (loss, ratio, scales)
     if best is None:

@@ -16,12 +16,14 @@ from .errors import (
 )
 from .export import export_dense
 from .load_quantized import QuantizedCausalLM, load_quantized
+from .summary import QuantizeSummary
 
 __all__ = [
     "CalibrationError",
     "MissingFileError",
     "QHFError",
     "QuantModel",
+    "QuantizeSummary",
     "QuantizedCausalLM",
     "SourceFormatError",
     "StateError",

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -23,24 +23,33 @@ from .corpus import bundled_docs
 from .errors import StateError
 from .perplexity import PerplexityResult, perplexity
 from .quant_config import QuantSettings, parse_settings
-from .results import ModuleResult, QuantizedModules
+from .results import QuantizedModules
 from .source import OpenedSource, open_source
+from .summary import CalibrationStats, QuantizeSummary, SavedCheckpoint
 from .tokenizer import encode, ensure_padding, load_gguf_tokenizer, load_tokenizer
+
+if TYPE_CHECKING:
+    from qlooper.api import QuantizationRun
 
 AUTO = "auto"
 
 
 class QuantModel:
-    """A source opened for quantization. Attributes: ``source``, ``settings``, ``tokenizer``, ``results``
-    (module name -> :class:`~qhf.results.ModuleResult` after :meth:`quantize`) and ``summary`` (the run's
-    account: calibration, time, memory, verification)."""
+    """A source opened for quantization. Attributes: ``source``, ``settings``, ``tokenizer``; after
+    :meth:`quantize`: ``run`` (qlooper's ``QuantizationRun``: per-module report rows ``run.report``),
+    ``results`` (module name -> qlooper ``FinalizedModule``: logical weight, packed tensors, bias) and
+    ``summary`` (the run's :class:`~qhf.summary.QuantizeSummary`: calibration, time, memory; after
+    :meth:`save` also the written files and the verification)."""
 
     def __init__(self, source: OpenedSource, settings: QuantSettings, tokenizer: Any) -> None:
         self.source = source
         self.settings = settings
         self.tokenizer = tokenizer
+        self.run: QuantizationRun | None = None
         self.results: QuantizedModules | None = None
-        self.summary: dict[str, Any] = {"source": str(source.path), "model_type": source.config.model_type}
+        self.summary: QuantizeSummary | None = None
+        self._calibration_source: dict[str, Any] | str | None = None
+        self._tokenizer_note: str | None = None
 
     @property
     def model(self) -> nn.Module:
@@ -57,19 +66,19 @@ class QuantModel:
             config = (data or DefaultCalibration()).resolved(samples, length)
             mixed = default_calibration(self.source, self.tokenizer, config, progress=progress)
             data = [list(row) for row in mixed.rows]
-            self.summary["calibration_source"] = {
+            self._calibration_source = {
                 **mixed.meta,
                 "generation_seconds": round(mixed.generation_seconds, 3),
             }
             self.settings = replace(self.settings, calibration=dict(mixed.meta))  # -> config meta.calibration
         else:
-            self.summary["calibration_source"] = "user"
+            self._calibration_source = "user"
         if batch_size > 1:  # batches of unequal rows are padded: the tokenizer must be able to
             if self.tokenizer is None:
                 raise StateError("quantize: batch_size > 1 needs a tokenizer to pad with; pass tokenizer= to load")
             note = ensure_padding(self.tokenizer)
             if note:
-                self.summary["tokenizer_note"] = note
+                self._tokenizer_note = note
         pad = getattr(self.tokenizer, "pad_token_id", None) if self.tokenizer is not None else None
         tok = self.tokenizer
         chat = None
@@ -101,8 +110,9 @@ class QuantModel:
         lockstep: bool = True,
         lockstep_budget: int | None = None,
         executor: Any = None,
-    ) -> dict[str, Any]:
-        """Quantize every linear of every decoder layer, layer by layer; returns the run summary.
+    ) -> QuantizeSummary:
+        """Quantize every linear of every decoder layer, layer by layer; returns the run's
+        :class:`~qhf.summary.QuantizeSummary` (also kept as ``self.summary``; qlooper's run as ``self.run``).
 
         ``calibration``: None (the default mixture, :class:`qhf.calibration.DefaultCalibration`: ``samples``
         blocks of ``length`` tokens cut from the bundled docs' calibration slice plus ``samples`` rows the
@@ -145,11 +155,11 @@ class QuantModel:
         spec = quant_spec(settings)
         cal = None
         calibration_seconds = 0.0
+        stats = None
         if settings.needs_calibration:
             cal = self._calibration(calibration, samples, length, batch_size, progress)
-            self.summary["calibration"] = {"rows": cal.rows, "tokens": cal.total_tokens, "dropped": cal.dropped}
+            stats = CalibrationStats(cal.rows, cal.total_tokens, cal.dropped)
             calibration_seconds = time.perf_counter() - start
-            self.summary["calibration_seconds"] = round(calibration_seconds, 3)
         self.source.materialize_base()
         processor = (
             weight_only_processor(settings, spec, [name for name, _ in modules])
@@ -191,44 +201,38 @@ class QuantModel:
             model_config.use_cache = use_cache
             self.source.materialize_base()  # released while the layers were quantized
             release_free_memory()
-        rows = {r.module: r for r in run.report}
-        self.results = {}
-        for name, done in run.modules.items():
-            row = rows.get(name)
-            report = {}
-            if row is not None:
-                report = {
-                    "layer": row.layer,
-                    "loss": row.loss,
-                    "samples": row.tokens,
-                    "damp": row.damp,
-                    "fallback": row.fallback_reason or row.fallback,
-                    "seconds": row.seconds,
-                }
-            self.results[name] = ModuleResult(name, done.weight, report, packed=done.tensors(), bias=done.bias)
-        fallbacks = [r.module for r in run.report if r.fallback]
-        self.summary.update(
-            {
-                "method": settings.method,
-                "format": settings.format,
-                "bits": settings.bits,
-                "group_size": settings.group_size,
-                "sym": settings.sym,
-                "modules": len(self.results),
-                "fallbacks": fallbacks,
-                "resumed_from": run.resumed_from,
-                "quantize_seconds": round(time.perf_counter() - start - calibration_seconds, 3),
-                "largest_layer_bytes": loader.peak_layer_bytes,
-                "lockstep_skipped": dict(run.lockstep_skipped),
-            }
+        self.run = run
+        self.results = run.modules
+        self.summary = QuantizeSummary(
+            source=str(self.source.path),
+            model_type=self.source.config.model_type,
+            calibration_source=self._calibration_source,
+            tokenizer_note=self._tokenizer_note,
+            calibration=stats,
+            calibration_seconds=round(calibration_seconds, 3) if stats is not None else None,
+            method=settings.method,
+            format=settings.format,
+            bits=settings.bits,
+            group_size=settings.group_size,
+            sym=settings.sym,
+            modules=len(run.modules),
+            fallbacks=tuple(r.module for r in run.report if r.fallback),
+            resumed_from=run.resumed_from,
+            quantize_seconds=round(time.perf_counter() - start - calibration_seconds, 3),
+            largest_layer_bytes=loader.peak_layer_bytes,
+            lockstep_skipped=dict(run.lockstep_skipped),
+            adapter=(
+                {**settings.adapter, "modules": len(getattr(processor, "adapters", {}))}
+                if settings.adapter is not None
+                else None
+            ),
+            # GPTAQ / FOEM: the GPTQ variant and its terms
+            algorithm=(
+                {"name": settings.asymmetric[0], **settings.asymmetric[1]} if settings.asymmetric is not None else None
+            ),
+            executor=executor.describe() if executor is not None else None,
         )
-        if settings.adapter is not None:
-            self.summary["adapter"] = {**settings.adapter, "modules": len(getattr(processor, "adapters", {}))}
-        if settings.asymmetric is not None:  # GPTAQ / FOEM: the GPTQ variant and its terms
-            self.summary["algorithm"] = {"name": settings.asymmetric[0], **settings.asymmetric[1]}
-        if executor is not None:
-            self.summary["executor"] = executor.describe()
-        return dict(self.summary)
+        return self.summary
 
     def save(
         self,
@@ -237,8 +241,10 @@ class QuantModel:
         max_shard_size: int | str = "4GB",
         verify: bool = True,
         dtype: str | torch.dtype = "auto",
-    ) -> dict[str, Any]:
+    ) -> QuantizeSummary:
         """Write the quantized checkpoint; with ``verify`` (default) reload and compare it (raises on a mismatch).
+        Returns the run's :class:`~qhf.summary.QuantizeSummary` with ``dense_dtype``, ``saved`` and
+        ``verification`` set (also kept as ``self.summary``).
 
         ``dtype``: of the dense (non-quantized) tensors and ``config.json``'s ``dtype``: ``"auto"`` (the
         source's: float16 for a ``.gguf``, the config's dtype for a Hugging Face directory), ``"float16"``,
@@ -253,9 +259,10 @@ class QuantModel:
         from .save.dense_dtype import dtype_name, resolve_dense_dtype, round_to_dense_dtype
         from .verify import raise_on_failure, verify_checkpoint
 
-        if self.results is None:
+        if self.results is None or self.run is None or self.summary is None:
             raise StateError("save: nothing to save yet; call quantize() first")
         results = self.results
+        report = self.run.report
         start = time.perf_counter()
         directory = Path(directory)
         dense_dtype = resolve_dense_dtype(self.source, dtype)
@@ -263,24 +270,25 @@ class QuantModel:
         dense_names = [n for n in self.source.tensor_names() if n not in quantized_weights]
         round_to_dense_dtype(self.model, dense_names, dense_dtype)
         adapters = round_adapters(self.model, dense_dtype)
-        self.summary["dense_dtype"] = dtype_name(dense_dtype)
+        summary = replace(self.summary, dense_dtype=dtype_name(dense_dtype))
+        self.summary = summary
 
         def verify_staged(staging: Path, shards: list[Path]) -> None:
             """Record the save, then (with ``verify``) reload the staged files and compare, before publishing."""
-            self.summary["saved"] = {
-                "path": str(directory),
-                "shards": len(shards),
-                "bytes": sum(p.stat().st_size for p in shards),
-                "seconds": round(time.perf_counter() - start, 3),
-            }
+            saved = SavedCheckpoint(
+                path=str(directory),
+                shards=len(shards),
+                bytes=sum(p.stat().st_size for p in shards),
+                seconds=round(time.perf_counter() - start, 3),
+            )
             if verify:
-                report = verify_checkpoint(staging, self.model, results, self.source.stored, self.probe_ids())
-                self.summary["verification"] = report.as_dict()
-                write_report(staging, results, self.summary)
-                raise_on_failure(report, directory)
+                verified = verify_checkpoint(staging, self.model, results, self.source.stored, self.probe_ids())
+                self.summary = replace(summary, saved=saved, verification=verified.as_dict())
+                write_report(staging, results, report, self.summary)
+                raise_on_failure(verified, directory)
             else:
-                self.summary["verification"] = "skipped (verify=False)"
-                write_report(staging, results, self.summary)
+                self.summary = replace(summary, saved=saved, verification="skipped (verify=False)")
+                write_report(staging, results, report, self.summary)
 
         save_checkpoint(
             directory,
@@ -290,12 +298,13 @@ class QuantModel:
             self.settings,
             tokenizer=self.tokenizer,
             max_shard_size=max_shard_size,
+            report=report,
             summary=self.summary,
             dense_dtype=dense_dtype,
             adapters=adapters,
             before_publish=verify_staged,
         )
-        return dict(self.summary)
+        return self.summary
 
     def probe_ids(self, count: int = 48) -> list[int]:
         """A fixed probe input: the first ``count`` tokens of the evaluation slice (or fixed ids)."""
@@ -308,10 +317,10 @@ class QuantModel:
         """Dense export of the checkpoint this model last saved (see :func:`qhf.export.export_dense`)."""
         from .export import export_dense
 
-        saved = self.summary.get("saved")
-        if not isinstance(saved, dict):
+        saved = self.summary.saved if self.summary is not None else None
+        if saved is None:
             raise StateError("export_dense: nothing saved yet; call save() first (the export reads the checkpoint)")
-        return export_dense(saved["path"], directory, dtype=dtype)
+        return export_dense(saved.path, directory, dtype=dtype)
 
     def perplexity(
         self, text: str | None = None, *, window: int = 512, max_windows: int | None = None

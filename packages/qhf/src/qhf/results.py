@@ -1,37 +1,17 @@
 """What a quantization run leaves behind, in the form save/verify/export consume.
 
-``QuantizedModules`` maps a module's full dotted name (``model.layers.3.mlp.down_proj``) to its logical
-:class:`~qformats.logical.QuantizedWeight` and report row. It is filled from qlooper's run result or,
-in tests, directly.
+``QuantizedModules`` maps a module's full dotted name (``model.layers.3.mlp.down_proj``) to qlooper's
+:class:`~qlooper.finalize.FinalizedModule` (the logical weight, its layout tensors, bias) as the run
+produced it (``QuantizationRun.modules``); the per-module report rows are qlooper's
+:class:`~qlooper.report.ModuleReport` (``QuantizationRun.report``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypeAlias
 
-import numpy as np
-from qformats.logical import QuantizedWeight
+if TYPE_CHECKING:
+    from qlooper.finalize import FinalizedModule
 
-REPORT_COLUMNS = ("layer", "module", "loss", "samples", "damp", "fallback", "seconds")
-
-
-@dataclass
-class ModuleResult:
-    """One quantized linear: ``weight`` (logical, ``[out, in]`` codes), its ``report`` row, and optionally
-    its layout tensors ``packed`` (as the loop packed them) and ``bias``."""
-
-    name: str
-    weight: QuantizedWeight
-    report: dict[str, Any] = field(default_factory=dict)
-    packed: dict[str, np.ndarray] | None = None
-    bias: np.ndarray | None = None
-
-    def row(self) -> dict[str, Any]:
-        """The report row with every :data:`REPORT_COLUMNS` key (missing values as None)."""
-        row = {key: self.report.get(key) for key in REPORT_COLUMNS}
-        row["module"] = self.name
-        return row
-
-
-QuantizedModules = dict[str, ModuleResult]
+QuantizedModules: TypeAlias = "Mapping[str, FinalizedModule]"

@@ -4,8 +4,8 @@ Public API: :class:`ModelDefinition`/:class:`GroupSpec` (model definitions as da
 :func:`prepare_calibration`, :func:`quantize_model` → :class:`QuantizationRun`, :class:`LoopOptions` (with its
 :class:`LayerLoader` hook),
 the processors (:class:`GPTQProcessor`, :class:`GPTAQProcessor`, :class:`QQQProcessor`, :class:`AWQProcessor`,
-:class:`WeightOnlyProcessor`) and the
-:class:`Processor` protocol a processor of one's own implements.
+:class:`WeightOnlyProcessor`), the registry they are built from by method name (:func:`make_processor`,
+:func:`register_processor` for a processor of one's own) and the :class:`Processor` protocol it implements.
 """
 
 from .api import QuantizationRun, quantize_model
@@ -32,6 +32,14 @@ from .processors.gptaq import GPTAQProcessor
 from .processors.gptq import GPTQProcessor
 from .processors.paroquant import ParoQuantProcessor
 from .processors.qqq import QQQProcessor
+from .processors.registry import (
+    ProcessorEntry,
+    make_processor,
+    processor_entry,
+    register_processor,
+    registered_methods,
+    unregister_processor,
+)
 from .processors.weight_only import WeightOnlyProcessor
 from .report import ModuleReport
 
@@ -59,6 +67,7 @@ __all__ = [
     "ParoQuantProcessor",
     "PlanError",
     "Processor",
+    "ProcessorEntry",
     "ProcessorError",
     "QLooperError",
     "QQQProcessor",
@@ -67,6 +76,11 @@ __all__ = [
     "RunStopped",
     "WeightOnlyProcessor",
     "__version__",
+    "make_processor",
     "prepare_calibration",
+    "processor_entry",
     "quantize_model",
+    "register_processor",
+    "registered_methods",
+    "unregister_processor",
 ]

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qalgos.gptaq import AsymmetricSpec, foem_defaults, gptaq_defaults
 from qalgos.paroquant import ParoSpec
 from qalgos.spec import QuantSpec
 from qalgos.weight_only import WeightOnlySpec
@@ -19,13 +18,8 @@ from .errors import ProcessorError
 from .finalize import FinalizedModule
 from .loop import LayerLoop, LoopOptions
 from .plan import LoopPlan
-from .processors.awq import AWQProcessor
 from .processors.base import Processor
-from .processors.gptaq import GPTAQProcessor
-from .processors.gptq import GPTQProcessor
-from .processors.paroquant import ParoQuantProcessor
-from .processors.qqq import QQQProcessor
-from .processors.weight_only import WeightOnlyProcessor
+from .processors.registry import make_processor
 from .report import ModuleReport, write_report_csv, write_report_json
 from .resume import run_with_checkpoint
 
@@ -33,6 +27,8 @@ from .resume import run_with_checkpoint
 @dataclass
 class QuantizationRun:
     """What a run gives back: per module name the finalized module (logical weight, packed tensors) and report.
+
+    ``modules`` is in solve order, the order of ``report`` (the same on every run of the same inputs).
 
     ``resumed_from`` is the plan cursor restored from a checkpoint (0 for a fresh run). ``lockstep_skipped``:
     layer name -> why it ran per-group forwards instead of lockstep (``LoopOptions.lockstep_budget``).
@@ -62,40 +58,6 @@ class QuantizationRun:
         raise ValueError(f"write_report: expected a .csv or .json path, found {target.name!r}")
 
 
-def make_processor(
-    method: str, spec: QuantSpec | WeightOnlySpec | ParoSpec, terms: AsymmetricSpec | None = None
-) -> Processor:
-    """The built-in processor for ``method`` (``"gptq"``, ``"gptaq"``, ``"foem"``, ``"qqq"``, ``"awq"``, ``"rtn"``,
-    ``"paroquant"`` with a qalgos ``ParoSpec``, or a ``WeightOnlySpec`` family). ``terms``: GPTAQ/FOEM's
-    alpha/beta (default: the reference's defaults)."""
-    if method == "paroquant" or isinstance(spec, ParoSpec):
-        if method != "paroquant" or not isinstance(spec, ParoSpec):
-            raise ProcessorError(f"method: 'paroquant' runs with a qalgos ParoSpec, found {method!r} with {spec!r}")
-        return ParoQuantProcessor(spec)
-    if isinstance(spec, WeightOnlySpec):
-        if method not in ("weight_only", spec.family):
-            raise ProcessorError(f"method: a WeightOnlySpec({spec.family!r}) runs as {spec.family!r}, found {method!r}")
-        return WeightOnlyProcessor(spec)
-    if method == "gptq":
-        return GPTQProcessor(spec)
-    if method in ("gptaq", "foem"):
-        if terms is None:
-            terms = gptaq_defaults() if method == "gptaq" else foem_defaults()
-        if terms.method != method:
-            raise ProcessorError(f"terms: method {method!r} got {terms.method!r} terms")
-        return GPTAQProcessor(spec, terms)
-    if method == "qqq":
-        return QQQProcessor(spec)
-    if method == "awq":
-        return AWQProcessor(spec)
-    if method == "rtn":
-        return WeightOnlyProcessor(spec)
-    raise ProcessorError(
-        f"method: expected 'gptq', 'gptaq', 'foem', 'qqq', 'awq', 'rtn', 'paroquant' or a processor object, "
-        f"found {method!r}"
-    )
-
-
 def quantize_model(
     model: nn.Module,
     definition: ModelDefinition,
@@ -109,9 +71,10 @@ def quantize_model(
 ) -> QuantizationRun:
     """Quantize every module the definition names, layer by layer; the model is mutated in place.
 
-    ``method`` is ``"gptq"``, ``"awq"``, ``"rtn"``, ``"paroquant"`` (with a qalgos ``ParoSpec``) or a processor
-    object (then ``spec`` may be None); with a
-    qalgos ``WeightOnlySpec`` it is its family (``"fp8"``, ``"bnb4"``, ``"int8"``, ``"gguf"``) or ``"weight_only"``.
+    ``method`` is a registered method name (:mod:`qlooper.processors.registry`: ``"gptq"``, ``"gptaq"``,
+    ``"foem"``, ``"qqq"``, ``"awq"``, ``"rtn"`` with a qalgos ``QuantSpec``; ``"paroquant"`` with a ``ParoSpec``;
+    a ``WeightOnlySpec``'s family ``"fp8"``, ``"bnb4"``, ``"int8"``, ``"gguf"`` or ``"weight_only"``; a third
+    party's own via ``register_processor``) or a processor object (then ``spec`` may be None).
     ``format`` is the qformats layout key the modules are packed into (default per method:
     ``qformats.config.default_format``: gptq/gptaq/foem → "gptq", qqq → "qqq", awq → "gemm", rtn → "gptq",
     paroquant → "paroquant"; a ``WeightOnlySpec`` packs into its family key). ``checkpoint`` is a
@@ -139,10 +102,19 @@ def quantize_model(
     else:
         state = loop.run(calibration)
     return QuantizationRun(
-        dict(state.finalized),
+        _in_report_order(state.finalized, state.reports),
         list(state.reports),
         state.plan,
         fmt,
         state.start_cursor,
         lockstep_skipped=dict(state.lockstep_skipped),
     )
+
+
+def _in_report_order(finalized: dict[str, FinalizedModule], reports: list[ModuleReport]) -> dict[str, FinalizedModule]:
+    """``finalized`` in the order the modules were solved (the report's rows), not the order the background
+    finalizers happened to finish, so that files listing the modules are the same on every run; modules
+    without a report row keep their order after them."""
+    ordered = {row.module: finalized[row.module] for row in reports if row.module in finalized}
+    ordered.update((name, done) for name, done in finalized.items() if name not in ordered)
+    return ordered

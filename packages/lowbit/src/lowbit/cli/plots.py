@@ -6,13 +6,16 @@ matplotlib is imported only here and only when a plot is asked for; without it t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import MissingExtraError, UsageError
+
+if TYPE_CHECKING:
+    from qlooper.report import ModuleReport
 
 INSTALL_HINT = "pip install 'lowbit[plot]' (or pip install matplotlib)"
 
@@ -44,21 +47,23 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_module_losses(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path:
-    """Per-module quantization loss (log scale) in solve order, one colour per projection, layer ticks."""
+def plot_module_losses(rows: Sequence[ModuleReport], path: Path, title: str) -> Path:
+    """Per-module quantization loss (log scale) in solve order, one colour per projection, layer ticks.
+
+    ``rows``: the run's qlooper ``ModuleReport`` rows."""
     plt = _pyplot()
-    points = [(i, r) for i, r in enumerate(rows) if r.get("loss") is not None]
+    points = [(i, r.module, r.loss) for i, r in enumerate(rows) if r.loss is not None]
     if not points:
         raise UsageError("--plot: the run reported no loss values to draw")
-    kinds = sorted({str(r.get("module", "")).rsplit(".", 1)[-1] for _, r in points})
+    kinds = sorted({module.rsplit(".", 1)[-1] for _, module, _ in points})
     fig, ax = plt.subplots(figsize=(11, 4.5))
     for kind in kinds:
-        xs = [i for i, r in points if str(r.get("module", "")).endswith(kind)]
-        ys = [max(float(r["loss"]), 1e-12) for i, r in points if str(r.get("module", "")).endswith(kind)]
+        xs = [i for i, module, _ in points if module.endswith(kind)]
+        ys = [max(float(loss), 1e-12) for _, module, loss in points if module.endswith(kind)]
         ax.plot(xs, ys, marker=".", linestyle="none", label=kind)
     starts: dict[Any, int] = {}
     for i, r in enumerate(rows):
-        starts.setdefault(r.get("layer"), i)
+        starts.setdefault(r.layer, i)
     ax.set_xticks(list(starts.values())[:: max(1, len(starts) // 15)])
     ax.set_xticklabels([str(k) for k in list(starts)[:: max(1, len(starts) // 15)]])
     ax.set_yscale("log")

@@ -16,14 +16,20 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedRequestError, UsageError
 from .calibration_input import calibration_rows
 from .gguf_file_out import is_gguf_path, quantize_to_gguf_file
 from .main import EXIT_STOPPED
 from .output_guard import check_output, output_lock
+
+if TYPE_CHECKING:
+    from qhf.summary import QuantizeSummary
+    from qlooper.report import ModuleReport
+
 from .report_tables import (
     PER_LAYER_HEADERS,
     describe_source,
@@ -195,12 +201,12 @@ def resume_command(argv: list[str]) -> str:
     return shlex.join(["lowbit", *rest, "--resume"])
 
 
-def _describe_calibration(summary: dict[str, Any], fallback: str) -> str:
-    source = summary.get("calibration_source")
-    stats = summary.get("calibration") or {}
-    counts = f"{stats.get('rows', '?')} rows, {stats.get('tokens', '?')} tokens" if stats else ""
-    if isinstance(source, dict):
-        name = describe_source(source)
+def _describe_calibration(summary: QuantizeSummary, fallback: str) -> str:
+    source = summary.calibration_source
+    stats = summary.calibration
+    counts = f"{stats.rows} rows, {stats.tokens} tokens" if stats is not None else ""
+    if isinstance(source, Mapping):
+        name = describe_source(dict(source))
         return f"{name} ({counts})" if counts else name
     return f"{fallback} ({counts})" if counts else fallback
 
@@ -239,6 +245,14 @@ def _executor(args: argparse.Namespace) -> Any:
         return RayExecutor(args.ray, workers=args.ray_workers)
     except ExecutorError as exc:
         raise UsageError(f"--ray {args.ray}: {exc}") from None
+
+
+def _module_rows(qm: Any) -> list[ModuleReport]:
+    """The run's report rows in the order of its modules (as quant_log.csv lists them)."""
+    if qm.run is None or not qm.results:
+        return []
+    by_name = {row.module: row for row in qm.run.report}
+    return [by_name[name] for name in qm.results if name in by_name]
 
 
 def _parameter_count(model: Any) -> int:
@@ -335,36 +349,36 @@ def _run(args: argparse.Namespace) -> int:
         if executor is not None:
             executor.close()
     summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype)
-    rows = [qm.results[name].row() for name in qm.results] if qm.results else []
+    rows = _module_rows(qm)
     print()
     print(render_table(PER_LAYER_HEADERS, per_layer_rows(rows)))
     print()
     if settings.needs_calibration:
         print(f"calibration  {_describe_calibration(summary, described)}")
-    if summary.get("resumed_from"):
-        print(f"resumed      from plan step {summary['resumed_from']} ({args.checkpoint_dir})")
-    lost = (summary.get("executor") or {}).get("lost_workers") or []
+    if summary.resumed_from:
+        print(f"resumed      from plan step {summary.resumed_from} ({args.checkpoint_dir})")
+    lost = (summary.executor or {}).get("lost_workers") or []
     for worker in lost:
         where = f"pid {worker['pid']} on {worker['host']}"
         print(f"lost worker  {worker['name']} ({where}) during {worker['during']}; replaced")
-    fallbacks = summary.get("fallbacks") or []
+    fallbacks = summary.fallbacks
     print(f"fallbacks    {len(fallbacks)}" + (f": {', '.join(fallbacks)}" if fallbacks else ""))
-    saved = summary.get("saved", {})
+    saved = summary.saved
     print(
         f"size before  {human_bytes(source_bytes)} on disk; dense {human_bytes(params * 4)} at float32, "
         f"{human_bytes(params * 2)} at float16"
     )
-    after = int(saved.get("bytes", 0))
+    after = saved.bytes if saved is not None else 0
     print(f"size after   {human_bytes(after)} on disk ({after / (params * 2):.2f}x the float16 size)")
-    print(f"dense dtype  {summary.get('dense_dtype')} (non-quantized tensors and config.json; --dtype to choose)")
-    verification = summary.get("verification")
-    if isinstance(verification, dict):
-        print(f"verified     {'passed' if verification.get('passed') else 'FAILED'} (reloaded and compared)")
+    print(f"dense dtype  {summary.dense_dtype} (non-quantized tensors and config.json; --dtype to choose)")
+    verification = summary.verification
+    if isinstance(verification, Mapping):
+        print(f"verified     {'passed' if summary.verified else 'FAILED'} (reloaded and compared)")
     else:
         print(f"verified     {verification}")
     print(
-        f"time         {time.perf_counter() - wall:.1f} s (calibration {summary.get('calibration_seconds', 0):.1f} s, "
-        f"quantize {summary.get('quantize_seconds', 0):.1f} s, save {saved.get('seconds', 0):.1f} s)"
+        f"time         {time.perf_counter() - wall:.1f} s (calibration {summary.calibration_seconds or 0:.1f} s, "
+        f"quantize {summary.quantize_seconds:.1f} s, save {saved.seconds if saved is not None else 0:.1f} s)"
     )
     from qformats.errors import QFormatsError
 
@@ -384,5 +398,5 @@ def _run(args: argparse.Namespace) -> int:
     if args.checkpoint_dir:
         print(f"checkpoint   {args.checkpoint_dir} is no longer needed; delete it to free the space")
     if args.verbose:
-        print(json.dumps(summary, indent=2, default=str))
+        print(json.dumps(summary.report_dict(), indent=2, default=str))
     return 0

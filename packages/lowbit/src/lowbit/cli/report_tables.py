@@ -1,16 +1,20 @@
 """Plain-text tables and sizes for the terminal (no third-party dependency).
 
-``per_layer_rows`` folds qhf's per-module report rows (``layer, module, loss, samples, damp, fallback,
-seconds``) into one row per decoder layer: summed loss, calibration tokens (the most any module saw),
-the largest damping used, the fallbacks and the summed solve time.
+``per_layer_rows`` folds the run's per-module report rows (qlooper ``ModuleReport``: ``layer``, ``module``,
+``loss``, ``tokens``, ``damp``, ``fallback``/``fallback_reason``, ``seconds``) into one row per decoder layer:
+summed loss, calibration tokens (the most any module saw), the largest damping used, the fallbacks and the
+summed solve time.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qlooper.report import ModuleReport
 
 _UNITS = ("B", "KB", "MB", "GB", "TB")
 
@@ -55,22 +59,23 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def per_layer_rows(module_rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
-    """One row per layer: ``[layer, modules, loss (sum), tokens (max), damp (max), fallbacks, seconds (sum)]``."""
+def per_layer_rows(module_rows: Iterable[ModuleReport]) -> list[list[Any]]:
+    """One row per layer: ``[layer, modules, loss (sum), tokens (max), damp (max), fallbacks, seconds (sum)]``.
+
+    A module's fallback reads as its ``fallback_reason``, else the fallback strategy's name."""
     layers: dict[Any, dict[str, Any]] = {}
     for row in module_rows:
-        layer = row.get("layer")
         acc = layers.setdefault(
-            layer, {"modules": 0, "loss": None, "tokens": None, "damp": None, "fallbacks": [], "seconds": 0.0}
+            row.layer, {"modules": 0, "loss": None, "tokens": None, "damp": None, "fallbacks": [], "seconds": 0.0}
         )
         acc["modules"] += 1
-        for key, source, combine in (("loss", "loss", sum), ("tokens", "samples", max), ("damp", "damp", max)):
-            value = row.get(source)
+        for key, value, combine in (("loss", row.loss, sum), ("tokens", row.tokens, max), ("damp", row.damp, max)):
             if value is not None:
                 acc[key] = value if acc[key] is None else combine((acc[key], value))
-        if row.get("fallback"):
-            acc["fallbacks"].append(f"{str(row.get('module', '')).rsplit('.', 1)[-1]}: {row['fallback']}")
-        acc["seconds"] += float(row.get("seconds") or 0.0)
+        fallback = row.fallback_reason or row.fallback
+        if fallback:
+            acc["fallbacks"].append(f"{row.module.rsplit('.', 1)[-1]}: {fallback}")
+        acc["seconds"] += float(row.seconds or 0.0)
     out = []
     for layer in sorted(layers, key=lambda k: (k is None, k if isinstance(k, int) else 0)):
         acc = layers[layer]

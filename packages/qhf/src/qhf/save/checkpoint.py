@@ -2,8 +2,9 @@
 
 Contents: weight shards (+ index), ``config.json`` with ``quantization_config``, ``quantize_config.json``
 (the same dict), ``generation_config.json`` and tokenizer files carried over from the source, and the
-per-module report (``quant_log.csv`` and ``quant_report.json``). Quantized modules are written in the
-configured layout (``get_layout(format).pack``) under ``<module>.<tensor>``; every other tensor is taken
+per-module report (``quant_log.csv`` and ``quant_report.json``). Quantized modules are written with the
+layout tensors the loop packed (qlooper ``FinalizedModule.tensors()``) under ``<module>.<tensor>``; every
+other tensor is taken
 from the in-memory model when materialized there (AWQ may have rescaled norms) else from the source file.
 """
 
@@ -11,45 +12,33 @@ from __future__ import annotations
 
 import csv
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from qformats.layouts.registry import get_layout
 from torch import nn
 
 from ..quant_config import QuantSettings
-from ..results import REPORT_COLUMNS, QuantizedModules
+from ..results import QuantizedModules
 from ..source.opened_source import OpenedSource
+from ..summary import QuantizeSummary
 from ..weight_only import fp8_storage_dtypes
+from .quant_log import REPORT_COLUMNS, log_rows
 from .tensor_stream import TensorEntry, bf16_names, numpy_stream, write_atomic_json
+
+if TYPE_CHECKING:
+    from qlooper.report import ModuleReport
 
 _CONFIG_DROP = ("_attn_implementation", "_attn_implementation_autoset", "attn_implementation")
 
 
-def packed_tensors(results: QuantizedModules, settings: QuantSettings) -> dict[str, dict[str, np.ndarray]]:
-    """Module name -> its layout tensors (``qweight``, ``qzeros``, ``scales``, ``g_idx`` ...; a weight-only
-    method's tensors as the loop packed them, e.g. FP8 ``weight`` + ``weight_scale_inv``)."""
-    packed = {}
-    for name, result in results.items():
-        if result.packed is not None:
-            packed[name] = result.packed
-            continue
-        if settings.weight_only:
-            from ..errors import QHFError
-
-            raise QHFError(f"{name}: a {settings.method} module must come with its packed tensors")
-        layout = get_layout(settings.format)
-        reason = layout.cannot_represent(result.weight)
-        if reason is not None:
-            from ..errors import QHFError
-
-            raise QHFError(f"{name}: format {settings.format!r} cannot hold this weight: {reason}")
-        packed[name] = layout.pack(result.weight, pack_dtype=settings.pack_dtype)
-    return packed
+def packed_tensors(results: QuantizedModules) -> dict[str, dict[str, np.ndarray]]:
+    """Module name -> its layout tensors as the loop packed them (``qweight``, ``qzeros``, ``scales``,
+    ``g_idx`` ...; a weight-only method's own, e.g. FP8 ``weight`` + ``weight_scale_inv``)."""
+    return {name: result.tensors() for name, result in results.items()}
 
 
 def _model_param(model: nn.Module, name: str) -> torch.Tensor | None:
@@ -132,16 +121,20 @@ def config_dict(
     return data
 
 
-def write_report(directory: Path, results: QuantizedModules, summary: dict[str, Any]) -> None:
-    """``quant_log.csv`` (one row per module, :data:`REPORT_COLUMNS`) and ``quant_report.json``."""
-    rows = [results[name].row() for name in results]
+def write_report(
+    directory: Path, results: QuantizedModules, report: Sequence[ModuleReport], summary: QuantizeSummary | None
+) -> None:
+    """``quant_log.csv`` (one row per module of ``results``, :data:`~qhf.save.quant_log.REPORT_COLUMNS`, from
+    its ``report`` row) and ``quant_report.json`` (``summary``'s report form and the same rows)."""
+    rows = log_rows(results, report)
     tmp = directory / "quant_log.csv.tmp"
     with tmp.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(REPORT_COLUMNS))
         writer.writeheader()
         writer.writerows(rows)
     tmp.replace(directory / "quant_log.csv")
-    write_atomic_json(directory / "quant_report.json", {"summary": summary, "modules": rows})
+    summary_dict = summary.report_dict() if summary is not None else {}
+    write_atomic_json(directory / "quant_report.json", {"summary": summary_dict, "modules": rows})
 
 
 def save_checkpoint(
@@ -153,13 +146,16 @@ def save_checkpoint(
     *,
     tokenizer: Any = None,
     max_shard_size: int | str = "4GB",
-    summary: dict[str, Any] | None = None,
+    report: Sequence[ModuleReport] = (),
+    summary: QuantizeSummary | None = None,
     dense_dtype: torch.dtype | None = None,
     adapters: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
     before_publish: Callable[[Path, list[Path]], None] | None = None,
 ) -> list[Path]:
     """Write the checkpoint (see the module docstring); returns the weight shard paths (in ``directory``).
 
+    ``report``: the run's qlooper report rows and ``summary`` its :class:`~qhf.summary.QuantizeSummary`, for
+    ``quant_log.csv`` / ``quant_report.json`` (:func:`write_report`).
     ``dense_dtype``: the dtype of the non-quantized floating tensors and of ``config.json``'s ``dtype``
     (:mod:`qhf.save.dense_dtype`; None keeps each tensor's stored dtype and the source config's value).
     ``adapters``: module name -> (``lora_A.weight`` ``[r, in]``, ``lora_B.weight`` ``[out, r]``) of an EoRA
@@ -176,7 +172,7 @@ def save_checkpoint(
     from qformats.checkpoint.writer import write_checkpoint_files
 
     directory = Path(directory)
-    packed = packed_tensors(results, settings)
+    packed = packed_tensors(results)
     entries = tensor_entries(source, model, results, packed, dense_dtype)
     config = config_dict(source, settings, dense_dtype)
     quantization = config.pop("quantization_config")
@@ -202,7 +198,7 @@ def save_checkpoint(
 
             rank, base = int(settings.adapter["rank"]), str(source.path)
             write_adapter(staging / settings.adapter["path"], adapters, rank, base)
-        write_report(staging, results, dict(summary or {}))
+        write_report(staging, results, report, summary)
         if before_publish is not None:
             before_publish(staging, [staging / name for name in names])
     return [directory / name for name in names]

