@@ -14,8 +14,10 @@ import pytest
 from conftest import dequantization_check, directory_bytes, lowbit, lowbit_logits, mlx_logits, perplexity
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-WINDOW = 256
-WINDOWS = 4
+# MLX's CPU backend runs this 4-bit model at about 5 s per token on the project's 2-core x86 host (8 tokens: 42 s,
+# 32 tokens: 163 s, measured with mlx 0.32.4), so the check reads 2 windows of 64 tokens (about 11 minutes).
+WINDOW = 64
+WINDOWS = 2
 TOLERANCE = 0.02
 
 
