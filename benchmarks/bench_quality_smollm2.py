@@ -288,7 +288,10 @@ def main() -> None:
         if path.exists() and not args.rerun:
             continue
         print(f"running {tool} / {row}", flush=True)
-        env = {**os.environ, "GPTQMODEL_CPU_WORKERS": str(args.threads), "OMP_NUM_THREADS": str(args.threads)}
+        # GPT-QModel 7.7.0's loader pool asks for 2 CPU workers and refuses fewer; torch itself still runs
+        # ``--threads`` threads (``torch.set_num_threads`` in the worker), so compute is the same for both tools
+        workers = max(2, args.threads)
+        env = {**os.environ, "GPTQMODEL_CPU_WORKERS": str(workers), "OMP_NUM_THREADS": str(args.threads)}
         command = [sys.executable, __file__, "--work", str(args.work), "--windows", str(args.windows)]
         command += ["--austen-windows", str(args.austen_windows), "--threads", str(args.threads)]
         command += [a for extra in args.lowbit_row for a in ("--lowbit-row", extra)] + ["--worker", tool, row]

@@ -86,6 +86,26 @@ def _output_mse(reference64: torch.Tensor, output: torch.Tensor) -> float:
     return float(diff.square_().mean())
 
 
+def search_statistics(
+    x: torch.Tensor, weights: Sequence[torch.Tensor], spec: QuantSpec
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x_mean [in], w_mean [in])`` of a scale search, after checking the spec, that ``weights`` are
+    ``[out_j, in]`` with one ``in`` and that ``x`` is ``[..., in]``: ``x_mean = mean |x|`` per input
+    channel (float32), ``w_mean`` from :func:`weight_importance`."""
+    _check_awq_spec(spec)
+    if not weights:
+        raise ShapeError("weights: expected at least one [out, in] weight to scale, found none")
+    in_ = weights[0].shape[-1]
+    for j, wj in enumerate(weights):
+        check_weight(wj, f"weights[{j}]")
+        if wj.shape[1] != in_:
+            raise ShapeError(f"weights[{j}]: expected [out, {in_}] like weights[0], found {tuple(wj.shape)}")
+    if x.shape[-1] != in_:
+        raise ShapeError(f"x: expected [..., {in_}] activations, found {tuple(x.shape)}")
+    x_mean = x.detach().reshape(-1, in_).to(torch.float32).abs().mean(dim=0)
+    return x_mean, weight_importance(weights, spec)
+
+
 def search_scales(
     x: torch.Tensor,
     weights: Sequence[torch.Tensor],
@@ -102,33 +122,45 @@ def search_scales(
     owns the model). ``reference``: the block's full-precision output if already known. Each candidate is
     clamped to >= 1e-4, normalised by ``sqrt(max * min)``, and non-finite entries are set to 1.
     """
-    _check_awq_spec(spec)
-    if not weights:
-        raise ShapeError("weights: expected at least one [out, in] weight to scale, found none")
-    in_ = weights[0].shape[-1]
-    for j, wj in enumerate(weights):
-        check_weight(wj, f"weights[{j}]")
-        if wj.shape[1] != in_:
-            raise ShapeError(f"weights[{j}]: expected [out, {in_}] like weights[0], found {tuple(wj.shape)}")
-    if x.shape[-1] != in_:
-        raise ShapeError(f"x: expected [..., {in_}] activations, found {tuple(x.shape)}")
-    x_mean = x.detach().reshape(-1, in_).to(torch.float32).abs().mean(dim=0)
-    w_mean = weight_importance(weights, spec)
+    x_mean, w_mean = search_statistics(x, weights, spec)
     if reference is None:
         reference = forward_with(list(weights))
     reference64 = reference.detach().to(torch.float64)
+    return best_on_grid(
+        x_mean, w_mean, weights, spec, lambda trial: _output_mse(reference64, forward_with(trial)), grid, duo_scaling
+    )
+
+
+def grid_scales(x_mean: torch.Tensor, w_mean: torch.Tensor, ratio: float, duo_scaling: bool = True) -> torch.Tensor:
+    """The candidate scales ``[in]`` (float32) of one grid ratio: ``x_mean**r / (w_mean**(1-r) + 1e-4)``
+    (``x_mean**r`` without duo scaling), clamped to >= 1e-4, normalised by ``sqrt(max * min)``, and
+    non-finite entries set to 1."""
+    if duo_scaling:
+        scales = x_mean.pow(ratio) / (w_mean.pow(1 - ratio) + 1e-4)
+    else:
+        scales = x_mean.pow(ratio)
+    scales = scales.clamp(min=1e-4)
+    scales = scales / (scales.max() * scales.min()).sqrt()
+    return torch.where(torch.isfinite(scales), scales, torch.ones_like(scales))
+
+
+def best_on_grid(
+    x_mean: torch.Tensor,
+    w_mean: torch.Tensor,
+    weights: Sequence[torch.Tensor],
+    spec: QuantSpec,
+    loss_of: Callable[[list[torch.Tensor]], float],
+    grid: int = 20,
+    duo_scaling: bool = True,
+) -> ScaleSearchResult:
+    """The grid ratio ``r = i / grid`` whose trial weights ``Q(W * s) / s`` (in each weight's dtype) give the
+    lowest ``loss_of(trial)``; the first of equal losses wins and a NaN loss never does."""
     best: tuple[float, float, torch.Tensor] | None = None
     for i in range(grid):
         ratio = i / grid
-        if duo_scaling:
-            scales = x_mean.pow(ratio) / (w_mean.pow(1 - ratio) + 1e-4)
-        else:
-            scales = x_mean.pow(ratio)
-        scales = scales.clamp(min=1e-4)
-        scales = scales / (scales.max() * scales.min()).sqrt()
-        scales = torch.where(torch.isfinite(scales), scales, torch.ones_like(scales))
+        scales = grid_scales(x_mean, w_mean, ratio, duo_scaling)
         trial = [(fake_quantize_awq(wj.to(torch.float32) * scales, spec) / scales).to(wj.dtype) for wj in weights]
-        loss = _output_mse(reference64, forward_with(trial))
+        loss = loss_of(trial)
         if loss == loss and (best is None or loss < best[0]):  # NaN never wins
             best = (loss, ratio, scales)
     if best is None:

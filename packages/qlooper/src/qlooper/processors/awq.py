@@ -17,29 +17,86 @@ from typing import Any
 
 import torch
 from qalgos import awq
+from qalgos.awq_gram import search_scales_gram
 from qalgos.fallback import fall_back
 from qalgos.spec import QuantSpec
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup, ResolvedModule
+from ..errors import ProcessorError
 from ..module_access import module_tensor
 from .base import LayerContext, ModuleResult, first_tensor, replace_weight
+
+CallArgs = tuple[tuple[Any, ...], dict[str, Any]]
 
 
 def _output_tensor(out: Any) -> torch.Tensor:
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+DEFAULT_SEARCH_TOKENS = 4096
+"""The default token budget of the scale search's replays of an ``inspect`` block (see :class:`AWQProcessor`)."""
+
+
+def spread_calls(calls: list[CallArgs], budget: int | None) -> list[CallArgs]:
+    """The recorded calls of an inspected block that a scale search replays: all of them when ``budget`` is
+    ``None`` or their tokens fit it, else ``k`` evenly spaced ones (first and last included), ``k`` the
+    most whose mean token count fits ``budget`` (at least one). A call's tokens: its first tensor argument's
+    elements over its last dimension (padding included)."""
+    if budget is None or not calls:
+        return calls
+    tokens = [_call_tokens(args, kwargs) for args, kwargs in calls]
+    if sum(tokens) <= budget:
+        return calls
+    k = max(1, min(len(calls), int(budget * len(calls) // max(1, sum(tokens)))))
+    if k == 1:
+        return [calls[0]]
+    picks = sorted({round(i * (len(calls) - 1) / (k - 1)) for i in range(k)})
+    return [calls[i] for i in picks]
+
+
+def _call_tokens(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[-1] > 0:
+            return value.numel() // value.shape[-1]
+    return 0
+
+
 class AWQProcessor:
-    """AWQ over calculation groups (see the module docstring). ``clip=False`` turns the clip search off."""
+    """AWQ over calculation groups (see the module docstring). ``clip=False`` turns the clip search off.
+
+    Scale-search cost (both change results only through float rounding or the tokens scored, and both
+    are recorded in :meth:`describe`):
+
+    * ``search_tokens``: a group inspected through a block (``self_attn``, ``mlp``) scores each grid ratio
+      on the block's outputs for evenly spaced recorded calls holding at most this many tokens
+      (:func:`spread_calls`; default :data:`DEFAULT_SEARCH_TOKENS`; ``None``: every call). The input
+      statistics ``x_mean`` always use every token.
+    * ``gram_loss``: a group inspected on its own outputs (no ``inspect``: ``o_proj``, ``down_proj``) scores
+      every token through ``xᵀx`` (:func:`qalgos.awq_gram.search_scales_gram`) instead of a forward per
+      ratio; ``False`` runs the forwards.
+    """
 
     method = "awq"
     needs_calibration = True
 
-    def __init__(self, spec: QuantSpec, *, clip: bool = True) -> None:
+    def __init__(
+        self,
+        spec: QuantSpec,
+        *,
+        clip: bool = True,
+        search_tokens: int | None = DEFAULT_SEARCH_TOKENS,
+        gram_loss: bool = True,
+    ) -> None:
+        if search_tokens is not None and search_tokens < 1:
+            raise ProcessorError(
+                f"search_tokens: expected a positive token count or None (every call), found {search_tokens}"
+            )
         self.spec = spec
         self.clip = clip
+        self.search_tokens = search_tokens
+        self.gram_loss = gram_loss
         self._x: dict[int, dict[str, list[torch.Tensor]]] = {}  # group index -> input key -> captured chunks
         self._inspect_calls: dict[int, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {}
         self._pending: list[tuple[ResolvedModule, torch.Tensor, dict[str, Any], float]] = []
@@ -87,7 +144,7 @@ class AWQProcessor:
                 with torch.no_grad():
                     for mod, w in zip(group.modules, weights, strict=False):
                         mod.weight.copy_(w.to(mod.weight.dtype))
-                    calls = self._inspect_calls[group.index]
+                    calls = spread_calls(self._inspect_calls[group.index], self.search_tokens)
                     outs = [_output_tensor(group.inspect(*a, **kw)) for a, kw in calls]
             finally:
                 with torch.no_grad():
@@ -138,7 +195,10 @@ class AWQProcessor:
         if reason is None and x0 is not None and x0.shape[0] > 0:
             start = time.perf_counter()
             weights = [m.weight.detach().to(torch.float32) for m in group.modules]
-            found = awq.search_scales(x0, weights, self._forward_with(group, x0), self.spec)
+            if group.inspect is None and self.gram_loss:
+                found = search_scales_gram(x0, weights, self.spec)
+            else:
+                found = awq.search_scales(x0, weights, self._forward_with(group, x0), self.spec)
             scales = found.scales.to(torch.float32)
             self._fold(group, scales, ctx.definition.norm_weight_offset)
             notes = {"scale_ratio": float(found.ratio), "scale_loss": float(found.loss)}
@@ -203,7 +263,10 @@ class AWQProcessor:
 
     def describe(self) -> dict[str, Any]:
         """What identifies this processor's numerics (part of a checkpoint's identity)."""
-        return {"method": self.method, "spec": asdict(self.spec), "clip": self.clip}
+        described: dict[str, Any] = {"method": self.method, "spec": asdict(self.spec), "clip": self.clip}
+        if (self.search_tokens, self.gram_loss) != (None, False):  # the full search keeps its old identity
+            described |= {"search_tokens": self.search_tokens, "gram_loss": self.gram_loss}
+        return described
 
     def state_dict(self) -> dict[str, Any]:
         return {}
