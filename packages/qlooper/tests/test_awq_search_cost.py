@@ -73,3 +73,13 @@ def test_search_options_are_part_of_the_identity_and_checked() -> None:
     assert described["search_tokens"] == DEFAULT_SEARCH_TOKENS and described["gram_loss"] is True
     with pytest.raises(ProcessorError, match="search_tokens: expected a positive token count"):
         AWQProcessor(SPEC4, search_tokens=0)
+
+
+def test_the_report_says_how_many_tokens_each_search_scored() -> None:
+    run = quantize_model(
+        ToyDecoder(), DENSE, toy_calibration(), None, AWQProcessor(SPEC4, search_tokens=64), format="gemm"
+    )
+    total = toy_calibration().total_tokens
+    assert f"scale_tokens={total} (gram)" in run.report_for("model.layers.0.mlp.down_proj").notes
+    up = [n for n in run.report_for("model.layers.0.mlp.up_proj").notes.split("; ") if n.startswith("scale_tokens=")]
+    assert up and 0 < int(up[0].split("=")[1]) < total

@@ -154,6 +154,12 @@ class AWQProcessor:
 
         return run
 
+    def _scored_tokens(self, group: ResolvedGroup, x: torch.Tensor) -> int:
+        """Tokens the group's scale search scored: those of the replayed calls, or every captured token."""
+        if group.inspect is None:
+            return int(x.shape[0])
+        return sum(_call_tokens(a, kw) for a, kw in spread_calls(self._inspect_calls[group.index], self.search_tokens))
+
     def _scale_skip_reason(self, group: ResolvedGroup, in_features: int) -> str | None:
         if len(self._x[group.index]) != 1:
             return "modules do not share one input"
@@ -196,12 +202,13 @@ class AWQProcessor:
             start = time.perf_counter()
             weights = [m.weight.detach().to(torch.float32) for m in group.modules]
             if group.inspect is None and self.gram_loss:
-                found = search_scales_gram(x0, weights, self.spec)
+                found, scored = search_scales_gram(x0, weights, self.spec), f"{x0.shape[0]} (gram)"
             else:
                 found = awq.search_scales(x0, weights, self._forward_with(group, x0), self.spec)
+                scored = str(self._scored_tokens(group, x0))
             scales = found.scales.to(torch.float32)
             self._fold(group, scales, ctx.definition.norm_weight_offset)
-            notes = {"scale_ratio": float(found.ratio), "scale_loss": float(found.loss)}
+            notes = {"scale_ratio": float(found.ratio), "scale_loss": float(found.loss), "scale_tokens": scored}
             spent = (time.perf_counter() - start) / len(group.modules)
         else:
             notes = {"scale_search": f"skipped: {reason or 'no tokens reached the group'}"}
