@@ -17,7 +17,11 @@ fresh subprocess of this script (``--worker``) so its wall time, CPU time and pe
 own; results are cached as JSON under ``--work`` and a table is printed from whatever is there.
 
 GPT-QModel must be importable (the ``bench_quality`` nox session installs it as the interop session does);
-rows it cannot run are marked. Computation is float32 for both tools, ``--threads`` torch threads each.
+rows it cannot run are marked. Computation is float32 for both tools, ``--threads`` torch threads each,
+except AWQ: GPT-QModel 7.7.0's AWQ refuses float32 models and runs in bfloat16, so the lowbit row
+"awq g64 asym bf16" loads the model in bfloat16 too (the same compute dtype; each result records its
+``compute_dtype``). On a CPU with AMX, bfloat16 GEMMs are several times faster than float32; on an
+AVX2-only CPU they are emulated and slower.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "awq g64 asym": (
         {"method": "awq", "bits": 4, "group_size": 64, "sym": False},
         {"method": "awq", "format": "gemm", "group_size": 64, "sym": False},
+    ),
+    "awq g64 asym bf16": (  # GPT-QModel's AWQ runs in bfloat16 in any case: its row is "awq g64 asym"
+        {"method": "awq", "bits": 4, "group_size": 64, "sym": False, "dtype": "bfloat16"},
+        None,
     ),
     "gptaq g128 sym": (
         {"method": "gptq", "bits": 4, "group_size": 128, "sym": True, "gptaq": {"alpha": 0.25}},
@@ -125,16 +133,18 @@ def prepare(work: Path, rows: int, length: int, austen: Path) -> dict[str, Any]:
 
 def quantize_lowbit(inputs: dict[str, Any], settings: dict[str, Any], out: Path) -> dict[str, Any]:
     import qhf
+    import torch
     from qhf.presets import apply_preset
 
     settings = dict(settings)
     preset = settings.pop("preset", None)
+    dtype = getattr(torch, settings.pop("dtype", "float32"))  # the compute dtype the model is loaded in
     if preset is not None:
         settings = apply_preset(preset, settings)
-    qm = qhf.load(inputs["dense"], settings)
+    qm = qhf.load(inputs["dense"], settings, dtype=dtype)
     summary = qm.quantize(calibration=inputs["calibration"] if settings.get("method") != "rtn" else None)
     qm.save(out)
-    return {"quantize_seconds": summary.quantize_seconds}
+    return {"quantize_seconds": summary.quantize_seconds, "compute_dtype": str(dtype).removeprefix("torch.")}
 
 
 def quantize_reference(inputs: dict[str, Any], kwargs: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -148,13 +158,15 @@ def quantize_reference(inputs: dict[str, Any], kwargs: dict[str, Any], out: Path
         config = RTNConfig(bits=4, **{k: v for k, v in kwargs.items() if k != "method"})
     else:
         config = QuantizeConfig(bits=4, **kwargs)
-    model = GPTQModel.load(inputs["dense"], config, device="cpu", dtype=torch.float32)
+    # GPT-QModel 7.7.0's AWQ packer (AwqTorchLinear) refuses float32 models: its AWQ rows load in bfloat16
+    dtype = torch.bfloat16 if kwargs.get("method") == "awq" else torch.float32
+    model = GPTQModel.load(inputs["dense"], config, device="cpu", dtype=dtype)
     rows = [{"input_ids": r, "attention_mask": [1] * len(r)} for r in inputs["calibration"]]
     start = time.perf_counter()
     model.quantize(rows, tokenizer=AutoTokenizer.from_pretrained(inputs["dense"]), batch_size=1)
     seconds = time.perf_counter() - start
     model.save(str(out))
-    return {"quantize_seconds": round(seconds, 1)}
+    return {"quantize_seconds": round(seconds, 1), "compute_dtype": str(dtype).removeprefix("torch.")}
 
 
 def evaluate(checkpoint: Path | None, inputs: dict[str, Any], windows: dict[str, int]) -> dict[str, float]:
