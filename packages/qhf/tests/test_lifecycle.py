@@ -163,3 +163,15 @@ def test_gptq_holds_a_partial_last_group(tmp_path, tiny_dirs) -> None:
     assert summary.verified
     weight = qm.results["model.layers.0.mlp.up_proj"].weight
     assert weight.num_groups == 2 and weight.in_features == 64
+
+
+@pytest.mark.parametrize("method", ["rtn", "awq"])
+def test_a_bfloat16_model_verifies_against_a_bfloat16_reload(tmp_path, tiny_dirs, method: str) -> None:
+    """Verify-after-save rebuilds the checkpoint in the model's compute dtype: a bfloat16 run is compared
+    with a bfloat16 reload (a float32 reload differs by bfloat16 rounding, not by what was saved)."""
+    qm = qhf.load(tiny_dirs("llama"), {"method": method, "bits": 4, "group_size": 32}, dtype=torch.bfloat16)
+    qm.quantize(calibration=None if method == "rtn" else ["some calibration text " * 40] * 2)
+    qm.save(tmp_path / "q")
+    verification = qm.summary.verification
+    assert isinstance(verification, dict) and verification["passed"], verification
+    assert verification["max_logit_diff"] <= 1e-3

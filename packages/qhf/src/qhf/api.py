@@ -282,7 +282,9 @@ class QuantModel:
                 seconds=round(time.perf_counter() - start, 3),
             )
             if verify:
-                verified = verify_checkpoint(staging, self.model, results, self.source.stored, self.probe_ids())
+                verified = verify_checkpoint(
+                    staging, self.model, results, self.source.stored, self.probe_ids(), dtype=self.source.dtype
+                )
                 self.summary = replace(summary, saved=saved, verification=verified.as_dict())
                 write_report(staging, results, report, self.summary)
                 raise_on_failure(verified, directory)

@@ -70,8 +70,13 @@ def verify_checkpoint(
     probe_ids: Sequence[int],
     *,
     atol: float = 1e-3,
+    dtype: torch.dtype = torch.float32,
 ) -> VerificationReport:
-    """Run the three checks; ``stored(name)`` gives a non-quantized tensor as the source stores it."""
+    """Run the three checks; ``stored(name)`` gives a non-quantized tensor as the source stores it.
+
+    ``dtype``: the in-memory model's compute dtype; the reloaded model is built in it, so both run the
+    same kernels on the same activations (a bfloat16 model against a float32 reload differs by the
+    rounding of 30 layers, not by what was saved)."""
     from qlooper.allocator import release_free_memory
 
     from .load_quantized import build_quantized_model
@@ -114,7 +119,7 @@ def verify_checkpoint(
     with torch.no_grad():
         mine = model(input_ids=ids, use_cache=False).logits.float()
     release_free_memory()  # what the comparisons above freed, before a second model is built
-    reloaded, backends = build_quantized_model(checkpoint, shared=identical.get)
+    reloaded, backends = build_quantized_model(checkpoint, dtype=dtype, shared=identical.get)
     for backend in backends.values():
         report.backends[backend] = report.backends.get(backend, 0) + 1
     report.probe_tokens = ids.shape[1]
