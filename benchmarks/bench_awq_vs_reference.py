@@ -1,0 +1,168 @@
+"""AWQ time side by side: lowbit and GPT-QModel 7.7.0 on the first layers of SmolLM2-135M, same rows.
+
+The dense SmolLM2 (from its ``.gguf``) is cut to its first ``--layers`` decoder layers and saved as a
+Hugging Face directory; ``--rows`` x ``--length`` tokens of the bundled calibration text (the quality
+bench's slice) are given to both tools as token ids. Each tool quantizes AWQ g64 asymmetric (the row
+"awq g64 asym") in its own subprocess, loaded in ``--dtype`` (GPT-QModel's AWQ refuses float32: bfloat16
+is the dtype both can run), with ``--threads`` torch threads and GPT-QModel's disk offload off (compute,
+not disk, is compared). Printed per tool: process CPU seconds and wall seconds of ``quantize`` alone and
+of quantize + save (lowbit's save verifies the checkpoint), peak RSS, and the ratio to GPT-QModel's.
+Results are cached as JSON under ``--work``; ``--rerun`` recomputes.
+
+Run from the ``bench_quality`` nox session's environment (GPT-QModel installed), with lowbit's packages on
+``PYTHONPATH``: ``python benchmarks/bench_awq_vs_reference.py --layers 4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from smollm2_source import smollm2_gguf  # noqa: E402
+
+TOOLS = ("lowbit", "gptqmodel")
+
+
+def prepare(work: Path, layers: int, rows: int, length: int) -> dict[str, Any]:
+    """The truncated dense model under ``work`` and the calibration rows (cached in ``inputs.json``)."""
+    manifest = work / "inputs.json"
+    if manifest.exists():
+        data = json.loads(manifest.read_text())
+        if (data["layers"], data["rows"], data["length"]) == (layers, rows, length):
+            return data
+    import qhf
+    from qhf.corpus import bundled_docs
+    from qhf.tokenizer import encode
+
+    base = qhf.load(smollm2_gguf(), {"method": "rtn"})
+    model = base.source.materialize_all()
+    model.model.layers = model.model.layers[:layers]
+    model.config.num_hidden_layers = layers
+    dense = work / "dense"
+    shutil.rmtree(dense, ignore_errors=True)
+    model.save_pretrained(dense)
+    base.tokenizer.save_pretrained(dense)
+    ids = encode(base.tokenizer, bundled_docs("calibration").joined())
+    if len(ids) < rows * length:
+        raise SystemExit(f"calibration slice has {len(ids)} tokens, fewer than {rows} x {length}")
+    data = {
+        "layers": layers,
+        "rows": rows,
+        "length": length,
+        "dense": str(dense),
+        "calibration": [ids[i * length : (i + 1) * length] for i in range(rows)],
+    }
+    work.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps(data))
+    return data
+
+
+def run_lowbit(inputs: dict[str, Any], dtype: Any, out: Path) -> float:
+    """Quantize with lowbit; returns the CPU seconds of ``quantize`` alone (save timed by the caller)."""
+    import qhf
+
+    settings = {"method": "awq", "bits": 4, "group_size": 64, "sym": False}
+    qm = qhf.load(inputs["dense"], settings, dtype=dtype)
+    cpu = time.process_time()
+    qm.quantize(calibration=inputs["calibration"])
+    cpu = time.process_time() - cpu
+    qm.save(out)
+    return cpu
+
+
+def run_reference(inputs: dict[str, Any], dtype: Any, out: Path) -> float:
+    """Quantize with GPT-QModel 7.7.0; returns the CPU seconds of ``quantize`` alone."""
+    from gptqmodel import GPTQModel, QuantizeConfig
+    from transformers import AutoTokenizer
+
+    config = QuantizeConfig(bits=4, method="awq", format="gemm", group_size=64, sym=False, offload_to_disk=False)
+    model = GPTQModel.load(inputs["dense"], config, device="cpu", dtype=dtype)
+    rows = [{"input_ids": r, "attention_mask": [1] * len(r)} for r in inputs["calibration"]]
+    cpu = time.process_time()
+    model.quantize(rows, tokenizer=AutoTokenizer.from_pretrained(inputs["dense"]), batch_size=1)
+    cpu = time.process_time() - cpu
+    model.save(str(out))
+    return cpu
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    inputs = json.loads((args.work / "inputs.json").read_text())
+    out = args.work / "checkpoints" / args.worker
+    shutil.rmtree(out, ignore_errors=True)
+    dtype = getattr(torch, args.dtype)
+    wall, cpu = time.perf_counter(), time.process_time()
+    quantize_cpu = (run_lowbit if args.worker == "lowbit" else run_reference)(inputs, dtype, out)
+    result = {
+        "quantize_cpu_s": round(quantize_cpu, 1),
+        "total_cpu_s": round(time.process_time() - cpu, 1),
+        "total_wall_s": round(time.perf_counter() - wall, 1),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "load_at_end": round(os.getloadavg()[0], 1),
+    }
+    (args.work / f"{args.worker}_{args.dtype}.json").write_text(json.dumps(result))
+
+
+def print_table(work: Path, dtype: str, inputs: dict[str, Any]) -> None:
+    results = {t: json.loads(p.read_text()) for t in TOOLS if (p := work / f"{t}_{dtype}.json").exists()}
+    print(
+        f"\nSmolLM2-135M first {inputs['layers']} layers, AWQ g64 asym, {inputs['rows']}x{inputs['length']} tokens, "
+        f"{dtype}; process CPU s (ratio to GPT-QModel)"
+    )
+    print(f"{'tool':<10} {'quantize cpu s':>16} {'+ save cpu s':>16} {'+ save wall s':>14} {'peak GiB':>9} {'load':>5}")
+    ref = results.get("gptqmodel")
+    for tool, r in results.items():
+        ratio = f" ({r['quantize_cpu_s'] / ref['quantize_cpu_s']:.2f})" if ref else ""
+        total = f" ({r['total_cpu_s'] / ref['total_cpu_s']:.2f})" if ref else ""
+        print(
+            f"{tool:<10} {str(r['quantize_cpu_s']) + ratio:>16} {str(r['total_cpu_s']) + total:>16} "
+            f"{r['total_wall_s']:>14} {r['peak_rss_gib']:>9} {r['load_at_end']:>5}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("bench-results/awq_vs_reference"))
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--rows", type=int, default=128)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--rerun", action="store_true")
+    parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    inputs = prepare(args.work, args.layers, args.rows, args.length)
+    for tool in args.tools.split(","):
+        if (args.work / f"{tool}_{args.dtype}.json").exists() and not args.rerun:
+            continue
+        print(f"running {tool}", flush=True)
+        # GPT-QModel 7.7.0's loader pool refuses fewer than 2 CPU workers; torch runs --threads threads
+        env = {**os.environ, "GPTQMODEL_CPU_WORKERS": str(max(2, args.threads)), "OMP_NUM_THREADS": str(args.threads)}
+        command = [sys.executable, __file__, "--work", str(args.work), "--dtype", args.dtype]
+        command += ["--threads", str(args.threads), "--worker", tool]
+        if subprocess.run(command, env=env, check=False).returncode != 0:
+            print(f"{tool}: failed", flush=True)
+    print_table(args.work, args.dtype, inputs)
+
+
+if __name__ == "__main__":
+    main()
