@@ -29,3 +29,39 @@ def test_gptq_modules_become_qkernels_modules_with_the_same_function() -> None:
     with torch.no_grad():
         got, want = model(b.input_ids, b.attention_mask), dense(b.input_ids, b.attention_mask)
     assert torch.allclose(got, want, atol=1e-4)
+
+
+def test_weight_only_and_wrapped_modules_come_from_the_one_replacer() -> None:
+    from qalgos.weight_only import WeightOnlySpec
+
+    seen: list[str] = []
+
+    def options(name: str, done: object) -> dict[str, object]:
+        seen.append(name)
+        return {"qtype": "Q4_0"}
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)
+
+    dense = ToyDecoder()
+    spec = WeightOnlySpec("gguf", gguf_type="Q4_0")
+    quantize_model(dense, DENSE, None, spec, "gguf")
+    model = ToyDecoder()
+    replace = kernel_replacer(backend="torch", family_options=options, wrap=lambda name, m: Wrapped(m))
+    run = quantize_model(model, DENSE, None, spec, "gguf", options=LoopOptions(replace_module=replace))
+    modules = dict(model.named_modules())
+    assert sorted(seen) == sorted(run.modules)
+    for name, done in run.modules.items():
+        wrapped = modules[name]
+        assert isinstance(wrapped, Wrapped) and isinstance(wrapped.inner, QuantLinear), name
+        assert wrapped.inner.contract.logical_kind == "gguf_blocks" and wrapped.inner.contract.method == "gguf"
+        assert torch.equal(wrapped.inner.dense_weight(), torch.from_numpy(done.weight.dequantize()))
+    b = toy_calibration().batches[0]
+    with torch.no_grad():
+        got, want = model(b.input_ids, b.attention_mask), dense(b.input_ids, b.attention_mask)
+    assert torch.allclose(got, want, atol=1e-5)

@@ -14,13 +14,15 @@ from typing import TypeAlias
 import numpy as np
 import torch
 from qformats.layouts.bnb import BnB4Weight, BnB8Weight
+from qformats.layouts.families import weight_only_keys
 from qformats.layouts.fp8 import FP8Weight
 from qformats.layouts.gguf import GGUFWeight, encodable_types
 
 from .errors import SpecError
 from .result import check_weight
 
-FAMILIES = ("fp8", "bnb4", "int8", "gguf")
+#: The weight-only family keys of qformats' weight-family registry: ``("fp8", "bnb4", "int8", "gguf")``.
+FAMILIES: tuple[str, ...] = weight_only_keys()
 GGUF_DEFAULT_BY_BITS = {1: "Q1_0", 2: "Q2_0", 4: "Q4_0", 5: "Q5_K", 6: "Q6_K", 8: "Q8_0"}
 
 Logical: TypeAlias = FP8Weight | BnB4Weight | BnB8Weight | GGUFWeight

@@ -1,8 +1,9 @@
 """Checkpoint-level checks for the layout families outside the registry: QQQ, ParoQuant, VPTQ, EXL3.
 
 ``qformats.validate`` uses :data:`FAMILIES` when a config's layout key names one of them. Each family
-says which tensor marks one of its modules (``marker``), which of its local tensor names hold a dot
-(VPTQ's ``centroids.weight``), and how to check one module's tensors under the module's settings.
+says which tensor marks one of its modules (``marker``, the weight-family registry's record in
+:mod:`qformats.layouts.families`), which of its local tensor names hold a dot (VPTQ's
+``centroids.weight``), and how to check one module's tensors under the module's settings.
 A check returns the family's violations (``QQQ-*``, ``PARO-*``/``AWQ-GEMM-*``, ``VPTQ-*``, ``EXL3-*``); dims it
 cannot infer raise :class:`LayoutError` (reported as ``SHAPE-UNKNOWN``). EXL3 dims come from the ``trellis``
 shape ``[in/16, out/16, 16*b]`` (its bits from the same shape, whatever the config's bits-per-weight says).
@@ -21,6 +22,7 @@ import numpy as np
 from .config.model import ModuleSpec, QuantizeConfig
 from .errors import ConfigError, LayoutError
 from .layouts import exl3, paroquant, qqq, vptq
+from .layouts.families import get_family
 from .violations import Violation
 
 Dims = tuple[int, int] | None
@@ -75,9 +77,16 @@ def _exl3(local: Mapping[str, np.ndarray], _: ModuleSpec, __: QuantizeConfig, di
     return exl3.validate_exl3(local, in_features, out_features)
 
 
-FAMILIES: dict[str, ModuleFamily] = {
-    "qqq": ModuleFamily("B", (), _qqq),
-    "paroquant": ModuleFamily("qweight", (), _paroquant),
-    "vptq": ModuleFamily("indices", ("centroids.weight", "res_centroids.weight", "outlier_centroids.weight"), _vptq),
-    "exl3": ModuleFamily("trellis", (), _exl3),
-}
+def _entry(key: str, dotted: tuple[str, ...], check: Check) -> tuple[str, ModuleFamily]:
+    """``key`` -> its checks, with the marker tensor of the weight-family registry's record."""
+    return key, ModuleFamily(get_family(key).markers[0], dotted, check)
+
+
+FAMILIES: dict[str, ModuleFamily] = dict(
+    [
+        _entry("qqq", (), _qqq),
+        _entry("paroquant", (), _paroquant),
+        _entry("vptq", ("centroids.weight", "res_centroids.weight", "outlier_centroids.weight"), _vptq),
+        _entry("exl3", (), _exl3),
+    ]
+)

@@ -132,15 +132,16 @@ class QuantModel:
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import quantize_model
+        from qlooper.kernels import kernel_replacer
         from qlooper.loop import LoopOptions
 
         from .looper_bridge import (
             SourceLayerLoader,
-            kernel_replacer,
             layer_modules,
             make_quant_processor,
             preflight,
             quant_spec,
+            replacer_hooks,
             weight_only_processor,
         )
         from .weight_only import with_mixture
@@ -176,7 +177,9 @@ class QuantModel:
             lockstep=lockstep,
             lockstep_budget=lockstep_budget,
             pack_dtype=settings.pack_dtype,
-            replace_module=kernel_replacer(settings, self.source.dtype, backend, adapter_for),
+            replace_module=kernel_replacer(
+                backend, dtype=self.source.dtype, **replacer_hooks(settings, self.source.dtype, adapter_for)
+            ),
             progress=progress,
             executor=executor,
             layer_loader=loader,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from qlooper.module_access import linear_features
 from torch import nn
 
 from .errors import QHFError
@@ -100,49 +99,25 @@ class SourceLayerLoader:
         """Nothing to release (class docstring)."""
 
 
-def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, adapter_for: Any = None) -> Any:
-    """``replace_module`` callback: a qkernels module from the finalized module's packed tensors, wrapped in
-    a :class:`~qhf.lora_adapter.LoraLinear` when ``adapter_for(name)`` gives the module's EoRA adapter."""
-    from qformats.layouts.registry import LayoutMeta
-    from qkernels import quant_linear
+def replacer_hooks(settings: QuantSettings, dtype: torch.dtype, adapter_for: Any = None) -> dict[str, Any]:
+    """The keyword hooks of ``qlooper.kernels.kernel_replacer`` for ``settings``: ``pack_dtype``,
+    ``family_options`` (the reading options of a non-integer family's module, :func:`qhf.weight_only.kernel_options`)
+    and ``wrap`` (a :class:`~qhf.lora_adapter.LoraLinear` around the module when ``adapter_for(name)`` gives its
+    EoRA adapter, its factors cast to ``dtype``)."""
+    from .weight_only import kernel_options
 
-    from .weight_only import weight_only_module
+    def family_options(name: str, done: Any) -> dict[str, Any]:
+        return kernel_options(settings, name, done.weight)
 
-    def replace(name: str, dense: nn.Module, done: Any) -> nn.Module:
-        tensors = dict(done.tensors())
-        if done.bias is not None:
-            tensors["bias"] = done.bias
-        if settings.weight_only:
-            return weight_only_module(
-                settings, tensors, *linear_features(dense), backend=backend, dtype=dtype, module=name
-            )
-        if settings.method in ("qqq", "paroquant"):  # the family's own module, as a reload builds it
-            from qkernels import weight_only_linear
-
-            in_features, out_features = linear_features(dense)
-            return weight_only_linear(
-                settings.method, tensors, in_features=in_features, out_features=out_features,
-                config={"group_size": done.weight.group_size if settings.method == "qqq" else settings.group_size},
-                backend=backend, dtype=dtype,
-            )  # fmt: skip
-        weight = done.weight
-        meta = LayoutMeta(
-            bits=weight.bits,
-            group_size=weight.group_size,
-            in_features=weight.in_features,
-            out_features=weight.out_features,
-            sym=weight.sym,
-            pack_dtype=settings.pack_dtype,
-        )
-        module = quant_linear(settings.format, tensors, meta, backend=backend, dtype=dtype)
+    def wrap(name: str, module: nn.Module) -> nn.Module:
         adapter = adapter_for(name) if adapter_for is not None else None
-        if adapter is not None:
-            from .lora_adapter import LoraLinear
+        if adapter is None:
+            return module
+        from .lora_adapter import LoraLinear
 
-            return LoraLinear(module, adapter.a.to(dtype), adapter.b.to(dtype))
-        return module
+        return LoraLinear(module, adapter.a.to(dtype), adapter.b.to(dtype))
 
-    return replace
+    return {"pack_dtype": settings.pack_dtype, "family_options": family_options, "wrap": wrap}
 
 
 def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:

@@ -25,25 +25,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from qformats.layouts.families import WeightFamily, family_for_config, weight_only_methods
 
 if TYPE_CHECKING:
     from .quant_config import QuantSettings
 
-WEIGHT_ONLY_METHODS = ("fp8", "bitsandbytes", "gguf")
-
-#: The tensor suffix whose presence marks a stored module of each loader family.
-MARKER_SUFFIX = {"fp8": "weight_scale_inv", "bnb4": "weight_quant_map", "int8": "weight_scb", "gguf": "qweight"}
-
 
 def is_weight_only(settings: QuantSettings) -> bool:
-    return settings.method in WEIGHT_ONLY_METHODS
+    return settings.method in weight_only_methods()
+
+
+def weight_family(settings: QuantSettings) -> WeightFamily:
+    """The qformats weight family of the settings' ``method`` and ``format`` (``bitsandbytes`` + ``int8`` ->
+    ``int8``, other bitsandbytes formats -> ``bnb4``)."""
+    return family_for_config(settings.method, settings.format)
 
 
 def spec_family(settings: QuantSettings) -> str:
-    """qalgos ``WeightOnlySpec.family``: ``fp8``, ``bnb4``, ``int8`` or ``gguf``."""
-    if settings.method == "bitsandbytes":
-        return "int8" if settings.format == "int8" else "bnb4"
-    return settings.method
+    """qalgos ``WeightOnlySpec.family``, the family key: ``fp8``, ``bnb4``, ``int8`` or ``gguf``."""
+    return weight_family(settings).key
 
 
 def gguf_type_name(settings: QuantSettings, module: str | None = None) -> str:
@@ -136,8 +136,25 @@ def fp8_config(settings: QuantSettings) -> dict[str, Any]:
     return config
 
 
+def kernel_options(settings: QuantSettings, module: str | None = None, logical: Any = None) -> dict[str, Any]:
+    """``qkernels.weight_only_linear``'s reading options for the settings' family (none for bitsandbytes): the
+    FP8 scheme (``config``), a GGUF module's ggml type (``qtype``, after ``dynamic`` overrides for ``module``),
+    the QQQ / ParoQuant ``group_size`` (QQQ's from its ``logical`` weight when given)."""
+    method = settings.method
+    if method == "fp8":
+        return {"config": fp8_config(settings)}
+    if method == "gguf":
+        return {"qtype": gguf_type_name(settings, module)}
+    if method == "qqq":
+        return {"config": {"group_size": logical.group_size if logical is not None else settings.group_size}}
+    if method == "paroquant":
+        return {"config": {"group_size": settings.group_size}}
+    return {}
+
+
 def marker_suffix(settings: QuantSettings) -> str:
-    return MARKER_SUFFIX[spec_family(settings)]
+    """The tensor suffix whose presence marks a stored module of the settings' family."""
+    return weight_family(settings).markers[0]
 
 
 def is_module_tensor(suffix: str) -> bool:
@@ -159,16 +176,14 @@ def weight_only_module(
     name, which picks its GGUF type under ``dynamic`` overrides)."""
     from qkernels import weight_only_linear
 
-    family = kernel_family(settings)
     return weight_only_linear(
-        family,
+        kernel_family(settings),
         tensors,
         in_features=in_features,
         out_features=out_features,
-        config=fp8_config(settings) if family == "fp8" else None,
-        qtype=gguf_type_name(settings, module) if family == "gguf" else None,
         backend=backend,
         dtype=dtype,
+        **kernel_options(settings, module),
     )
 
 
@@ -178,14 +193,12 @@ def weight_only_logical(
     """The family's qformats logical weight read from one module's stored tensors (raises naming the tensor)."""
     from qkernels.weight_only import load_weight_only
 
-    family = kernel_family(settings)
     loaded = load_weight_only(
-        family,
+        kernel_family(settings),
         tensors,
         in_features=in_features,
         out_features=out_features,
-        config=fp8_config(settings) if family == "fp8" else None,
-        qtype=gguf_type_name(settings, module) if family == "gguf" else None,
+        **kernel_options(settings, module),
     )
     return loaded.logical
 

@@ -21,13 +21,12 @@ from .errors import (
 from .module import QuantLinear
 from .registry import AUTO, get_backend, register_backend, registered_backends
 from .selection import Candidate, Selection, probe, select
-from .weight_only import WEIGHT_ONLY_FAMILIES, load_weight_only, weight_only_linear
+from .weight_only import load_weight_only, weight_only_families, weight_only_linear
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AUTO",
-    "WEIGHT_ONLY_FAMILIES",
     "BackendRefusedError",
     "Candidate",
     "Capabilities",
@@ -53,5 +52,6 @@ __all__ = [
     "repack",
     "resolve_target",
     "select",
+    "weight_only_families",
     "weight_only_linear",
 ]

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qformats.enums import AWQ_ONLY_FORMATS, GPTQ_ONLY_FORMATS
+from qformats.layouts.families import weight_only_methods
 from qformats.layouts.registry import LayoutMeta
 
 from .errors import KernelInputError
 
-_SELF_NAMED = {"gguf", "fp8", "bitsandbytes"}  # weight-only families: method == format family
 _LAYOUT_METHODS = {"awq_marlin": "awq"}  # registered layout keys outside the FORMAT enum
 
 
@@ -26,7 +26,7 @@ def method_of(fmt: str, method: str | None = None) -> str:
         return "gptq"
     if key in {f.value for f in AWQ_ONLY_FORMATS}:
         return "awq"
-    if key in _SELF_NAMED:
+    if key in weight_only_methods():  # qformats weight-only families: the method names the format family
         return key
     if key in _LAYOUT_METHODS:
         return _LAYOUT_METHODS[key]

@@ -31,22 +31,12 @@ Every family may carry a ``bias``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
-from qformats.layouts.bnb import unpack_bnb4, unpack_bnb8
-from qformats.layouts.exl3 import EXL3Weight, unpack_exl3
-from qformats.layouts.fp8 import unpack_fp8
-from qformats.layouts.gguf import GGUFWeight
-from qformats.layouts.paroquant import ParoQuantWeight, unpack_paroquant
-from qformats.layouts.paroquant import infer_meta as paroquant_meta
-from qformats.layouts.qqq import infer_meta as qqq_meta
-from qformats.layouts.qqq import unpack_qqq
+from qformats.layouts.families import FamilyInputError, ModuleInput, family_for_tensors, family_methods
 from qformats.layouts.registry import LayoutMeta
-from qformats.layouts.vptq import VPTQWeight, spec_from_config, unpack_vptq
 
 from .build import build_module
 from .checkpoint import LoadedCheckpoint, to_numpy
@@ -56,70 +46,11 @@ from .errors import KernelInputError
 from .module import QuantLinear
 from .registry import AUTO
 
-WEIGHT_ONLY_FAMILIES = ("fp8", "bitsandbytes", "gguf", "qqq", "paroquant", "vptq", "exl3")
 
-
-def _shape(logical: Any) -> tuple[int, ...]:
-    """``[out, in]`` of a weight-only logical object, read from its fields (nothing is dequantized)."""
-    if isinstance(logical, GGUFWeight):
-        return (logical.out_features, logical.in_features)
-    if isinstance(logical, ParoQuantWeight):
-        return (logical.weight.out_features, logical.weight.in_features)
-    if isinstance(logical, EXL3Weight):
-        return (logical.out_features, logical.in_features)
-    if isinstance(logical, VPTQWeight):
-        return (logical.spec.out_features, logical.spec.in_features)
-    if hasattr(logical, "codes") and isinstance(logical.codes, np.ndarray):  # FP8Weight, QQQWeight
-        return tuple(logical.codes.shape)
-    if hasattr(logical, "scb"):  # BnB8Weight
-        return tuple(logical.weight.shape)
-    return tuple(int(d) for d in logical.shape)  # BnB4Weight
-
-
-def _read(
-    family: str,
-    arrays: dict[str, np.ndarray],
-    config: Mapping[str, Any],
-    semantics: str | None,
-    qtype: str | None,
-    in_features: int,
-    out_features: int,
-) -> tuple[object, str, int, int]:
-    """(logical, logical_kind, bits, group_size) of one module's tensors."""
-    if family == "fp8":
-        return unpack_fp8(arrays, config, semantics), "fp8", 8, -1
-    if family == "bitsandbytes":
-        weight = arrays.get("weight")
-        if weight is None:
-            raise KernelInputError("bitsandbytes: tensor 'weight' is missing")
-        if weight.dtype == np.int8:
-            return unpack_bnb8(arrays), "bnb8", 8, -1
-        w4 = unpack_bnb4(arrays)
-        return w4, "bnb4", 4, int(w4.blocksize)
-    if family == "gguf":
-        if qtype is None:
-            raise KernelInputError("gguf: pass qtype= (the ggml type is not recoverable from the block bytes)")
-        if "qweight" not in arrays:
-            raise KernelInputError("gguf: tensor 'qweight' is missing")
-        w = GGUFWeight(arrays["qweight"], qtype, in_features)
-        digits = re.search(r"\d+", w.type.name)
-        return w, "gguf_blocks", int(digits.group()) if digits else 8, int(w.type.block_size)
-    if family in ("qqq", "paroquant"):
-        group_size = config.get("group_size", -1)
-        if isinstance(group_size, bool) or not isinstance(group_size, int):
-            raise KernelInputError(f"{family}: config group_size must be an integer, found {group_size!r}")
-        if family == "qqq":
-            qqq = unpack_qqq(arrays, qqq_meta(arrays, group_size=group_size))
-            return qqq, "qqq", 4, qqq.group_size
-        return unpack_paroquant(arrays, paroquant_meta(arrays, group_size=group_size)), "paroquant", 4, group_size
-    if family == "exl3":
-        exl3 = unpack_exl3(arrays, in_features, out_features)
-        return exl3, "exl3", exl3.bits, -1
-    if family == "vptq":
-        spec = spec_from_config(config, in_features, out_features)
-        vptq = unpack_vptq(arrays, spec, compute_dtype=config.get("compute_dtype"))
-        return vptq, "vptq", int(config.get("bits", 2)), spec.groups[1]
-    raise KernelInputError(f"family {family!r}: expected one of {', '.join(WEIGHT_ONLY_FAMILIES)}")
+def weight_only_families() -> tuple[str, ...]:
+    """The family names :func:`weight_only_linear` takes: the config methods of qformats' weight families
+    other than ``integer`` (``fp8``, ``bitsandbytes``, ``gguf``, ``qqq``, ``paroquant``, ``vptq``, ``exl3``)."""
+    return family_methods()
 
 
 def load_weight_only(
@@ -141,11 +72,17 @@ def load_weight_only(
     books = tensors.get("centroids.weight")
     if family == "vptq" and isinstance(books, torch.Tensor) and books.dtype == torch.bfloat16:
         config.setdefault("compute_dtype", "bfloat16")  # the numpy copy is float32; compute as the reference
-    logical, kind, bits, group = _read(family, arrays, config, semantics, qtype, in_features, out_features)
-    if _shape(logical) != (out_features, in_features):
-        raise KernelInputError(
-            f"{family}: expected a [{out_features}, {in_features}] weight, found {list(_shape(logical))}"
-        )
+    try:
+        found = family_for_tensors(family, arrays)
+        if found.read is None:
+            raise FamilyInputError(f"family {family!r}: expected one of {', '.join(family_methods())}")
+        read = found.read(arrays, ModuleInput(in_features, out_features, config, qtype, semantics))
+    except FamilyInputError as exc:
+        raise KernelInputError(str(exc)) from exc
+    logical, kind, bits, group = read.logical, found.logical_kind, read.bits, read.group_size
+    shape = found.shape(logical)
+    if shape != (out_features, in_features):
+        raise KernelInputError(f"{family}: expected a [{out_features}, {in_features}] weight, found {list(shape)}")
     meta = LayoutMeta(bits=bits, group_size=group, in_features=in_features, out_features=out_features, sym=True)
     contract = KernelContract.from_meta(family, meta, method=family)
     contract = KernelContract(**{**contract.__dict__, "logical_kind": kind})
@@ -166,7 +103,7 @@ def weight_only_linear(
     dtype: torch.dtype = torch.float32,
     **options: Any,
 ) -> QuantLinear:
-    """A module for one module's tensors of a family in :data:`WEIGHT_ONLY_FAMILIES`, built like ``quant_linear``."""
+    """A module for one module's tensors of a family in :func:`weight_only_families`, built like ``quant_linear``."""
     loaded = load_weight_only(
         family, tensors, in_features=in_features, out_features=out_features, config=config,
         semantics=semantics, qtype=qtype,

@@ -71,8 +71,6 @@ def _check_out_empty(out_arg: str) -> None:
         raise UsageError(f"--out {out_arg}: exists and is not an empty directory; choose a new output directory")
 
 
-#: ``--method`` of a weight-only family -> qhf's method (qhf.weight_only).
-WEIGHT_ONLY_METHODS = {"fp8": "fp8", "nf4": "bitsandbytes", "gguf": "gguf"}
 _INTEGER_ONLY_FLAGS = {
     "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
@@ -82,8 +80,18 @@ _INTEGER_ONLY_FLAGS = {
 
 
 def qhf_method(method: str) -> str:
-    """qhf's method name for a ``--method`` value (``nf4`` is qhf's ``bitsandbytes``)."""
-    return WEIGHT_ONLY_METHODS.get(method, method)
+    """The config method of a ``--method`` value: ``nf4`` names the bitsandbytes 4-bit weight family (its
+    method ``bitsandbytes``); every other value is its own method."""
+    from qformats.layouts.families import get_family
+
+    return get_family("bnb4").method if method == "nf4" else method
+
+
+def is_weight_only_method(method: str) -> bool:
+    """Whether ``--method`` names a weight-only family (``fp8``, ``nf4``, ``gguf``; qformats' registry)."""
+    from qformats.layouts.families import weight_only_methods
+
+    return qhf_method(method) in weight_only_methods()
 
 
 def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,7 +123,7 @@ def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     """The qhf quantization config dict the flags describe."""
-    if args.method in WEIGHT_ONLY_METHODS:
+    if is_weight_only_method(args.method):
         return _weight_only_config(args)
     if args.fp8_scale is not None or args.fp8_block is not None:
         raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")

@@ -25,13 +25,11 @@ import numpy as np
 
 from ..config.dynamic import DynamicRules
 from ..errors import QFormatsError
+from ..layouts.families import family_by_marker, marker_suffixes, weight_only_methods
 from ..layouts.gguf import tensor_type
 
 if TYPE_CHECKING:
     from .reader import Checkpoint
-
-WEIGHT_ONLY_METHODS = ("fp8", "bitsandbytes", "gguf")
-MARKERS = {"fp8": ("weight_scale_inv",), "bitsandbytes": ("weight_quant_map", "weight_scb"), "gguf": ("qweight",)}
 
 
 @dataclass
@@ -50,8 +48,8 @@ class WeightOnlyModule:
 
 
 def is_weight_only(ck: Checkpoint) -> bool:
-    """True when the checkpoint's config method is a weight-only family."""
-    return ck.fields.method in WEIGHT_ONLY_METHODS
+    """True when the checkpoint's config method is a weight-only family's (:func:`weight_only_methods`)."""
+    return ck.fields.method in weight_only_methods()
 
 
 def _members(ck: Checkpoint, prefix: str) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -114,14 +112,14 @@ def _fp8(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], s
     return WeightOnlyModule(prefix, qtype, 8, in_features, out_features, _listed(shapes), _nbytes(shapes), problems)
 
 
-def _bnb(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], str]]) -> WeightOnlyModule:
-    if "weight_scb" in shapes:
-        weight = shapes.get("weight", ((0, 0), "?"))
-        out_features, in_features = weight[0] if len(weight[0]) == 2 else (0, 0)
-        problems = [] if weight[1] == "int8" else [f"weight: expected int8 [out, in], found {weight[1]} {weight[0]}"]
-        return WeightOnlyModule(
-            prefix, "int8", 8, in_features, out_features, _listed(shapes), _nbytes(shapes), problems
-        )
+def _bnb8(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], str]]) -> WeightOnlyModule:
+    weight = shapes.get("weight", ((0, 0), "?"))
+    out_features, in_features = weight[0] if len(weight[0]) == 2 else (0, 0)
+    problems = [] if weight[1] == "int8" else [f"weight: expected int8 [out, in], found {weight[1]} {weight[0]}"]
+    return WeightOnlyModule(prefix, "int8", 8, in_features, out_features, _listed(shapes), _nbytes(shapes), problems)
+
+
+def _bnb4(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], str]]) -> WeightOnlyModule:
     problems = []
     out_features = in_features = 0
     qtype = "4-bit"
@@ -139,6 +137,10 @@ def _bnb(ck: Checkpoint, prefix: str, shapes: dict[str, tuple[tuple[int, ...], s
     return WeightOnlyModule(prefix, qtype, 4, in_features, out_features, _listed(shapes), _nbytes(shapes), problems)
 
 
+#: Weight-family key (:mod:`qformats.layouts.families`) -> how a module of it is summarized from the checkpoint.
+_SUMMARIES = {"fp8": _fp8, "bnb4": _bnb4, "int8": _bnb8, "gguf": _gguf}
+
+
 def _listed(shapes: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, list[object]]:
     return {local: [list(shape), dtype] for local, (shape, dtype) in sorted(shapes.items())}
 
@@ -146,10 +148,16 @@ def _listed(shapes: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, list[ob
 def weight_only_modules(ck: Checkpoint) -> list[WeightOnlyModule]:
     """Every weight-only module of ``ck`` (prefix order), with its stored type, dims, tensors and violations."""
     method = ck.fields.method
-    markers = MARKERS[method]
+    markers = marker_suffixes(method)
     prefixes = sorted({name.rpartition(".")[0] for name in ck.weight_map if name.rpartition(".")[2] in markers})
-    read = {"gguf": _gguf, "fp8": _fp8, "bitsandbytes": _bnb}[method]
-    return [read(ck, prefix, _members(ck, prefix)) for prefix in prefixes]
+    found = []
+    for prefix in prefixes:
+        shapes = _members(ck, prefix)
+        family = family_by_marker(shapes, method)
+        if family is None or family.key not in _SUMMARIES:
+            raise QFormatsError(f"{prefix}: no weight-only family of method {method!r} marks tensors {sorted(shapes)}")
+        found.append(_SUMMARIES[family.key](ck, prefix, shapes))
+    return found
 
 
 def module_tensor_names(ck: Checkpoint, modules: list[WeightOnlyModule]) -> set[str]:

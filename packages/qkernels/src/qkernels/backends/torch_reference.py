@@ -12,6 +12,7 @@ elements).
 from __future__ import annotations
 
 import torch
+from qformats.layouts.families import registered_families
 from qformats.layouts.registry import registered_layouts
 from qformats.logical import QuantizedWeight
 
@@ -22,7 +23,9 @@ from ..device import Target
 from ..module import QuantLinear
 from ..registry import register_backend
 
-REFERENCE_METHODS = frozenset({"gptq", "awq", "fp8", "bitsandbytes", "gguf", "qqq", "paroquant", "vptq", "exl3"})
+#: The integer methods plus the config method of every qformats weight family (fp8, bitsandbytes, gguf, ...).
+_FAMILIES = registered_families()
+_METHODS = frozenset({"gptq", "awq"} | {f.method for f in _FAMILIES if f.method})
 
 
 @register_backend
@@ -36,7 +39,7 @@ class TorchReferenceLinear(QuantLinear):
     _g_idx: torch.Tensor  # int64 [in]
     REQUIRES = "nothing beyond torch; the format's layout must be registered in qformats"
     CAPS = Capabilities(
-        methods=REFERENCE_METHODS,
+        methods=_METHODS,
         formats=None,
         bits=frozenset(range(1, 9)),
         group_sizes=None,
@@ -46,7 +49,7 @@ class TorchReferenceLinear(QuantLinear):
         dtypes=frozenset({torch.float32, torch.bfloat16, torch.float16}),
         pack_dtypes=None,
         priority=10,
-        logical_kinds=frozenset({"integer", "fp8", "bnb4", "bnb8", "gguf_blocks", "qqq", "paroquant", "vptq", "exl3"}),
+        logical_kinds=frozenset(f.logical_kind for f in _FAMILIES),
     )
 
     @classmethod

@@ -2,11 +2,12 @@
 
 With a qalgos ``QuantSpec`` the quantizer defaults to RTN (integer codes, packed by a qformats layout).
 With a qalgos ``WeightOnlySpec`` it is ``quantize_weight_only`` (FP8, bitsandbytes NF4/FP4 and int8, GGUF
-blocks) and the finished modules are packed by the family's own packer (``pack_fp8``, ``pack_bnb4``,
-``pack_bnb8``, GGUF ``qweight``). Any ``quantize(weight [out, in], spec)`` returning an object with
-``weight``, ``dequantized`` and ``loss`` plugs in, with ``pack(logical) -> {name: array}`` when the logical
-weight is not a ``QuantizedWeight``. ``module_specs`` gives named modules their own spec (e.g. the Q6_K
-modules of a GGUF q4_k_m mixture); it is part of :meth:`describe`, so a resumed run must use the same.
+blocks) and the finished modules are packed by the family's packer from qformats' weight-family registry
+(``get_family(spec.family).pack``: ``pack_fp8``, ``pack_bnb4``, ``pack_bnb8``, GGUF ``qweight``). Any
+``quantize(weight [out, in], spec)`` returning an object with ``weight``, ``dequantized`` and ``loss`` plugs
+in, with ``pack(logical) -> {name: array}`` when the logical weight is not a ``QuantizedWeight``.
+``module_specs`` gives named modules their own spec (e.g. the Q6_K modules of a GGUF q4_k_m mixture); it is
+part of :meth:`describe`, so a resumed run must use the same.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ import torch
 from qalgos.rtn import quantize_rtn
 from qalgos.spec import QuantSpec
 from qalgos.weight_only import WeightOnlySpec, quantize_weight_only
-from qformats.layouts.bnb import pack_bnb4, pack_bnb8
-from qformats.layouts.fp8 import pack_fp8
+from qformats.layouts.families import get_family
 from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup
@@ -30,14 +30,6 @@ from .base import LayerContext, ModuleResult, replace_weight
 
 WeightQuantizer = Callable[[torch.Tensor, Any], Any]
 Packer = Callable[[Any], dict[str, np.ndarray]]
-
-
-def _pack_gguf(weight: Any) -> dict[str, np.ndarray]:
-    """GGUF module tensors: the ``qweight`` row bytes (a copy)."""
-    return {"qweight": weight.qweight.copy()}
-
-
-FAMILY_PACKERS: dict[str, Packer] = {"fp8": pack_fp8, "bnb4": pack_bnb4, "int8": pack_bnb8, "gguf": _pack_gguf}
 
 
 class WeightOnlyProcessor:
@@ -59,7 +51,7 @@ class WeightOnlyProcessor:
         if isinstance(spec, WeightOnlySpec):
             self.quantize: WeightQuantizer = quantize or quantize_weight_only
             self.method = method or spec.family
-            self.pack: Packer | None = pack or FAMILY_PACKERS[spec.family]
+            self.pack: Packer | None = pack or get_family(spec.family).pack
         else:
             self.quantize = quantize or quantize_rtn
             self.method = method or "rtn"

@@ -1,0 +1,135 @@
+"""The built-in weight families (:mod:`qformats.layouts.families`); importing this module registers them.
+
+Readers take one module's numpy tensors (no ``bias``) and a :class:`ModuleInput`; they raise
+:class:`FamilyInputError` for a missing tensor or option and the family codec's ``LayoutError`` for
+malformed tensors. Registration order is :data:`~qformats.layouts.families.BUILTIN_FAMILY_KEYS`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..logical import QuantizedWeight
+from .bnb import BnB4Weight, BnB8Weight, pack_bnb4, pack_bnb8, unpack_bnb4, unpack_bnb8
+from .exl3 import EXL3Weight, pack_exl3, unpack_exl3
+from .families import FamilyInputError, FamilyRead, ModuleInput, WeightFamily, register_family
+from .fp8 import FP8Weight, pack_fp8, unpack_fp8
+from .gguf import GGUFWeight
+from .paroquant import ParoQuantWeight, pack_paroquant, unpack_paroquant
+from .paroquant import infer_meta as paroquant_meta
+from .qqq import QQQWeight, pack_qqq, unpack_qqq
+from .qqq import infer_meta as qqq_meta
+from .vptq import VPTQWeight, pack_vptq, spec_from_config, unpack_vptq
+
+Tensors = Mapping[str, np.ndarray]
+
+
+def _codes_shape(weight: Any) -> tuple[int, int]:
+    out_features, in_features = (int(d) for d in weight.codes.shape)
+    return out_features, in_features
+
+
+def _read_fp8(tensors: Tensors, given: ModuleInput) -> FamilyRead:
+    return FamilyRead(unpack_fp8(tensors, given.config, given.semantics), 8, -1)
+
+
+def _bnb_weight(tensors: Tensors) -> np.ndarray:
+    weight = tensors.get("weight")
+    if weight is None:
+        raise FamilyInputError("bitsandbytes: tensor 'weight' is missing")
+    return weight
+
+
+def _read_bnb4(tensors: Tensors, given: ModuleInput) -> FamilyRead:
+    w4 = unpack_bnb4(tensors)
+    return FamilyRead(w4, 4, int(w4.blocksize))
+
+
+def _read_bnb8(tensors: Tensors, given: ModuleInput) -> FamilyRead:
+    return FamilyRead(unpack_bnb8(tensors), 8, -1)
+
+
+def _pack_gguf(weight: GGUFWeight) -> dict[str, np.ndarray]:
+    """GGUF module tensors: the ``qweight`` row bytes (a copy)."""
+    return {"qweight": weight.qweight.copy()}
+
+
+def _read_gguf(tensors: Tensors, given: ModuleInput) -> FamilyRead:
+    if given.qtype is None:
+        raise FamilyInputError("gguf: pass qtype= (the ggml type is not recoverable from the block bytes)")
+    if "qweight" not in tensors:
+        raise FamilyInputError("gguf: tensor 'qweight' is missing")
+    w = GGUFWeight(tensors["qweight"], given.qtype, given.in_features)
+    digits = re.search(r"\d+", w.type.name)
+    return FamilyRead(w, int(digits.group()) if digits else 8, int(w.type.block_size))
+
+
+def _group_size(family: str, config: Mapping[str, Any]) -> int:
+    group_size = config.get("group_size", -1)
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise FamilyInputError(f"{family}: config group_size must be an integer, found {group_size!r}")
+    return group_size
+
+
+def _read_qqq(tensors: Tensors, given: ModuleInput) -> FamilyRead:
+    qqq = unpack_qqq(tensors, qqq_meta(tensors, group_size=_group_size("qqq", given.config)))
+    return FamilyRead(qqq, 4, qqq.group_size)
+
+
+def _read_paroquant(tensors: Tensors, given: ModuleInput) -> FamilyRead:
+    group_size = _group_size("paroquant", given.config)
+    return FamilyRead(unpack_paroquant(tensors, paroquant_meta(tensors, group_size=group_size)), 4, group_size)
+
+
+def _read_exl3(tensors: Tensors, given: ModuleInput) -> FamilyRead:
+    exl3 = unpack_exl3(tensors, given.in_features, given.out_features)
+    return FamilyRead(exl3, exl3.bits, -1)
+
+
+def _read_vptq(tensors: Tensors, given: ModuleInput) -> FamilyRead:
+    spec = spec_from_config(given.config, given.in_features, given.out_features)
+    vptq = unpack_vptq(tensors, spec, compute_dtype=given.config.get("compute_dtype"))
+    return FamilyRead(vptq, int(given.config.get("bits", 2)), spec.groups[1])
+
+
+def _dims(weight: Any) -> tuple[int, int]:
+    return int(weight.out_features), int(weight.in_features)
+
+
+register_family(WeightFamily("integer", "", (), (), QuantizedWeight, "integer", False, None, None, _dims))
+register_family(
+    WeightFamily("fp8", "fp8", (), ("weight_scale_inv",), FP8Weight, "fp8", True, pack_fp8, _read_fp8, _codes_shape)
+)
+register_family(
+    WeightFamily(
+        "bnb4", "bitsandbytes", (), ("weight_quant_map",), BnB4Weight, "bnb4", True, pack_bnb4, _read_bnb4,
+        lambda w: (int(w.shape[0]), int(w.shape[1])), accepts=lambda t: _bnb_weight(t).dtype != np.int8,
+    )
+)  # fmt: skip
+register_family(
+    WeightFamily(
+        "int8", "bitsandbytes", ("int8",), ("weight_scb",), BnB8Weight, "bnb8", True, pack_bnb8, _read_bnb8,
+        lambda w: (int(w.weight.shape[0]), int(w.weight.shape[1])), accepts=lambda t: _bnb_weight(t).dtype == np.int8,
+    )
+)  # fmt: skip
+register_family(
+    WeightFamily("gguf", "gguf", (), ("qweight",), GGUFWeight, "gguf_blocks", True, _pack_gguf, _read_gguf, _dims)
+)
+register_family(WeightFamily("qqq", "qqq", (), ("B",), QQQWeight, "qqq", False, pack_qqq, _read_qqq, _codes_shape))
+register_family(
+    WeightFamily(
+        "paroquant", "paroquant", (), ("qweight",), ParoQuantWeight, "paroquant", False, pack_paroquant,
+        _read_paroquant, lambda w: _dims(w.weight),
+    )
+)  # fmt: skip
+register_family(
+    WeightFamily(
+        "vptq", "vptq", (), ("indices",), VPTQWeight, "vptq", False, pack_vptq, _read_vptq,
+        lambda w: (int(w.spec.out_features), int(w.spec.in_features)),
+    )
+)  # fmt: skip
+register_family(WeightFamily("exl3", "exl3", (), ("trellis",), EXL3Weight, "exl3", False, pack_exl3, _read_exl3, _dims))
