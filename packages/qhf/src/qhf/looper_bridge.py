@@ -1,4 +1,5 @@
-"""Running qlooper on an opened source: quantization spec, lazy layers, quantized-module replacement.
+"""Running qlooper on an opened source: processor, lazy layers, quantized-module replacement (the spec comes from
+:mod:`qhf.spec_from_config`).
 
 Decoder layers stay on the meta device until the loop starts them: :class:`SourceLayerLoader` (qlooper's
 ``LoopOptions.layer_loader``) materializes layer ``i`` from the source files before the loop works on it
@@ -10,64 +11,39 @@ layer (a few while finalizers catch up), the calibration cache and the packed la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from qlooper.module_access import linear_features
 from torch import nn
 
+from .config_view import adapter, algorithm, is_weight_only, solver_variant
 from .errors import QHFError
-from .quant_config import QuantSettings
 from .source.opened_source import OpenedSource
 
-
-def quant_spec(settings: QuantSettings) -> Any:
-    """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact (QQQ keeps
-    float32 scales: it splits them into its two scale levels, :mod:`qalgos.qqq`).
-    Weight-only methods (FP8, bitsandbytes, GGUF) get their ``WeightOnlySpec`` (:mod:`qhf.weight_only`), ParoQuant
-    its ``ParoSpec`` (:mod:`qhf.paroquant_settings`)."""
-    from qalgos.spec import QuantSpec
-
-    if settings.weight_only:
-        from .weight_only import weight_only_spec
-
-        return weight_only_spec(settings)
-    if settings.method == "paroquant":
-        from .paroquant_settings import paro_spec
-
-        return paro_spec(settings)
-
-    return QuantSpec(
-        bits=settings.bits,
-        group_size=settings.group_size,
-        sym=settings.sym,
-        desc_act=settings.desc_act,
-        static_groups=settings.static_groups,
-        act_group_aware=bool(settings.act_group_aware),  # resolved to a bool when the settings were built
-        damp_percent=settings.damp_percent,
-        damp_auto_increment=settings.damp_auto_increment,
-        mse=settings.mse,
-        scale_dtype="float32" if settings.method == "qqq" else "float16",
-    )
+if TYPE_CHECKING:
+    from qformats.config import QuantizeConfig
 
 
-def make_quant_processor(settings: QuantSettings, spec: Any) -> Any:
-    """The qlooper processor for ``settings``: GPTAQ/FOEM when a ``gptaq`` / ``foem`` section is set, else the
-    method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in qlooper's ``EoRAProcessor`` when the
-    settings ask for an ``adapter``."""
+def make_quant_processor(settings: QuantizeConfig, spec: Any) -> Any:
+    """The qlooper processor for the config ``settings``: GPTAQ/FOEM when a ``gptaq`` / ``foem`` section is set,
+    else the method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in qlooper's ``EoRAProcessor`` when
+    the config asks for an ``adapter``."""
     from qlooper.api import make_processor
 
-    if settings.asymmetric is not None:
+    variant = solver_variant(settings)
+    if variant is not None:
         from qalgos.gptaq import AsymmetricSpec
 
-        name, values = settings.asymmetric
+        name, values = variant
         processor = make_processor(name, spec, AsymmetricSpec(name, values["alpha"], values.get("beta", 0.0)))
     else:
-        processor = make_processor("weight_only" if settings.weight_only else settings.method, spec)
-    if settings.adapter is not None:
+        processor = make_processor("weight_only" if is_weight_only(settings) else algorithm(settings), spec)
+    eora = adapter(settings)
+    if eora is not None:
         from qlooper.processors.eora import EoRAProcessor
 
-        processor = EoRAProcessor(processor, int(settings.adapter["rank"]))
+        processor = EoRAProcessor(processor, int(eora["rank"]))
     return processor
 
 
@@ -100,7 +76,7 @@ class SourceLayerLoader:
         """Nothing to release (class docstring)."""
 
 
-def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, adapter_for: Any = None) -> Any:
+def kernel_replacer(settings: QuantizeConfig, dtype: torch.dtype, backend: str, adapter_for: Any = None) -> Any:
     """``replace_module`` callback: a qkernels module from the finalized module's packed tensors, wrapped in
     a :class:`~qhf.lora_adapter.LoraLinear` when ``adapter_for(name)`` gives the module's EoRA adapter."""
     from qformats.layouts.registry import LayoutMeta
@@ -112,17 +88,18 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, a
         tensors = dict(done.tensors())
         if done.bias is not None:
             tensors["bias"] = done.bias
-        if settings.weight_only:
+        if is_weight_only(settings):
             return weight_only_module(
                 settings, tensors, *linear_features(dense), backend=backend, dtype=dtype, module=name
             )
-        if settings.method in ("qqq", "paroquant"):  # the family's own module, as a reload builds it
+        method = algorithm(settings)
+        if method in ("qqq", "paroquant"):  # the family's own module, as a reload builds it
             from qkernels import weight_only_linear
 
             in_features, out_features = linear_features(dense)
             return weight_only_linear(
-                settings.method, tensors, in_features=in_features, out_features=out_features,
-                config={"group_size": done.weight.group_size if settings.method == "qqq" else settings.group_size},
+                method, tensors, in_features=in_features, out_features=out_features,
+                config={"group_size": done.weight.group_size if method == "qqq" else settings.group_size},
                 backend=backend, dtype=dtype,
             )  # fmt: skip
         weight = done.weight
@@ -134,7 +111,7 @@ def kernel_replacer(settings: QuantSettings, dtype: torch.dtype, backend: str, a
             sym=weight.sym,
             pack_dtype=settings.pack_dtype,
         )
-        module = quant_linear(settings.format, tensors, meta, backend=backend, dtype=dtype)
+        module = quant_linear(str(settings.format), tensors, meta, backend=backend, dtype=dtype)
         adapter = adapter_for(name) if adapter_for is not None else None
         if adapter is not None:
             from .lora_adapter import LoraLinear
@@ -158,16 +135,16 @@ def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:
     return found
 
 
-def weight_only_processor(settings: QuantSettings, spec: Any, modules: list[str]) -> Any:
+def weight_only_processor(settings: QuantizeConfig, spec: Any, modules: list[str]) -> Any:
     """qlooper's ``WeightOnlyProcessor`` for ``spec``, with the per-module specs of a GGUF config's overrides."""
     from qlooper.processors.weight_only import WeightOnlyProcessor
 
-    from .weight_only import module_specs
+    from .spec_from_config import module_specs
 
     return WeightOnlyProcessor(spec, module_specs=module_specs(settings, modules))
 
 
-def preflight(settings: QuantSettings, source: OpenedSource) -> None:
+def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     """Refuse, before any work, a format that cannot hold the model's shapes (names module and reason).
 
     Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
@@ -185,9 +162,9 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     from .qqq_settings import module_problem
     from .weight_only import fp8_block_problem
 
-    qqq = settings.method == "qqq"
-    paro = settings.method == "paroquant"
-    layout = None if settings.weight_only or qqq or paro else get_layout(settings.format)
+    qqq = algorithm(settings) == "qqq"
+    paro = algorithm(settings) == "paroquant"
+    layout = None if is_weight_only(settings) or qqq or paro else get_layout(str(settings.format))
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -223,13 +200,13 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
                 raise QHFError(f"method 'fp8' cannot hold {resolved.full_name}: {problem}")
             continue
         groups = group_count(in_features, settings.group_size)
-        zero = 1 << (settings.bits - 1)
+        zero = 1 << (settings.width - 1)
         probe = QuantizedWeight(
             codes=np.zeros((out_features, in_features), dtype=np.uint8),
             scales=np.ones((groups, out_features), dtype=np.float16),
             zeros=np.full((groups, out_features), zero, dtype=np.int32),
             g_idx=default_g_idx(in_features, settings.group_size),
-            bits=settings.bits,
+            bits=settings.width,
             group_size=settings.group_size,
             sym=settings.sym,
         )
@@ -237,5 +214,5 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
         if reason is not None:
             raise QHFError(
                 f"format {settings.format!r} cannot hold {resolved.full_name} "
-                f"[{out_features} x {in_features}] at {settings.bits}-bit group {settings.group_size}: {reason}"
+                f"[{out_features} x {in_features}] at {settings.width}-bit group {settings.group_size}: {reason}"
             )

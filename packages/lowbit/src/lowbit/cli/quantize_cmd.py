@@ -276,6 +276,7 @@ def _run(args: argparse.Namespace) -> int:
     import qhf
     from qcheckpoint import ResumePolicyError
     from qformats.config import QUANTIZER_FORMATS
+    from qhf.config_view import algorithm, is_weight_only, needs_calibration
     from qlooper.errors import RunStopped
 
     if qhf_method(args.method) not in QUANTIZER_FORMATS:
@@ -296,20 +297,21 @@ def _run(args: argparse.Namespace) -> int:
         f"{params / 1e6:.1f}M parameters, {human_bytes(source_bytes)} on disk)",
         flush=True,
     )
-    settings = qm.settings
+    cfg = qm.config
+    method, calibrated = algorithm(cfg), needs_calibration(cfg)
     if target_line is not None:
         print(target_line, flush=True)
-    if settings.weight_only:
-        line = f"quantize     {settings.method} {settings.bits}-bit -> format {settings.format} (weight-only)"
+    if is_weight_only(cfg):
+        line = f"quantize     {method} {cfg.width}-bit -> format {cfg.format} (weight-only)"
         print(line, flush=True)
     else:
         print(
-            f"quantize     {settings.method} {settings.bits}-bit group {settings.group_size} "
-            f"{'sym' if settings.sym else 'asym'} -> format {settings.format}",
+            f"quantize     {method} {cfg.width}-bit group {cfg.group_size} "
+            f"{'sym' if cfg.sym else 'asym'} -> format {cfg.format}",
             flush=True,
         )
     calibration, described = None, "none (rtn needs no calibration)"
-    if settings.needs_calibration:
+    if calibrated:
         calibration, described = calibration_rows(
             args.calibration, qm.tokenizer, samples=args.samples, length=args.length
         )
@@ -353,7 +355,7 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print(render_table(PER_LAYER_HEADERS, per_layer_rows(rows)))
     print()
-    if settings.needs_calibration:
+    if calibrated:
         print(f"calibration  {_describe_calibration(summary, described)}")
     if summary.resumed_from:
         print(f"resumed      from plan step {summary.resumed_from} ({args.checkpoint_dir})")
@@ -388,12 +390,12 @@ def _run(args: argparse.Namespace) -> int:
         try:
             print(engines_text(directory_verdicts(args.out)))
         except QFormatsError as exc:  # qformats.inspect does not resolve GGUF-method module dimensions
-            print(f"engines      not assessed: qformats cannot inspect this {settings.method} directory ({exc})")
+            print(f"engines      not assessed: qformats cannot inspect this {method} directory ({exc})")
         print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
     if args.plot is not None:
         from .plots import plot_module_losses
 
-        title = f"{Path(args.source).name}: {settings.method} {settings.bits}-bit g{settings.group_size}"
+        title = f"{Path(args.source).name}: {method} {cfg.width}-bit g{cfg.group_size}"
         print(f"plot         {plot_module_losses(rows, Path(args.plot), title)}")
     if args.checkpoint_dir:
         print(f"checkpoint   {args.checkpoint_dir} is no longer needed; delete it to free the space")
