@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from lowbit.cli.parser import build_parser
-from lowbit.cli.quantize_cmd import quant_config
+from lowbit.cli.quantize_flags import quant_config
 from lowbit.errors import UsageError
 from qhf.config_view import adapter, setting, solver_variant
 from qhf.quant_config import read_quantize_config

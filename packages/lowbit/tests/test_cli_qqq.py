@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import run_lowbit
 from lowbit.cli.parser import build_parser
-from lowbit.cli.quantize_cmd import quant_config
+from lowbit.cli.quantize_flags import quant_config
 from lowbit.errors import UsageError
 from qhf.config_view import algorithm, setting
 from qhf.quant_config import QuantConfigError, read_quantize_config
