@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 from lowbit.cli.parser import build_parser
-from lowbit.cli.quantize_cmd import quant_config
+from lowbit.cli.quantize_flags import quant_config
 from lowbit.errors import UsageError
-from qhf.quant_config import parse_settings
+from qhf.config_view import adapter, setting, solver_variant
+from qhf.quant_config import read_quantize_config
 
 
 def _config(*flags: str) -> dict[str, object]:
@@ -15,14 +16,16 @@ def _config(*flags: str) -> dict[str, object]:
 
 
 def test_flags_become_sections() -> None:
-    assert parse_settings(_config("--gptaq")).asymmetric == ("gptaq", {"alpha": 0.25})
-    assert parse_settings(_config("--gptaq", "0.5")).asymmetric == ("gptaq", {"alpha": 0.5})
-    assert parse_settings(_config("--foem")).asymmetric == ("foem", {"alpha": 0.0, "beta": 0.2})
-    both = parse_settings(_config("--foem", "0.1", "--foem-alpha", "0.25"))
-    assert both.asymmetric == ("foem", {"alpha": 0.25, "beta": 0.1})
+    def variant(*flags: str) -> tuple | None:
+        return solver_variant(read_quantize_config(_config(*flags)))
+
+    assert variant("--gptaq") == ("gptaq", {"alpha": 0.25})
+    assert variant("--gptaq", "0.5") == ("gptaq", {"alpha": 0.5})
+    assert variant("--foem") == ("foem", {"alpha": 0.0, "beta": 0.2})
+    assert variant("--foem", "0.1", "--foem-alpha", "0.25") == ("foem", {"alpha": 0.25, "beta": 0.1})
     assert "gptaq" not in _config() and "foem" not in _config() and "adapter" not in _config()
-    eora = parse_settings(_config("--gptaq", "--eora-rank", "32"))
-    assert eora.adapter == {"name": "lora", "path": "eora", "rank": 32} and eora.gptaq == {"alpha": 0.25}
+    eora = read_quantize_config(_config("--gptaq", "--eora-rank", "32"))
+    assert adapter(eora) == {"name": "lora", "path": "eora", "rank": 32} and setting(eora, "gptaq") == {"alpha": 0.25}
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from lowbit.cli.parser import build_parser
-from lowbit.cli.quantize_cmd import quant_config
+from lowbit.cli.quantize_flags import quant_config
 from lowbit.errors import UsageError
 from qhf.paroquant_settings import paro_spec
-from qhf.quant_config import parse_settings
+from qhf.quant_config import read_quantize_config
 
 
 def _config(*flags: str) -> dict[str, object]:
@@ -18,9 +18,9 @@ def _config(*flags: str) -> dict[str, object]:
 def test_flags_become_reference_fields() -> None:
     config = _config("--method", "paroquant", "--group-size", "64", "--krot", "4", "--paro-epochs", "10,0")
     assert config["krot"] == 4 and (config["opt_rotation_epochs"], config["opt_finetune_epochs"]) == (10, 0)
-    spec = paro_spec(parse_settings(config))
+    spec = paro_spec(read_quantize_config(config))
     assert (spec.krot, spec.group_size, spec.rotation_epochs, spec.finetune_epochs) == (4, 64, 10, 0)
-    assert paro_spec(parse_settings(_config("--method", "paroquant"))).rotation_epochs == 2
+    assert paro_spec(read_quantize_config(_config("--method", "paroquant"))).rotation_epochs == 2
 
 
 def test_bad_flags_are_refused() -> None:

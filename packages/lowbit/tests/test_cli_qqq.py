@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from conftest import run_lowbit
 from lowbit.cli.parser import build_parser
-from lowbit.cli.quantize_cmd import quant_config
+from lowbit.cli.quantize_flags import quant_config
 from lowbit.errors import UsageError
-from qhf.quant_config import QuantConfigError, parse_settings
+from qhf.config_view import algorithm, setting
+from qhf.quant_config import QuantConfigError, read_quantize_config
 
 
 def _config(*flags: str) -> dict[str, object]:
@@ -16,12 +17,14 @@ def _config(*flags: str) -> dict[str, object]:
 
 
 def test_flags_give_the_qqq_recipe() -> None:
-    settings = parse_settings(_config())
-    assert (settings.method, settings.format, settings.bits, settings.group_size) == ("qqq", "qqq", 4, 128)
-    assert (settings.damp_percent, settings.damp_auto_increment, settings.act_group_aware) == (0.005, 0.001, False)
-    assert parse_settings(_config("--group-size", "-1", "--damp-percent", "0.01")).damp_percent == 0.01
+    config = read_quantize_config(_config())
+    assert (algorithm(config), config.format, config.bits, config.group_size) == ("qqq", "qqq", 4, 128)
+    damping = (setting(config, "damp_percent"), setting(config, "damp_auto_increment"))
+    assert (*damping, setting(config, "act_group_aware")) == (0.005, 0.001, False)
+    per_channel = read_quantize_config(_config("--group-size", "-1", "--damp-percent", "0.01"))
+    assert setting(per_channel, "damp_percent") == 0.01
     with pytest.raises(QuantConfigError, match="group_size"):
-        parse_settings(_config("--group-size", "64"))
+        read_quantize_config(_config("--group-size", "64"))
     with pytest.raises(UsageError, match="--method qqq"):
         _config("--gptaq")
 

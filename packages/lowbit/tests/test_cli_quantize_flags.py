@@ -1,12 +1,14 @@
-"""``lowbit quantize`` flags -> the qhf settings dict (no model needed), presets included."""
+"""``lowbit quantize`` flags -> the config dict qhf reads into its ``QuantizeConfig`` (no model needed), presets
+included."""
 
 from __future__ import annotations
 
 import pytest
 from lowbit.cli.parser import build_parser
-from lowbit.cli.quantize_cmd import quant_config
+from lowbit.cli.quantize_flags import quant_config
 from lowbit.errors import UsageError
-from qhf.quant_config import parse_settings
+from qhf.config_view import setting
+from qhf.quant_config import read_quantize_config
 
 
 def _config(*flags: str) -> dict[str, object]:
@@ -16,28 +18,25 @@ def _config(*flags: str) -> dict[str, object]:
 def test_defaults_leave_the_reference_defaults_to_qhf() -> None:
     config = _config()
     assert config == {"method": "gptq", "bits": 4, "group_size": 128, "sym": True}
-    settings = parse_settings(config)
-    assert settings.act_group_aware is True and settings.desc_act is False and settings.damp_percent == 0.05
+    read = read_quantize_config(config)
+    assert setting(read, "act_group_aware") is True and read.desc_act is False and setting(read, "damp_percent") == 0.05
 
 
 def test_gptq_flags_reach_the_settings() -> None:
-    settings = parse_settings(
+    read = read_quantize_config(
         _config("--static-groups", "--mse", "2.4", "--no-act-group-aware", "--damp-percent", "0.02")
     )
-    assert (settings.static_groups, settings.mse, settings.act_group_aware, settings.damp_percent) == (
-        True,
-        2.4,
-        False,
-        0.02,
-    )
+    names = ("static_groups", "mse", "act_group_aware", "damp_percent")
+    assert tuple(setting(read, name) for name in names) == (True, 2.4, False, 0.02)
 
 
 def test_best_preset_and_explicit_flags_override_it() -> None:
-    best = parse_settings(_config("--preset", "best"))
-    assert (best.desc_act, best.act_group_aware, best.mse, best.damp_percent) == (True, False, 2.0, 0.05)
-    tuned = parse_settings(_config("--preset", "best", "--damp-percent", "0.02", "--group-size", "64", "--asym"))
-    assert (tuned.desc_act, tuned.damp_percent, tuned.group_size, tuned.sym) == (True, 0.02, 64, False)
-    assert parse_settings(_config("--preset", "reference")) == parse_settings(_config())
+    best = read_quantize_config(_config("--preset", "best"))
+    found = (setting(best, "act_group_aware"), setting(best, "mse"), setting(best, "damp_percent"))
+    assert (best.desc_act, *found) == (True, False, 2.0, 0.05)
+    tuned = read_quantize_config(_config("--preset", "best", "--damp-percent", "0.02", "--group-size", "64", "--asym"))
+    assert (tuned.desc_act, setting(tuned, "damp_percent"), tuned.group_size, tuned.sym) == (True, 0.02, 64, False)
+    assert read_quantize_config(_config("--preset", "reference")) == read_quantize_config(_config())
 
 
 def test_preset_with_another_method_is_refused_naming_both_flags() -> None:

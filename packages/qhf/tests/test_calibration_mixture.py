@@ -98,7 +98,7 @@ def test_quantize_default_records_the_mixture_in_summary_and_saved_config(tmp_pa
     report = json.loads((tmp_path / "q" / "quant_report.json").read_text())
     assert report["summary"]["calibration_source"]["generation_seconds"] == source["generation_seconds"]
     reloaded = qhf.load_quantized(tmp_path / "q")  # the extra meta does not disturb reading the config back
-    assert reloaded.settings.bits == 4 and reloaded.settings.calibration is None
+    assert reloaded.config.bits == 4 and "calibration" not in reloaded.config.settings
 
 
 def test_quantize_takes_a_configured_mixture_and_it_is_reproducible(tiny_dirs) -> None:

@@ -9,10 +9,12 @@ import stat
 import pytest
 import qhf
 import torch
+from qhf.checkpoint_config import checkpoint_dict
+from qhf.config_view import adapter
 from qhf.corpus import bundled_docs
 from qhf.errors import SourceFormatError
 from qhf.lora_adapter import LoraLinear
-from qhf.quant_config import QuantConfigError, parse_settings
+from qhf.quant_config import QuantConfigError, read_quantize_config
 from qhf.tokenizer import token_blocks
 from safetensors.torch import load_file
 
@@ -25,9 +27,9 @@ def _logits(model) -> torch.Tensor:
 
 
 def test_adapter_field_parses_and_bad_values_are_named() -> None:
-    settings = parse_settings({"method": "gptq", "adapter": {"rank": 16}})
-    assert settings.adapter == {"name": "lora", "path": "eora", "rank": 16}
-    assert settings.to_checkpoint_dict()["adapter"] == {"name": "lora", "path": "eora", "rank": 16}
+    config = read_quantize_config({"method": "gptq", "adapter": {"rank": 16}})
+    assert adapter(config) == {"name": "lora", "path": "eora", "rank": 16}
+    assert checkpoint_dict(config)["adapter"] == {"name": "lora", "path": "eora", "rank": 16}
     for config, match in (
         ({"adapter": {"rank": 0}}, "adapter.rank"),
         ({"adapter": {"rank": 4, "path": "../x"}}, "adapter.path"),
@@ -36,7 +38,7 @@ def test_adapter_field_parses_and_bad_values_are_named() -> None:
         ({"method": "fp8", "adapter": {"rank": 4}}, "method 'fp8'"),
     ):
         with pytest.raises(QuantConfigError, match=match):
-            parse_settings(config)
+            read_quantize_config(config)
 
 
 def test_eora_quantize_save_reload(tmp_path, tiny_dirs) -> None:

@@ -8,24 +8,26 @@ import json
 import pytest
 import qhf
 import torch
+from qhf.checkpoint_config import checkpoint_dict
+from qhf.config_view import setting, solver_variant
 from qhf.corpus import bundled_docs
-from qhf.quant_config import QuantConfigError, parse_settings
+from qhf.quant_config import QuantConfigError, read_quantize_config
 from qhf.tokenizer import token_blocks
 
 PROBE = torch.tensor([[0, *range(5, 45)]])
 
 
 def test_sections_parse_from_top_level_and_meta() -> None:
-    top = parse_settings({"method": "gptq", "gptaq": {"alpha": 0.5, "device": "cpu"}})
-    assert top.asymmetric == ("gptaq", {"alpha": 0.5})
-    meta = parse_settings({"method": "gptq", "meta": {"foem": {"alpha": 0, "beta": 0.2, "device": "auto"}}})
-    assert meta.asymmetric == ("foem", {"alpha": 0.0, "beta": 0.2})
-    assert parse_settings({"gptaq": {}}).gptaq == {"alpha": 0.25}  # the reference's GPTAQConfig() default
-    assert parse_settings({"meta": {"gptaq": None}}).asymmetric is None  # what a reference GPTQ run writes
-    written = top.to_checkpoint_dict()
+    top = read_quantize_config({"method": "gptq", "gptaq": {"alpha": 0.5, "device": "cpu"}})
+    assert solver_variant(top) == ("gptaq", {"alpha": 0.5})
+    meta = read_quantize_config({"method": "gptq", "meta": {"foem": {"alpha": 0, "beta": 0.2, "device": "auto"}}})
+    assert solver_variant(meta) == ("foem", {"alpha": 0.0, "beta": 0.2})
+    assert setting(read_quantize_config({"gptaq": {}}), "gptaq") == {"alpha": 0.25}  # GPTAQConfig()'s default
+    assert solver_variant(read_quantize_config({"meta": {"gptaq": None}})) is None  # what a reference GPTQ writes
+    written = checkpoint_dict(top)
     assert written["method"] == "gptq" and written["meta"]["gptaq"] == {"alpha": 0.5, "device": "auto"}
     assert "gptaq" not in written
-    assert parse_settings(written).asymmetric == top.asymmetric
+    assert solver_variant(read_quantize_config(written)) == solver_variant(top)
 
 
 @pytest.mark.parametrize(
@@ -41,7 +43,7 @@ def test_sections_parse_from_top_level_and_meta() -> None:
 )
 def test_bad_sections_are_named(config: dict, match: str) -> None:
     with pytest.raises(QuantConfigError, match=match):
-        parse_settings(config)
+        read_quantize_config(config)
 
 
 def _logits(model) -> torch.Tensor:

@@ -92,7 +92,7 @@ def wide_llama(tmp_path_factory: pytest.TempPathFactory, tokenizer: object) -> P
 def test_family_checkpoint_loads_and_runs_on_cpu(tmp_path: Path, wide_llama: Path, family: str) -> None:
     dense = _write(wide_llama, tmp_path / family, family)
     lm = qhf.load_quantized(tmp_path / family)
-    assert len(lm.backends) == len(dense) == 14 and lm.settings.format == family
+    assert len(lm.backends) == len(dense) == 14 and lm.config.format == family
     x = torch.randn(3, 128, dtype=torch.float32)
     for module, weight in dense.items():
         layer = lm.model.get_submodule(module)

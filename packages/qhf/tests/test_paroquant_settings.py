@@ -9,10 +9,12 @@ import json
 import pytest
 import qhf
 import torch
+from qhf.checkpoint_config import checkpoint_dict
+from qhf.config_view import algorithm
 from qhf.corpus import bundled_docs
 from qhf.errors import QHFError
 from qhf.paroquant_settings import ParoSettingsError, paro_spec
-from qhf.quant_config import parse_settings
+from qhf.quant_config import read_quantize_config
 from qhf.tokenizer import token_blocks
 
 PROBE = torch.tensor([[0, *range(5, 45)]])
@@ -20,11 +22,11 @@ BUDGET = {"krot": 4, "opt_rotation_epochs": 2, "opt_finetune_epochs": 1, "opt_tr
 
 
 def test_fields_parse_and_write_back() -> None:
-    settings = parse_settings({"method": "paroquant", "group_size": 64, **BUDGET, "opt_betas": [0.8, 0.9]})
-    spec = paro_spec(settings)
+    config = read_quantize_config({"method": "paroquant", "group_size": 64, **BUDGET, "opt_betas": [0.8, 0.9]})
+    spec = paro_spec(config)
     assert (spec.krot, spec.rotation_epochs, spec.train_samples, spec.betas) == (4, 2, 128, (0.8, 0.9))
-    assert paro_spec(parse_settings({"method": "paroquant"})).krot == 8  # the reference's default
-    written = settings.to_checkpoint_dict()
+    assert paro_spec(read_quantize_config({"method": "paroquant"})).krot == 8  # the reference's default
+    written = checkpoint_dict(config)
     assert written["format"] == written["checkpoint_format"] == written["method"] == "paroquant"
     assert written["zero_point"] is False and written["krot"] == 4 and "sym" not in written
     meta = written["meta"]
@@ -32,12 +34,12 @@ def test_fields_parse_and_write_back() -> None:
     assert meta["opt_betas"] == [0.8, 0.9] and meta["opt_channel_scale_clamp_max"] == 100.0
 
 
-def test_settings_passed_again_keep_their_paroquant_fields() -> None:
-    """``qhf.load(src, settings)`` re-checks a ``QuantSettings``; the opt_* fields ride in its qformats config."""
-    settings = parse_settings({"method": "paroquant", "group_size": 64, **BUDGET})
-    again = parse_settings(settings)
-    assert paro_spec(again) == paro_spec(settings)
-    assert again.to_checkpoint_dict() == settings.to_checkpoint_dict()
+def test_a_config_read_again_keeps_its_paroquant_fields() -> None:
+    """``qhf.load(src, config)`` re-reads a ``QuantizeConfig``; the opt_* fields ride in it."""
+    config = read_quantize_config({"method": "paroquant", "group_size": 64, **BUDGET})
+    again = read_quantize_config(config)
+    assert paro_spec(again) == paro_spec(config)
+    assert checkpoint_dict(again) == checkpoint_dict(config)
 
 
 @pytest.mark.parametrize(
@@ -54,7 +56,7 @@ def test_settings_passed_again_keep_their_paroquant_fields() -> None:
 )
 def test_bad_fields_are_named(config: dict, match: str) -> None:
     with pytest.raises(ParoSettingsError, match=match):
-        parse_settings({"method": "paroquant", **config})
+        read_quantize_config({"method": "paroquant", **config})
 
 
 def test_group_not_dividing_a_module_is_refused_by_name(tiny_dirs) -> None:
@@ -80,7 +82,7 @@ def test_paroquant_quantize_save_reload(tmp_path, tiny_dirs) -> None:
     config = json.loads((out / "quantize_config.json").read_text())
     assert config["method"] == "paroquant" and config["krot"] == 4 and config["meta"]["opt_train_samples"] == 128
     lm = qhf.load_quantized(out)
-    assert lm.settings.method == "paroquant"
+    assert algorithm(lm.config) == "paroquant"
     in_memory = _logits(qm.model)
     assert torch.allclose(_logits(lm), in_memory, atol=1e-4)
     from transformers import AutoModelForCausalLM

@@ -11,9 +11,11 @@ import qhf
 import torch
 from qformats.checkpoint import Checkpoint
 from qformats.layouts.qqq import QQQWeight
+from qhf.checkpoint_config import checkpoint_dict
+from qhf.config_view import algorithm, setting
 from qhf.corpus import bundled_docs
 from qhf.errors import QHFError
-from qhf.quant_config import QuantConfigError, parse_settings
+from qhf.quant_config import QuantConfigError, read_quantize_config
 from qhf.tokenizer import token_blocks
 from tiny_models import save_tiny_model
 
@@ -22,17 +24,18 @@ QQQ_SHAPES = {"hidden_size": 128, "intermediate_size": 256}  # k/v out = 2 heads
 
 
 def test_defaults_and_checkpoint_fields() -> None:
-    settings = parse_settings({"method": "qqq"})
-    assert (settings.format, settings.bits, settings.group_size) == ("qqq", 4, 128)
-    assert (settings.damp_percent, settings.damp_auto_increment) == (0.005, 0.001)
-    assert settings.act_group_aware is False
-    written = settings.to_checkpoint_dict()
+    config = read_quantize_config({"method": "qqq"})
+    assert (config.format, config.bits, config.group_size) == ("qqq", 4, 128)
+    assert (setting(config, "damp_percent"), setting(config, "damp_auto_increment")) == (0.005, 0.001)
+    assert setting(config, "act_group_aware") is False
+    written = checkpoint_dict(config)
     assert written["method"] == written["quant_method"] == written["format"] == written["checkpoint_format"] == "qqq"
     assert written["wbits"] == 4 and written["sym"] is True and written["desc_act"] is False
     assert written["meta"]["damp_percent"] == 0.005
-    again = parse_settings(written)
-    assert (again.method, again.damp_percent, again.group_size) == ("qqq", 0.005, 128)
-    assert parse_settings({"quant_method": "qqq", "wbits": 4, "damp_percent": 0.01}).damp_percent == 0.01
+    again = read_quantize_config(written)
+    assert (algorithm(again), setting(again, "damp_percent"), again.group_size) == ("qqq", 0.005, 128)
+    lifted = read_quantize_config({"quant_method": "qqq", "wbits": 4, "damp_percent": 0.01})
+    assert setting(lifted, "damp_percent") == 0.01
 
 
 @pytest.mark.parametrize(
@@ -50,7 +53,7 @@ def test_defaults_and_checkpoint_fields() -> None:
 )
 def test_bad_recipes_are_named(config: dict, match: str) -> None:
     with pytest.raises(QuantConfigError, match=match):
-        parse_settings({"method": "qqq", **config})
+        read_quantize_config({"method": "qqq", **config})
 
 
 def test_module_the_kernels_cannot_hold_is_refused_by_name(tiny_dirs) -> None:

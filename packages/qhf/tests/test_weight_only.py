@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import qhf
 import torch
+from qhf.checkpoint_config import checkpoint_dict
 from qhf.checkpoint_reader import open_quantized_checkpoint
+from qhf.config_view import gguf_dynamic, is_weight_only, needs_calibration, setting
 from qhf.errors import QHFError
-from qhf.quant_config import QuantConfigError, parse_settings
+from qhf.quant_config import QuantConfigError, read_quantize_config
 from safetensors.numpy import load_file
 
 WINDOW = 32
@@ -64,7 +66,7 @@ def dense_perplexity(llama) -> float:
 def test_quantize_save_reload_and_evaluate(case, llama, dense_perplexity, tmp_path) -> None:
     config, fields, weight_bound, ppl_bound = CASES[case]
     qm = qhf.load(llama, config)
-    assert qm.settings.weight_only and not qm.settings.needs_calibration
+    assert is_weight_only(qm.config) and not needs_calibration(qm.config)
     summary = qm.quantize()
     assert summary.calibration is None  # weight-only: no calibration built
     out = tmp_path / case
@@ -80,7 +82,7 @@ def test_quantize_save_reload_and_evaluate(case, llama, dense_perplexity, tmp_pa
 
     source = load_file(str(llama / "model.safetensors"))
     checkpoint = open_quantized_checkpoint(out)
-    assert checkpoint.settings == parse_settings(written)
+    assert checkpoint.config == read_quantize_config(written)
     for name, result in qm.results.items():
         original = source[f"{name}.weight"]
         back = checkpoint.weight_only_logical(name, original.shape[1], original.shape[0])
@@ -124,13 +126,13 @@ def test_fp8_block_that_does_not_divide_a_module_is_refused_before_work(llama) -
 
 
 def test_settings_follow_the_reference_fields_and_defaults() -> None:
-    assert parse_settings({"method": "fp8"}).bits == 8
-    bnb = parse_settings({"quant_method": "bitsandbytes", "bnb_quant_type": "nf4", "bnb_block_size": 128})
-    assert (bnb.format, bnb.block_size, bnb.bits) == ("nf4", 128, 4)
-    assert parse_settings({"method": "bitsandbytes"}).format == "fp4"  # the reference's 4-bit default
-    alias = parse_settings({"method": "gguf", "format": "q4_k_m"})
+    assert read_quantize_config({"method": "fp8"}).bits == 8
+    bnb = read_quantize_config({"quant_method": "bitsandbytes", "bnb_quant_type": "nf4", "bnb_block_size": 128})
+    assert (bnb.format, setting(bnb, "block_size"), bnb.bits) == ("nf4", 128, 4)
+    assert read_quantize_config({"method": "bitsandbytes"}).format == "fp4"  # the reference's 4-bit default
+    alias = read_quantize_config({"method": "gguf", "format": "q4_k_m"})
     assert (alias.bits, alias.format) == (4, "q_k_m")
-    assert parse_settings({"method": "gguf", "bits": 8}).format == "q_0"
+    assert read_quantize_config({"method": "gguf", "bits": 8}).format == "q_0"
 
 
 @pytest.mark.parametrize(
@@ -146,7 +148,7 @@ def test_settings_follow_the_reference_fields_and_defaults() -> None:
 )
 def test_bad_weight_only_settings_name_the_field(config, message) -> None:
     with pytest.raises(QuantConfigError, match=message):
-        parse_settings(config)
+        read_quantize_config(config)
 
 
 def test_q4_k_m_mixture_is_recorded_as_dynamic_overrides_and_loads_back(llama, tmp_path) -> None:
@@ -167,7 +169,7 @@ def test_q4_k_m_mixture_is_recorded_as_dynamic_overrides_and_loads_back(llama, t
     assert tensors["model.layers.0.mlp.down_proj.qweight"].shape == (64, 144)
     assert tensors["model.layers.1.self_attn.q_proj.qweight"].shape[1] == 144
     checkpoint = open_quantized_checkpoint(tmp_path / "m")
-    assert checkpoint.settings == parse_settings(written) and checkpoint.settings.dynamic == written["dynamic"]
+    assert checkpoint.config == read_quantize_config(written) and gguf_dynamic(checkpoint.config) == written["dynamic"]
     assert checkpoint.weight_only_logical("model.layers.1.mlp.down_proj", 128, 64).qtype == "Q6_K"
     assert checkpoint.weight_only_logical("model.layers.0.mlp.down_proj", 128, 64).qtype == "Q4_K"
 
@@ -181,14 +183,14 @@ def test_q4_k_m_mixture_is_recorded_as_dynamic_overrides_and_loads_back(llama, t
 
 
 def test_gguf_dynamic_overrides_are_checked() -> None:
-    ok = parse_settings(
+    ok = read_quantize_config(
         {"method": "gguf", "bits": 4, "format": "q_k", "dynamic": {"+:.*down_proj$": {"bits": 6, "format": "q_k"}}}
     )
-    assert ok.dynamic == {"+:.*down_proj$": {"bits": 6, "format": "q_k"}}
-    assert ok.to_checkpoint_dict()["dynamic"] == ok.dynamic
+    assert gguf_dynamic(ok) == {"+:.*down_proj$": {"bits": 6, "format": "q_k"}}
+    assert checkpoint_dict(ok)["dynamic"] == gguf_dynamic(ok)
     with pytest.raises(QuantConfigError, match=r"dynamic\['\+:.\*down_proj\$'\]: .*'q7_k'"):
-        parse_settings({"method": "gguf", "bits": 4, "dynamic": {"+:.*down_proj$": {"bits": 7, "format": "q_k"}}})
+        read_quantize_config({"method": "gguf", "bits": 4, "dynamic": {"+:.*down_proj$": {"bits": 7, "format": "q_k"}}})
     with pytest.raises(QuantConfigError, match="names both bits and format"):
-        parse_settings({"method": "gguf", "bits": 4, "dynamic": {".*down_proj$": {"bits": 6}}})
+        read_quantize_config({"method": "gguf", "bits": 4, "dynamic": {".*down_proj$": {"bits": 6}}})
     with pytest.raises(QuantConfigError, match="no '-:' rules"):
-        parse_settings({"method": "gguf", "bits": 4, "dynamic": {"-:.*down_proj$": {}}})
+        read_quantize_config({"method": "gguf", "bits": 4, "dynamic": {"-:.*down_proj$": {}}})

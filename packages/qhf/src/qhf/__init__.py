@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from .api import QuantModel, evaluate, load
+from .api import QuantModel, load
 from .architectures import discover, overridden_model_types
 from .errors import (
     CalibrationError,
@@ -16,6 +16,7 @@ from .errors import (
 )
 from .export import export_dense
 from .load_quantized import QuantizedCausalLM, load_quantized
+from .perplexity import evaluate
 from .summary import QuantizeSummary
 
 __all__ = [

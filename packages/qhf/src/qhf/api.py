@@ -11,7 +11,7 @@ Typical use::
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -19,32 +19,38 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from .config_view import adapter, algorithm, is_weight_only, needs_calibration, setting, solver_variant
 from .corpus import bundled_docs
 from .errors import StateError
-from .perplexity import PerplexityResult, perplexity
-from .quant_config import QuantSettings, parse_settings
+from .perplexity import PerplexityResult, evaluate
+from .quant_config import read_quantize_config
 from .results import QuantizedModules
 from .source import OpenedSource, open_source
 from .summary import CalibrationStats, QuantizeSummary, SavedCheckpoint
-from .tokenizer import encode, ensure_padding, load_gguf_tokenizer, load_tokenizer
+from .tokenizer import encode, load_gguf_tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
+    from qformats.config import QuantizeConfig
     from qlooper.api import QuantizationRun
 
 AUTO = "auto"
 
 
 class QuantModel:
-    """A source opened for quantization. Attributes: ``source``, ``settings``, ``tokenizer``; after
+    """A source opened for quantization. Attributes: ``source``, ``config`` (the run's quantization config,
+    :func:`qhf.quant_config.read_quantize_config`), ``tokenizer``; after
     :meth:`quantize`: ``run`` (qlooper's ``QuantizationRun``: per-module report rows ``run.report``),
     ``results`` (module name -> qlooper ``FinalizedModule``: logical weight, packed tensors, bias) and
     ``summary`` (the run's :class:`~qhf.summary.QuantizeSummary`: calibration, time, memory; after
     :meth:`save` also the written files and the verification)."""
 
-    def __init__(self, source: OpenedSource, settings: QuantSettings, tokenizer: Any) -> None:
+    def __init__(self, source: OpenedSource, config: QuantizeConfig, tokenizer: Any) -> None:
         self.source = source
-        self.settings = settings
+        self.config = config
         self.tokenizer = tokenizer
+        #: The default calibration mixture's record (counts, settings, hashes), written to the stored config's
+        #: ``meta.calibration``: a fact of the run, not a setting.
+        self.calibration_record: dict[str, Any] | None = None
         self.run: QuantizationRun | None = None
         self.results: QuantizedModules | None = None
         self.summary: QuantizeSummary | None = None
@@ -52,50 +58,14 @@ class QuantModel:
         self._tokenizer_note: str | None = None
 
     @property
+    def settings(self) -> QuantizeConfig:
+        """Deprecated name of :attr:`config` (``DeprecationWarning``)."""
+        warnings.warn("QuantModel.settings is deprecated; use .config", DeprecationWarning, stacklevel=2)
+        return self.config
+
+    @property
     def model(self) -> nn.Module:
         return self.source.model
-
-    def _calibration(self, data: Any, samples: int, length: int, batch_size: int, progress: bool = False) -> Any:
-        from qlooper.calibration import prepare_calibration
-
-        from .calibration import DefaultCalibration, default_calibration
-
-        if data is None or isinstance(data, DefaultCalibration):
-            if self.tokenizer is None:
-                raise StateError("quantize: the default calibration text needs a tokenizer; pass tokenizer= to load")
-            config = (data or DefaultCalibration()).resolved(samples, length)
-            mixed = default_calibration(self.source, self.tokenizer, config, progress=progress)
-            data = [list(row) for row in mixed.rows]
-            self._calibration_source = {
-                **mixed.meta,
-                "generation_seconds": round(mixed.generation_seconds, 3),
-            }
-            self.settings = replace(self.settings, calibration=dict(mixed.meta))  # -> config meta.calibration
-        else:
-            self._calibration_source = "user"
-        if batch_size > 1:  # batches of unequal rows are padded: the tokenizer must be able to
-            if self.tokenizer is None:
-                raise StateError("quantize: batch_size > 1 needs a tokenizer to pad with; pass tokenizer= to load")
-            note = ensure_padding(self.tokenizer)
-            if note:
-                self._tokenizer_note = note
-        pad = getattr(self.tokenizer, "pad_token_id", None) if self.tokenizer is not None else None
-        tok = self.tokenizer
-        chat = None
-        if tok is not None and getattr(tok, "chat_template", None):
-
-            def chat(messages: list[dict[str, str]]) -> str:
-                return str(tok.apply_chat_template(messages, tokenize=False))
-
-        return prepare_calibration(
-            data,
-            tokenizer=(lambda text: [int(i) for i in tok(text)["input_ids"]]) if tok is not None else None,
-            chat_template=chat,
-            max_length=getattr(self.source.config, "max_position_embeddings", None),
-            batch_size=batch_size,
-            pad_token_id=int(pad) if pad is not None else 0,
-            padding_side=getattr(self.tokenizer, "padding_side", "right") or "right",
-        )
 
     def quantize(
         self,
@@ -140,32 +110,40 @@ class QuantModel:
             layer_modules,
             make_quant_processor,
             preflight,
-            quant_spec,
             replacer_hooks,
             weight_only_processor,
         )
+        from .spec_from_config import quant_spec
         from .weight_only import with_mixture
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
-        preflight(self.settings, self.source)
-        modules = layer_modules(self.source) if self.settings.method == "gguf" else []
-        self.settings = with_mixture(self.settings, modules, self.source.num_layers)  # q_k_m: -> dynamic
+        preflight(self.config, self.source)
+        modules = layer_modules(self.source) if algorithm(self.config) == "gguf" else []
+        self.config = with_mixture(self.config, modules, self.source.num_layers)  # q_k_m: -> dynamic
         start = time.perf_counter()
-        settings = self.settings
-        spec = quant_spec(settings)
+        config = self.config
+        spec = quant_spec(config)
         cal = None
         calibration_seconds = 0.0
         stats = None
-        if settings.needs_calibration:
-            cal = self._calibration(calibration, samples, length, batch_size, progress)
+        if needs_calibration(config):
+            from .calibration.run_input import calibration_input
+
+            given = calibration_input(
+                self.source, self.tokenizer, calibration,
+                samples=samples, length=length, batch_size=batch_size, progress=progress,
+            )  # fmt: skip
+            self._calibration_source, self.calibration_record = given.source, given.record
+            self._tokenizer_note = given.tokenizer_note or self._tokenizer_note
+            cal = given.prepared
             stats = CalibrationStats(cal.rows, cal.total_tokens, cal.dropped)
             calibration_seconds = time.perf_counter() - start
         self.source.materialize_base()
         processor = (
-            weight_only_processor(settings, spec, [name for name, _ in modules])
-            if settings.weight_only
-            else make_quant_processor(settings, spec)
+            weight_only_processor(config, spec, [name for name, _ in modules])
+            if is_weight_only(config)
+            else make_quant_processor(config, spec)
         )
         loader = SourceLayerLoader(self.source)
 
@@ -173,12 +151,12 @@ class QuantModel:
             return getattr(processor, "adapters", {}).get(name)
 
         options = LoopOptions(
-            true_sequential=settings.true_sequential,
+            true_sequential=is_weight_only(config) or bool(setting(config, "true_sequential")),
             lockstep=lockstep,
             lockstep_budget=lockstep_budget,
-            pack_dtype=settings.pack_dtype,
+            pack_dtype=config.pack_dtype,
             replace_module=kernel_replacer(
-                backend, dtype=self.source.dtype, **replacer_hooks(settings, self.source.dtype, adapter_for)
+                backend, dtype=self.source.dtype, **replacer_hooks(config, self.source.dtype, adapter_for)
             ),
             progress=progress,
             executor=executor,
@@ -196,7 +174,7 @@ class QuantModel:
                 cal,
                 spec,
                 processor,
-                format=settings.format,
+                format=str(config.format),
                 checkpoint=checkpoint,
                 options=options,
             )
@@ -206,6 +184,7 @@ class QuantModel:
             release_free_memory()
         self.run = run
         self.results = run.modules
+        eora, variant = adapter(config), solver_variant(config)
         self.summary = QuantizeSummary(
             source=str(self.source.path),
             model_type=self.source.config.model_type,
@@ -213,26 +192,20 @@ class QuantModel:
             tokenizer_note=self._tokenizer_note,
             calibration=stats,
             calibration_seconds=round(calibration_seconds, 3) if stats is not None else None,
-            method=settings.method,
-            format=settings.format,
-            bits=settings.bits,
-            group_size=settings.group_size,
-            sym=settings.sym,
+            method=algorithm(config),
+            format=str(config.format),
+            bits=config.width,
+            group_size=config.group_size,
+            sym=config.sym,
             modules=len(run.modules),
             fallbacks=tuple(r.module for r in run.report if r.fallback),
             resumed_from=run.resumed_from,
             quantize_seconds=round(time.perf_counter() - start - calibration_seconds, 3),
             largest_layer_bytes=loader.peak_layer_bytes,
             lockstep_skipped=dict(run.lockstep_skipped),
-            adapter=(
-                {**settings.adapter, "modules": len(getattr(processor, "adapters", {}))}
-                if settings.adapter is not None
-                else None
-            ),
+            adapter=({**eora, "modules": len(getattr(processor, "adapters", {}))} if eora is not None else None),
             # GPTAQ / FOEM: the GPTQ variant and its terms
-            algorithm=(
-                {"name": settings.asymmetric[0], **settings.asymmetric[1]} if settings.asymmetric is not None else None
-            ),
+            algorithm={"name": variant[0], **variant[1]} if variant is not None else None,
             executor=executor.describe() if executor is not None else None,
         )
         return self.summary
@@ -300,7 +273,8 @@ class QuantModel:
             self.source,
             self.model,
             self.results,
-            self.settings,
+            self.config,
+            calibration=self.calibration_record,
             tokenizer=self.tokenizer,
             max_shard_size=max_shard_size,
             report=report,
@@ -334,24 +308,6 @@ class QuantModel:
         return evaluate(self.model, self.tokenizer, text, window=window, max_windows=max_windows)
 
 
-def evaluate(
-    model: nn.Module,
-    tokenizer: Any,
-    text: str | Sequence[int] | None = None,
-    *,
-    window: int = 512,
-    max_windows: int | None = None,
-) -> PerplexityResult:
-    """Perplexity on ``text`` (a string, token ids, or None for the bundled docs' evaluation slice)."""
-    if text is None:
-        ids = encode(tokenizer, bundled_docs("evaluation").joined())
-    elif isinstance(text, str):
-        ids = encode(tokenizer, text)
-    else:
-        ids = [int(i) for i in text]
-    return perplexity(model, ids, window=window, max_windows=max_windows)
-
-
 def load(
     source: str | Path,
     quant_config: Any = None,
@@ -359,13 +315,15 @@ def load(
     tokenizer: Any = None,
     dtype: torch.dtype = torch.float32,
 ) -> QuantModel:
-    """Open ``source`` lazily for quantization with ``quant_config``.
+    """Open ``source`` lazily for quantization with ``quant_config`` (a dict in the reference's vocabulary, a
+    ``qformats.config.QuantizeConfig`` or an object with ``to_dict()``; read by
+    :func:`qhf.quant_config.read_quantize_config`, kept as ``QuantModel.config``).
 
     ``source``: a Hugging Face directory (single or sharded safetensors) or a llama ``.gguf`` file
     (decoded to a dense float32 baseline). ``tokenizer``: defaults to the source's own.
     """
     opened = open_source(source, dtype)
-    settings = parse_settings(quant_config)
+    config = read_quantize_config(quant_config)
     if tokenizer is None:
         tokenizer = load_tokenizer(opened.path) if opened.kind == "hf" else load_gguf_tokenizer(opened.path)
-    return QuantModel(opened, settings, tokenizer)
+    return QuantModel(opened, config, tokenizer)

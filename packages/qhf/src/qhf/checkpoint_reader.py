@@ -6,7 +6,7 @@ Config priority follows the reference: ``quantize_config.json``, then ``quant_co
 Quantized modules are found and decoded by :class:`qformats.checkpoint.Checkpoint` (one implementation of
 the layouts, including GPT-QModel's v1 zero arithmetic: a checkpoint whose ``meta.quantizer`` names
 ``gptqmodel`` stores a true zero of 0 as the field ``2**bits - 1`` with a borrow from the next field).
-QQQ, ParoQuant, VPTQ and EXL3 checkpoints are read through qformats' config parser (:func:`family_settings`)
+QQQ, ParoQuant, VPTQ and EXL3 checkpoints are read through qformats' config parser (:func:`family_config`)
 and their modules handed to ``qkernels.weight_only_linear`` (:meth:`QuantizedCheckpoint.weight_only_inputs`).
 Dense tensors (embeddings, norms, biases) are read lazily as torch tensors by :class:`TensorReader`.
 """
@@ -23,12 +23,14 @@ import numpy as np
 import torch
 from qformats.checkpoint import Checkpoint, ModuleEntry, QuantFields
 from qformats.checkpoint.family_modules import is_family
+from qformats.config import QuantizeConfig
 from qformats.errors import QFormatsError
 from qformats.layouts.registry import LayoutMeta
 from qformats.logical import QuantizedWeight
 
+from .config_view import adapter, algorithm, is_weight_only
 from .errors import MissingFileError, SourceFormatError
-from .quant_config import QuantConfigError, QuantSettings, parse_settings
+from .quant_config import QuantConfigError, read_quantize_config
 from .source.hf_directory import HFDirectory, open_hf_directory
 from .source.tensor_reader import TensorReader
 
@@ -37,20 +39,20 @@ log = logging.getLogger(__name__)
 CONFIG_FILES = ("quantize_config.json", "quant_config.json")
 
 
-def read_quant_settings(directory: Path) -> tuple[QuantSettings, str]:
-    """The checkpoint's settings and the file they came from."""
+def read_checkpoint_config(directory: Path) -> tuple[QuantizeConfig, str]:
+    """The checkpoint's quantization config (:func:`~qhf.quant_config.read_quantize_config`) and its file."""
     for name in CONFIG_FILES:
         path = directory / name
         if path.is_file():
             try:
-                return parse_settings(json.loads(path.read_text(encoding="utf-8"))), name
+                return read_quantize_config(json.loads(path.read_text(encoding="utf-8"))), name
             except json.JSONDecodeError as exc:
                 raise SourceFormatError(f"{path}: not valid JSON: {exc}") from exc
     path = directory / "config.json"
     if path.is_file():
         data = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(data.get("quantization_config"), dict):
-            return parse_settings(data["quantization_config"]), "config.json"
+            return read_quantize_config(data["quantization_config"]), "config.json"
     raise MissingFileError(
         f"{directory}: no quantization config (looked for {', '.join(CONFIG_FILES)} and config.json's "
         "quantization_config); this does not look like a quantized checkpoint"
@@ -68,12 +70,13 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 @dataclass
 class QuantizedCheckpoint:
-    """An opened checkpoint: ``settings``, ``directory`` (config + weight map), lazy dense ``reader``, and
-    ``modules``, the qformats view that owns every quantized module's tensors and decoding."""
+    """An opened checkpoint: ``config`` (its quantization config) and ``config_file`` (where it was read),
+    ``directory`` (config + weight map), lazy dense ``reader``, and ``modules``, the qformats view that owns every
+    quantized module's tensors and decoding."""
 
     directory: HFDirectory
-    settings: QuantSettings
-    settings_file: str
+    config: QuantizeConfig
+    config_file: str
     reader: TensorReader
     modules: Checkpoint | None  # None for FP8 / bitsandbytes / GGUF (read by qhf.weight_only)
     _entries: dict[str, ModuleEntry] = field(default_factory=dict, repr=False)
@@ -85,15 +88,15 @@ class QuantizedCheckpoint:
     def _layout_modules(self) -> Checkpoint:
         if self.modules is None:
             raise SourceFormatError(
-                f"{self.directory.path}: a {self.settings.method} checkpoint has no registry-layout modules"
+                f"{self.directory.path}: a {algorithm(self.config)} checkpoint has no registry-layout modules"
             )
         return self.modules
 
     def is_quantized(self, module: str) -> bool:
-        if self.settings.weight_only:
+        if is_weight_only(self.config):
             from .weight_only import marker_suffix
 
-            return f"{module}.{marker_suffix(self.settings)}" in self.reader
+            return f"{module}.{marker_suffix(self.config)}" in self.reader
         return module in self._entries
 
     def weight_only_tensors(self, module: str) -> dict[str, np.ndarray]:
@@ -117,7 +120,7 @@ class QuantizedCheckpoint:
 
         tensors = {k: v for k, v in self.weight_only_tensors(module).items() if k != "bias"}
         try:
-            return weight_only_logical(self.settings, tensors, in_features, out_features, module)
+            return weight_only_logical(self.config, tensors, in_features, out_features, module)
         except (KernelInputError, QFormatsError) as exc:
             raise SourceFormatError(f"{self.directory.path}: module {module!r}: {exc}") from None
 
@@ -127,12 +130,12 @@ class QuantizedCheckpoint:
         """The qkernels module of quantized ``module``: ``quant_linear`` for registry layouts,
         ``weight_only_linear`` for FP8 / bitsandbytes / GGUF checkpoints and for QQQ / ParoQuant / VPTQ / EXL3
         modules."""
-        if self.settings.weight_only:
+        if is_weight_only(self.config):
             from .weight_only import weight_only_module
 
             tensors = self.weight_only_tensors(module)
             return weight_only_module(
-                self.settings, tensors, in_features, out_features, backend=backend, dtype=dtype, module=module
+                self.config, tensors, in_features, out_features, backend=backend, dtype=dtype, module=module
             )
         from qkernels import quant_linear, weight_only_linear
 
@@ -155,7 +158,7 @@ class QuantizedCheckpoint:
 
     def is_family_module(self, module: str) -> bool:
         """True for a quantized module of a family outside the layout registry (QQQ, ParoQuant, VPTQ, EXL3)."""
-        return not self.settings.weight_only and module in self._entries and is_family(self._entries[module].layout)
+        return not is_weight_only(self.config) and module in self._entries and is_family(self._entries[module].layout)
 
     def family_weight(self, module: str) -> Any:
         """The family's logical weight of ``module`` (``QQQWeight`` ...; ``dequantize()`` gives ``[out, in]``)."""
@@ -178,8 +181,8 @@ class QuantizedCheckpoint:
         return tensors
 
     def layout_meta(self, in_features: int, out_features: int) -> LayoutMeta:
-        s = self.settings
-        return LayoutMeta(s.bits, s.group_size, in_features, out_features, s.sym, s.pack_dtype)
+        c = self.config
+        return LayoutMeta(c.width, c.group_size, in_features, out_features, c.sym, c.pack_dtype)
 
     def logical_weight(self, module: str, in_features: int, out_features: int) -> QuantizedWeight:
         """The module's logical weight ``[out_features, in_features]``, decoded by qformats.
@@ -231,10 +234,10 @@ class QuantizedCheckpoint:
         tensors: dict[str, Any] = self.module_tensors(module)
         entry = self.entry(module)
         if entry.layout != "gptq" or "qzeros" not in tensors or not self._layout_modules().written_by_reference():
-            return self.settings.format, tensors, meta
+            return str(self.config.format), tensors, meta
         weight = self.logical_weight(module, in_features, out_features)
         if not weight.meta.get("v1_reference_borrow_fields"):
-            return self.settings.format, tensors, meta
+            return str(self.config.format), tensors, meta
         from qformats.transcode import transcode_weight
 
         log.info("%s: %s read with GPT-QModel's v1 zero arithmetic (as gptq_v2)", self.directory.path, module)
@@ -244,21 +247,19 @@ class QuantizedCheckpoint:
         return "gptq_v2", packed, meta
 
 
-def family_settings(fields: QuantFields) -> QuantSettings:
-    """Settings describing a QQQ / ParoQuant / VPTQ / EXL3 checkpoint (method and format: the family key).
+def family_config(fields: QuantFields, path: Path) -> QuantizeConfig:
+    """The config of a QQQ / ParoQuant / VPTQ / EXL3 checkpoint: the one qformats parsed (VPTQ's codebook sizes,
+    EXL3's float bits-per-weight ...), its method named by the family key (``meta.algorithm``) and no EoRA adapter.
 
-    qhf's own settings parser knows the families it quantizes to (GPTQ, AWQ, RTN); these were parsed
-    and checked by qformats' config parser, whose ``QuantizeConfig`` (VPTQ's codebook sizes, EXL3's float
-    bits-per-weight ...) the settings carry as ``config``.
+    qhf's own config reader knows the families it quantizes to; these were parsed and checked by qformats'.
     """
-    return QuantSettings(
-        method=fields.layout,
-        format=fields.layout,
-        bits=fields.bits,
-        group_size=fields.group_size,
-        sym=fields.sym,
-        pack_dtype=fields.pack_dtype,
-        config=fields.config,
+    config = fields.config
+    if config is None:
+        raise SourceFormatError(f"{path}: a {fields.layout} checkpoint needs its parsed quantization config")
+    if algorithm(config) == fields.layout and adapter(config) is None:
+        return config
+    return config.with_changes(
+        meta={**config.meta, "algorithm": fields.layout}, settings={**config.settings, "adapter": None}
     )
 
 
@@ -266,25 +267,25 @@ def open_quantized_checkpoint(path: str | Path) -> QuantizedCheckpoint:
     path = Path(path)
     directory = open_hf_directory(path)
     modules: Checkpoint | None = None
-    settings: QuantSettings | None = None
-    settings_file = ""
-    settings_error: QuantConfigError | None = None
+    config: QuantizeConfig | None = None
+    config_file = ""
+    config_error: QuantConfigError | None = None
     try:
-        settings, settings_file = read_quant_settings(path)
-    except QuantConfigError as exc:  # qhf's parser knows GPTQ/AWQ/RTN/weight-only; the families are qformats'
-        settings_error = exc
-    if settings is None or not settings.weight_only:  # FP8 / bitsandbytes / GGUF are read by qhf.weight_only
+        config, config_file = read_checkpoint_config(path)
+    except QuantConfigError as exc:  # qhf's reader knows GPTQ/AWQ/RTN/weight-only; the families are qformats'
+        config_error = exc
+    if config is None or not is_weight_only(config):  # FP8 / bitsandbytes / GGUF are read by qhf.weight_only
         try:
             modules = Checkpoint(path)
         except QFormatsError as exc:
-            if settings_error is not None:
-                raise settings_error from None  # a malformed config is reported as such first
+            if config_error is not None:
+                raise config_error from None  # a malformed config is reported as such first
             raise SourceFormatError(str(exc)) from None
         if is_family(modules.fields.layout):
-            settings, settings_file = family_settings(modules.fields), modules.fields.source_file
-    if settings is None:
-        raise settings_error if settings_error is not None else SourceFormatError(f"{path}: no quantization settings")
-    return QuantizedCheckpoint(directory, settings, settings_file, TensorReader(directory.weight_map), modules)
+            config, config_file = family_config(modules.fields, path), modules.fields.source_file
+    if config is None:
+        raise config_error if config_error is not None else SourceFormatError(f"{path}: no quantization config")
+    return QuantizedCheckpoint(directory, config, config_file, TensorReader(directory.weight_map), modules)
 
 
 def load_config_json(path: Path) -> dict[str, Any]:

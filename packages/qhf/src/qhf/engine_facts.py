@@ -33,13 +33,13 @@ def planned_linears(source: Any) -> list[tuple[str, int, int]]:
 def planned_facts(quant_model: Any, dtype: str = "auto") -> CheckpointFacts:
     """The :class:`~qformats.engines.CheckpointFacts` the run of ``quant_model`` (a ``QuantModel``) will write
     with dense ``dtype`` (see :func:`qhf.save.dense_dtype.resolve_dense_dtype`)."""
-    settings = quant_model.settings
+    config = quant_model.config
     return facts_from_settings(
-        format=settings.format,
-        bits=settings.bits,
-        group_size=settings.group_size,
-        sym=settings.sym,
-        desc_act=settings.desc_act,
+        format=str(config.format),
+        bits=config.width,
+        group_size=config.group_size,
+        sym=config.sym,
+        desc_act=bool(config.desc_act),
         dtype=dtype_name(resolve_dense_dtype(quant_model.source, dtype)),
         modules=planned_linears(quant_model.source),
     )

@@ -82,7 +82,9 @@ def export_dense(
 
 def _adapter_factors(checkpoint: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The EoRA factors the checkpoint's config names (module name -> (lora_A, lora_B)), else empty."""
-    adapter = checkpoint.settings.adapter
+    from .config_view import adapter as eora_adapter
+
+    adapter = eora_adapter(checkpoint.config)
     if adapter is None:
         return {}
     from .lora_adapter import read_adapter

@@ -1,5 +1,5 @@
 """GGUF settings: a block type from ``bits`` + ``format`` (or a ``q4_k_m`` style alias), and the per-module
-``dynamic`` overrides of a GGUF config (each names a GGUF type). Used by :mod:`qhf.quant_config`."""
+``dynamic`` overrides of a GGUF config (each names a GGUF type). Used by :mod:`qhf.weight_only_settings`."""
 
 from __future__ import annotations
 

@@ -9,18 +9,20 @@ shards. The result can ``generate``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from qformats.config import QuantizeConfig
 from qlooper.module_access import linear_features
 from torch import nn
 
 from .checkpoint_reader import QuantizedCheckpoint, open_quantized_checkpoint
+from .config_view import adapter as eora_adapter
 from .errors import SourceFormatError
-from .quant_config import QuantSettings
 from .source.skeleton import embedding_names, materialize_names, meta_parameters, meta_skeleton, tied_output
 
 AUTO = "auto"
@@ -29,13 +31,19 @@ AUTO = "auto"
 @dataclass
 class QuantizedCausalLM:
     """A loaded quantized model: the transformers ``model`` (callable, ``generate``), its ``tokenizer``,
-    the checkpoint's ``settings`` and, per quantized module, the backend serving it (``backends``)."""
+    the checkpoint's quantization ``config`` and, per quantized module, the backend serving it (``backends``)."""
 
     model: Any  # a transformers PreTrainedModel
     tokenizer: Any
-    settings: QuantSettings
+    config: QuantizeConfig
     path: Path
     backends: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> QuantizeConfig:
+        """Deprecated name of :attr:`config` (``DeprecationWarning``)."""
+        warnings.warn("QuantizedCausalLM.settings is deprecated; use .config", DeprecationWarning, stacklevel=2)
+        return self.config
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.model(*args, **kwargs)
@@ -96,7 +104,7 @@ def build_quantized_model(
         return same if same is not None else checkpoint.reader.get(name, dtype)
 
     materialize_names(model, wanted, read, dtype)
-    adapter = checkpoint.settings.adapter
+    adapter = eora_adapter(checkpoint.config)
     if adapter is not None:  # EoRA: the adapter directory the config names, around the quantized modules
         from .lora_adapter import read_adapter, wrap_modules
 
@@ -120,4 +128,4 @@ def load_quantized(
     model, backends = build_quantized_model(checkpoint, backend=backend, dtype=dtype)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)
-    return QuantizedCausalLM(model, tokenizer, checkpoint.settings, Path(path), backends)
+    return QuantizedCausalLM(model, tokenizer, checkpoint.config, Path(path), backends)

@@ -1,4 +1,5 @@
-"""Running qlooper on an opened source: quantization spec, lazy layers, quantized-module replacement.
+"""Running qlooper on an opened source: processor, lazy layers, quantized-module replacement (the spec comes from
+:mod:`qhf.spec_from_config`).
 
 Decoder layers stay on the meta device until the loop starts them: :class:`SourceLayerLoader` (qlooper's
 ``LoopOptions.layer_loader``) materializes layer ``i`` from the source files before the loop works on it
@@ -10,63 +11,38 @@ layer (a few while finalizers catch up), the calibration cache and the packed la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from .config_view import adapter, algorithm, is_weight_only, solver_variant
 from .errors import QHFError
-from .quant_config import QuantSettings
 from .source.opened_source import OpenedSource
 
-
-def quant_spec(settings: QuantSettings) -> Any:
-    """The qalgos ``QuantSpec``; scales are rounded to float16 as solved so the checkpoint is exact (QQQ keeps
-    float32 scales: it splits them into its two scale levels, :mod:`qalgos.qqq`).
-    Weight-only methods (FP8, bitsandbytes, GGUF) get their ``WeightOnlySpec`` (:mod:`qhf.weight_only`), ParoQuant
-    its ``ParoSpec`` (:mod:`qhf.paroquant_settings`)."""
-    from qalgos.spec import QuantSpec
-
-    if settings.weight_only:
-        from .weight_only import weight_only_spec
-
-        return weight_only_spec(settings)
-    if settings.method == "paroquant":
-        from .paroquant_settings import paro_spec
-
-        return paro_spec(settings)
-
-    return QuantSpec(
-        bits=settings.bits,
-        group_size=settings.group_size,
-        sym=settings.sym,
-        desc_act=settings.desc_act,
-        static_groups=settings.static_groups,
-        act_group_aware=bool(settings.act_group_aware),  # resolved to a bool when the settings were built
-        damp_percent=settings.damp_percent,
-        damp_auto_increment=settings.damp_auto_increment,
-        mse=settings.mse,
-        scale_dtype="float32" if settings.method == "qqq" else "float16",
-    )
+if TYPE_CHECKING:
+    from qformats.config import QuantizeConfig
 
 
-def make_quant_processor(settings: QuantSettings, spec: Any) -> Any:
-    """The qlooper processor for ``settings``: GPTAQ/FOEM when a ``gptaq`` / ``foem`` section is set, else the
-    method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in qlooper's ``EoRAProcessor`` when the
-    settings ask for an ``adapter``."""
+def make_quant_processor(settings: QuantizeConfig, spec: Any) -> Any:
+    """The qlooper processor for the config ``settings``: GPTAQ/FOEM when a ``gptaq`` / ``foem`` section is set,
+    else the method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in qlooper's ``EoRAProcessor`` when
+    the config asks for an ``adapter``."""
     from qlooper.api import make_processor
 
-    if settings.asymmetric is not None:
+    variant = solver_variant(settings)
+    if variant is not None:
         from qalgos.gptaq import AsymmetricSpec
 
-        name, values = settings.asymmetric
+        name, values = variant
         processor = make_processor(name, spec, AsymmetricSpec(name, values["alpha"], values.get("beta", 0.0)))
     else:
-        processor = make_processor("weight_only" if settings.weight_only else settings.method, spec)
-    if settings.adapter is not None:
+        processor = make_processor("weight_only" if is_weight_only(settings) else algorithm(settings), spec)
+    eora = adapter(settings)
+    if eora is not None:
         from qlooper.processors.eora import EoRAProcessor
 
-        processor = EoRAProcessor(processor, int(settings.adapter["rank"]))
+        processor = EoRAProcessor(processor, int(eora["rank"]))
     return processor
 
 
@@ -99,7 +75,7 @@ class SourceLayerLoader:
         """Nothing to release (class docstring)."""
 
 
-def replacer_hooks(settings: QuantSettings, dtype: torch.dtype, adapter_for: Any = None) -> dict[str, Any]:
+def replacer_hooks(settings: QuantizeConfig, dtype: torch.dtype, adapter_for: Any = None) -> dict[str, Any]:
     """The keyword hooks of ``qlooper.kernels.kernel_replacer`` for ``settings``: ``pack_dtype``,
     ``family_options`` (the reading options of a non-integer family's module, :func:`qhf.weight_only.kernel_options`)
     and ``wrap`` (a :class:`~qhf.lora_adapter.LoraLinear` around the module when ``adapter_for(name)`` gives its
@@ -133,16 +109,16 @@ def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:
     return found
 
 
-def weight_only_processor(settings: QuantSettings, spec: Any, modules: list[str]) -> Any:
+def weight_only_processor(settings: QuantizeConfig, spec: Any, modules: list[str]) -> Any:
     """qlooper's ``WeightOnlyProcessor`` for ``spec``, with the per-module specs of a GGUF config's overrides."""
     from qlooper.processors.weight_only import WeightOnlyProcessor
 
-    from .weight_only import module_specs
+    from .spec_from_config import module_specs
 
     return WeightOnlyProcessor(spec, module_specs=module_specs(settings, modules))
 
 
-def preflight(settings: QuantSettings, source: OpenedSource) -> None:
+def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     """Refuse, before any work, a format that cannot hold the model's shapes (names module and reason).
 
     Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
@@ -160,9 +136,9 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
     from .qqq_settings import module_problem
     from .weight_only import fp8_block_problem
 
-    qqq = settings.method == "qqq"
-    paro = settings.method == "paroquant"
-    layout = None if settings.weight_only or qqq or paro else get_layout(settings.format)
+    qqq = algorithm(settings) == "qqq"
+    paro = algorithm(settings) == "paroquant"
+    layout = None if is_weight_only(settings) or qqq or paro else get_layout(str(settings.format))
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -198,13 +174,13 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
                 raise QHFError(f"method 'fp8' cannot hold {resolved.full_name}: {problem}")
             continue
         groups = group_count(in_features, settings.group_size)
-        zero = 1 << (settings.bits - 1)
+        zero = 1 << (settings.width - 1)
         probe = QuantizedWeight(
             codes=np.zeros((out_features, in_features), dtype=np.uint8),
             scales=np.ones((groups, out_features), dtype=np.float16),
             zeros=np.full((groups, out_features), zero, dtype=np.int32),
             g_idx=default_g_idx(in_features, settings.group_size),
-            bits=settings.bits,
+            bits=settings.width,
             group_size=settings.group_size,
             sym=settings.sym,
         )
@@ -212,5 +188,5 @@ def preflight(settings: QuantSettings, source: OpenedSource) -> None:
         if reason is not None:
             raise QHFError(
                 f"format {settings.format!r} cannot hold {resolved.full_name} "
-                f"[{out_features} x {in_features}] at {settings.bits}-bit group {settings.group_size}: {reason}"
+                f"[{out_features} x {in_features}] at {settings.width}-bit group {settings.group_size}: {reason}"
             )

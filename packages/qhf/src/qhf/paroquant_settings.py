@@ -2,13 +2,13 @@
 qalgos :class:`~qalgos.paroquant.ParoSpec`, and written back into the checkpoint's config.
 
 A config ``{"method": "paroquant", "group_size": 64, "opt_rotation_epochs": 10, ...}`` keeps these keys in the
-parsed ``qformats.config.QuantizeConfig`` (``krot`` in its ``settings``, ``opt_*`` in its ``unknown``), which
-``QuantSettings.config`` carries. Unset fields take lowbit's defaults (``ParoSpec``'s: the reference's values except
-the optimisation budget, which is smaller so that a CPU run takes minutes). Options that would change the
-method rather than its budget are accepted only at the value lowbit implements (``opt_optimizer`` ``adamw``,
-``opt_pair_ratio`` 0.5, ``opt_scope`` ``module``, ``opt_quantizer_impl`` ``reference``: learned asymmetric
-zero points); anything else is refused naming the field. The saved config carries ``krot``, ``zero_point``
-false and every ``opt_*`` value under ``meta``, as the reference writes them.
+run's ``qformats.config.QuantizeConfig`` (``krot`` in its ``settings``, ``opt_*`` in its ``unknown``). Unset
+fields take lowbit's defaults (``ParoSpec``'s: the reference's values except the optimisation budget, which is
+smaller so that a CPU run takes minutes). Options that would change the method rather than its budget are
+accepted only at the value lowbit implements (``opt_optimizer`` ``adamw``, ``opt_pair_ratio`` 0.5,
+``opt_scope`` ``module``, ``opt_quantizer_impl`` ``reference``: learned asymmetric zero points); anything else
+is refused naming the field. The saved config carries ``krot``, ``zero_point`` false and every ``opt_*`` value
+under ``meta``, as the reference writes them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from .errors import QHFError
 
 if TYPE_CHECKING:
     from qalgos.paroquant import ParoSpec
-
-    from .quant_config import QuantSettings
+    from qformats.config import QuantizeConfig
 
 #: Reference field -> ParoSpec field (numbers).
 NUMERIC = {
@@ -52,27 +51,24 @@ class ParoSettingsError(QHFError, ValueError):
     """A ParoQuant field is malformed or asks for a variant lowbit does not implement (names the field)."""
 
 
-def paro_fields(settings: QuantSettings) -> dict[str, Any]:
-    """The ``krot`` / ``opt_*`` fields of the config ``settings`` were parsed from (none: settings built in code)."""
-    config = settings.config
-    if config is None:
-        return {}
+def paro_fields(config: QuantizeConfig) -> dict[str, Any]:
+    """The ``krot`` / ``opt_*`` fields of ``config`` (from its ``settings`` and ``unknown``)."""
     fields = {**config.settings, **config.unknown}
     return {k: v for k, v in fields.items() if k == "krot" or k.startswith("opt_")}
 
 
-def paro_spec(settings: QuantSettings) -> ParoSpec:
-    """The qalgos ``ParoSpec`` of ``settings`` (bits, group size, and the ``krot`` / ``opt_*`` fields of its config)."""
+def paro_spec(config: QuantizeConfig) -> ParoSpec:
+    """The qalgos ``ParoSpec`` of ``config`` (bits, group size, and its ``krot`` / ``opt_*`` fields)."""
     from qalgos.errors import SpecError
     from qalgos.paroquant import ParoSpec
 
-    extra = paro_fields(settings)
+    extra = paro_fields(config)
     for name, value in FIXED.items():
         if name in extra and extra[name] != value:
             raise ParoSettingsError(f"{name}: lowbit's ParoQuant implements {value!r} only, found {extra[name]!r}")
     if extra.get("opt_amsgrad") or extra.get("opt_sgd_momentum"):
         raise ParoSettingsError("opt_amsgrad / opt_sgd_momentum: lowbit's ParoQuant runs plain AdamW only")
-    kwargs: dict[str, Any] = {"bits": settings.bits, "group_size": settings.group_size}
+    kwargs: dict[str, Any] = {"bits": config.width, "group_size": config.group_size}
     for name, target in NUMERIC.items():
         if name in extra:
             value = extra[name]
@@ -93,10 +89,10 @@ def paro_spec(settings: QuantSettings) -> ParoSpec:
         raise ParoSettingsError(f"ParoQuant settings: {exc}") from None
 
 
-def checkpoint_fields(settings: QuantSettings) -> tuple[dict[str, Any], dict[str, Any]]:
+def checkpoint_fields(config: QuantizeConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(top-level fields, meta fields)`` the reference writes for a ParoQuant config: ``zero_point`` false and
     ``krot``; every ``opt_*`` value under ``meta``."""
-    spec = paro_spec(settings)
+    spec = paro_spec(config)
     by_target = {target: name for name, target in NUMERIC.items()}
     meta: dict[str, Any] = {}
     for f in fields(spec):
@@ -112,13 +108,13 @@ def checkpoint_fields(settings: QuantSettings) -> tuple[dict[str, Any], dict[str
     return {"zero_point": False, "krot": spec.krot}, dict(sorted(meta.items()))
 
 
-def refuse_unsupported(settings: QuantSettings) -> None:
+def refuse_unsupported(config: QuantizeConfig) -> None:
     """ParoQuant's fixed choices: 4-bit, symmetric config (the reference refuses ``sym=False``; the AWQ part stores
     zero points either way), no act-order; raises :class:`ParoSettingsError` naming the field."""
-    if settings.bits != 4:
-        raise ParoSettingsError(f"bits: ParoQuant stores 4-bit AWQ codes, found {settings.bits}")
-    if not settings.sym:
+    if config.width != 4:
+        raise ParoSettingsError(f"bits: ParoQuant stores 4-bit AWQ codes, found {config.width}")
+    if not config.sym:
         raise ParoSettingsError("sym: ParoQuant takes sym=True (the reference refuses False; zero points are learned)")
-    if settings.desc_act:
+    if config.desc_act:
         raise ParoSettingsError("desc_act: ParoQuant keeps the natural column order")
-    paro_spec(settings)
+    paro_spec(config)

@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -80,3 +81,24 @@ def perplexity(
         window=window,
         seconds=time.perf_counter() - start,
     )
+
+
+def evaluate(
+    model: nn.Module,
+    tokenizer: Any,
+    text: str | Sequence[int] | None = None,
+    *,
+    window: int = 512,
+    max_windows: int | None = None,
+) -> PerplexityResult:
+    """Perplexity on ``text`` (a string, token ids, or None for the bundled docs' evaluation slice)."""
+    from .corpus import bundled_docs
+    from .tokenizer import encode
+
+    if text is None:
+        ids = encode(tokenizer, bundled_docs("evaluation").joined())
+    elif isinstance(text, str):
+        ids = encode(tokenizer, text)
+    else:
+        ids = [int(i) for i in text]
+    return perplexity(model, ids, window=window, max_windows=max_windows)

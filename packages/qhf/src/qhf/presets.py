@@ -1,6 +1,6 @@
 """Named sets of quantization settings: ``reference`` (GPT-QModel 7.7.0's defaults) and ``best``.
 
-A preset is a plain settings dict in the vocabulary of :func:`qhf.quant_config.parse_settings`; the user's
+A preset is a plain settings dict in the vocabulary of :func:`qhf.quant_config.read_quantize_config`; the user's
 own keys override it (:func:`apply_preset`). ``best`` is the most accurate 4-bit GPTQ recipe measured in
 ``benchmarks/bench_quality_smollm2.py`` (docs/algorithms.md quotes the table): activation order
 (``desc_act``) and a per-group MSE range search (``mse=2.0``, the norm the reference's search uses); the

@@ -9,27 +9,32 @@ by 64. lowbit refuses anything else before any work, naming the module.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qformats.config import QuantizeConfig
 
 DEFAULTS = {"damp_percent": 0.005, "damp_auto_increment": 0.001}
 GROUP_SIZES = (-1, 128)
 FEATURE_MULTIPLE = 64
 
 
-def qqq_problem(settings: Any) -> str | None:
-    """Why ``settings`` (a ``QuantSettings`` with method ``qqq``) is not a QQQ recipe, naming the field."""
-    if settings.bits != 4:
-        return f"bits: QQQ stores 4-bit weights, found {settings.bits!r}"
-    if not settings.sym:
+def qqq_problem(config: QuantizeConfig, settings: Mapping[str, Any]) -> str | None:
+    """Why a QQQ run on ``config`` with the calibrated ``settings`` (:mod:`qhf.calibrated_settings`) is not a QQQ
+    recipe, naming the field."""
+    if config.bits != 4:
+        return f"bits: QQQ stores 4-bit weights, found {config.bits!r}"
+    if not config.sym:
         return "sym: QQQ is symmetric (codes around the fixed zero 8), found sym=False"
-    if settings.desc_act:
+    if config.desc_act:
         return "desc_act: QQQ has no g_idx tensor, so act-order cannot be stored (the reference refuses it too)"
-    if settings.act_group_aware:
+    if settings["act_group_aware"]:
         return "act_group_aware: the reference's QQQ solve visits columns in natural order; leave it unset"
-    if settings.group_size not in GROUP_SIZES:
-        return f"group_size: the QQQ kernels take -1 (per channel) or 128, found {settings.group_size!r}"
-    if settings.mse:
-        return f"mse: lowbit's QQQ has no shrink search (use 0), found {settings.mse!r}"
+    if config.group_size not in GROUP_SIZES:
+        return f"group_size: the QQQ kernels take -1 (per channel) or 128, found {config.group_size!r}"
+    if settings["mse"]:
+        return f"mse: lowbit's QQQ has no shrink search (use 0), found {settings['mse']!r}"
     return None
 
 

@@ -21,6 +21,7 @@ from qlooper.module_access import linear_features
 from torch import nn
 
 from .checkpoint_reader import open_quantized_checkpoint
+from .config_view import is_weight_only
 from .errors import VerificationError
 from .results import QuantizedModules
 
@@ -86,7 +87,7 @@ def verify_checkpoint(
     for name, result in results.items():
         weight = result.weight
         try:
-            if checkpoint.settings.weight_only:  # FP8 / bitsandbytes / GGUF logical objects
+            if is_weight_only(checkpoint.config):  # FP8 / bitsandbytes / GGUF logical objects
                 back = checkpoint.weight_only_logical(name, *linear_features(model.get_submodule(name)))
             elif checkpoint.is_family_module(name):  # QQQ, ParoQuant ...: the family's own logical object
                 back = checkpoint.family_weight(name)

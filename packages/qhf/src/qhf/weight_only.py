@@ -3,8 +3,8 @@
 These are not ``scales * (codes - zeros)`` integer layouts, so they bypass qformats' layout registry: the
 loop quantizes each linear with qalgos' ``quantize_weight_only`` (no calibration) and packs it with the
 family's packer; the in-memory module, the reloaded module and verify-after-save all go through
-``qkernels.weight_only_linear``. This module maps :class:`~qhf.quant_config.QuantSettings` onto those
-pieces:
+``qkernels.weight_only_linear``. This module maps the run's :class:`~qformats.config.QuantizeConfig` (resolved
+by :func:`qhf.quant_config.read_quantize_config`; its ``settings`` hold the fields below) onto those pieces:
 
 * ``method="fp8"``: ``format`` is the FP8 dtype name (``float8_e4m3fn`` default); ``weight_scale_method``
   ``row`` (default) / ``tensor`` / ``block`` with ``weight_block_size [rows, cols]``. Tensors per module:
@@ -25,64 +25,59 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from qformats.layouts.families import WeightFamily, family_for_config, weight_only_methods
+from qformats.layouts.families import WeightFamily, family_for_config
+
+from .config_view import algorithm, setting
 
 if TYPE_CHECKING:
-    from .quant_config import QuantSettings
+    from qformats.config import QuantizeConfig
 
 
-def is_weight_only(settings: QuantSettings) -> bool:
-    return settings.method in weight_only_methods()
-
-
-def weight_family(settings: QuantSettings) -> WeightFamily:
+def weight_family(settings: QuantizeConfig) -> WeightFamily:
     """The qformats weight family of the settings' ``method`` and ``format`` (``bitsandbytes`` + ``int8`` ->
     ``int8``, other bitsandbytes formats -> ``bnb4``)."""
-    return family_for_config(settings.method, settings.format)
+    return family_for_config(algorithm(settings), settings.format)
 
 
-def spec_family(settings: QuantSettings) -> str:
+def spec_family(settings: QuantizeConfig) -> str:
     """qalgos ``WeightOnlySpec.family``, the family key: ``fp8``, ``bnb4``, ``int8`` or ``gguf``."""
     return weight_family(settings).key
 
 
-def gguf_type_name(settings: QuantSettings, module: str | None = None) -> str:
+def gguf_type_name(settings: QuantizeConfig, module: str | None = None) -> str:
     """The ggml type stored for a GGUF config's ``bits`` + public ``format`` (``Q4_0``, ``Q4_K``, ``Q8_0`` ...),
-    for ``module`` after the config's ``dynamic`` overrides (first positive match)."""
+    for ``module`` after the config's ``dynamic`` overrides (``QuantizeConfig.for_module``: first positive match)."""
     from qformats.layouts.gguf import tensor_type
 
-    bits, fmt = settings.bits, settings.format
-    if module is not None and settings.dynamic:
-        from qformats.config.dynamic import DynamicRules
-
-        override = DynamicRules.from_mapping(settings.dynamic).override(module)
+    bits, fmt = settings.width, str(settings.format)
+    if module is not None and settings.rules is not None:
+        spec = settings.for_module(module)
+        override = spec.override if spec is not None else {}
         bits, fmt = int(override.get("bits", bits)), str(override.get("format", fmt))
     return str(tensor_type(bits, fmt).name)
 
 
-def is_mixture(settings: QuantSettings) -> bool:
+def is_mixture(settings: QuantizeConfig) -> bool:
     """A GGUF ``q_k_m`` / ``q_k_s`` config: llama.cpp's per-module mixture (:mod:`qformats.layouts.gguf.mixtures`)."""
-    return settings.method == "gguf" and settings.format in ("q_k_m", "q_k_s")
+    return algorithm(settings) == "gguf" and settings.format in ("q_k_m", "q_k_s")
 
 
-def with_mixture(settings: QuantSettings, modules: list[tuple[str, int]], layers: int) -> QuantSettings:
+def with_mixture(settings: QuantizeConfig, modules: list[tuple[str, int]], layers: int) -> QuantizeConfig:
     """``settings`` with the mixture's per-module types recorded as ``dynamic`` overrides (the reference's way),
     for ``(module, layer)`` pairs of a ``layers``-layer decoder. A config that already has ``dynamic`` (a reloaded
     mixture, or the user's own choice) is kept as given; other settings are returned unchanged."""
-    if not is_mixture(settings) or settings.dynamic:
+    if not is_mixture(settings) or settings.rules is not None:
         return settings
-    from dataclasses import replace
-
     from qformats.layouts.gguf import mixture_dynamic, mixture_types
 
-    alias = f"q{settings.bits}{settings.format[1:]}"
+    alias = f"q{settings.width}{str(settings.format)[1:]}"
     dynamic = mixture_dynamic(alias, mixture_types(alias, modules, layers))
-    return replace(settings, dynamic=dynamic or None)
+    return settings.with_changes(dynamic=dynamic or None)
 
 
-def module_specs(settings: QuantSettings, modules: list[str]) -> dict[str, Any]:
+def module_specs(settings: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
     """``{module: WeightOnlySpec}`` for the modules whose GGUF type differs from the config's base type."""
-    if settings.method != "gguf" or not settings.dynamic:
+    if algorithm(settings) != "gguf" or settings.rules is None:
         return {}
     from qalgos.weight_only import WeightOnlySpec
 
@@ -95,7 +90,7 @@ def module_specs(settings: QuantSettings, modules: list[str]) -> dict[str, Any]:
     return out
 
 
-def weight_only_spec(settings: QuantSettings) -> Any:
+def weight_only_spec(settings: QuantizeConfig) -> Any:
     """The qalgos ``WeightOnlySpec`` these settings describe."""
     from qalgos.weight_only import WeightOnlySpec
 
@@ -103,44 +98,45 @@ def weight_only_spec(settings: QuantSettings) -> Any:
     if family == "fp8":
         return WeightOnlySpec(
             "fp8",
-            fp8_format=settings.format,
-            scale_method=settings.weight_scale_method,
-            block_size=settings.weight_block_size,
+            fp8_format=str(settings.format),
+            scale_method=setting(settings, "weight_scale_method"),
+            block_size=setting(settings, "weight_block_size"),
         )
     if family == "bnb4":
         return WeightOnlySpec(
             "bnb4",
-            quant_type=settings.format,
-            block_size=settings.block_size,
-            compress_statistics=settings.compress_statistics,
+            quant_type=str(settings.format),
+            block_size=setting(settings, "block_size"),
+            compress_statistics=setting(settings, "compress_statistics"),
         )
     if family == "int8":
         return WeightOnlySpec("int8")
     return WeightOnlySpec("gguf", gguf_type=gguf_type_name(settings))
 
 
-def kernel_family(settings: QuantSettings) -> str:
+def kernel_family(settings: QuantizeConfig) -> str:
     """``qkernels.weight_only_linear``'s family name: ``fp8``, ``bitsandbytes`` or ``gguf``."""
-    return settings.method
+    return algorithm(settings)
 
 
-def fp8_config(settings: QuantSettings) -> dict[str, Any]:
+def fp8_config(settings: QuantizeConfig) -> dict[str, Any]:
     """The FP8 scheme fields qformats' ``unpack_fp8`` reads (format, scale method, block, semantics)."""
     config: dict[str, Any] = {
         "format": settings.format,
-        "weight_scale_method": settings.weight_scale_method,
+        "weight_scale_method": setting(settings, "weight_scale_method"),
         "weight_scale_semantics": "inverse",
     }
-    if settings.weight_block_size is not None:
-        config["weight_block_size"] = list(settings.weight_block_size)
+    block = setting(settings, "weight_block_size")
+    if block is not None:
+        config["weight_block_size"] = list(block)
     return config
 
 
-def kernel_options(settings: QuantSettings, module: str | None = None, logical: Any = None) -> dict[str, Any]:
+def kernel_options(settings: QuantizeConfig, module: str | None = None, logical: Any = None) -> dict[str, Any]:
     """``qkernels.weight_only_linear``'s reading options for the settings' family (none for bitsandbytes): the
     FP8 scheme (``config``), a GGUF module's ggml type (``qtype``, after ``dynamic`` overrides for ``module``),
     the QQQ / ParoQuant ``group_size`` (QQQ's from its ``logical`` weight when given)."""
-    method = settings.method
+    method = algorithm(settings)
     if method == "fp8":
         return {"config": fp8_config(settings)}
     if method == "gguf":
@@ -152,7 +148,7 @@ def kernel_options(settings: QuantSettings, module: str | None = None, logical: 
     return {}
 
 
-def marker_suffix(settings: QuantSettings) -> str:
+def marker_suffix(settings: QuantizeConfig) -> str:
     """The tensor suffix whose presence marks a stored module of the settings' family."""
     return weight_family(settings).markers[0]
 
@@ -163,7 +159,7 @@ def is_module_tensor(suffix: str) -> bool:
 
 
 def weight_only_module(
-    settings: QuantSettings,
+    settings: QuantizeConfig,
     tensors: dict[str, Any],
     in_features: int,
     out_features: int,
@@ -188,7 +184,7 @@ def weight_only_module(
 
 
 def weight_only_logical(
-    settings: QuantSettings, tensors: dict[str, Any], in_features: int, out_features: int, module: str | None = None
+    settings: QuantizeConfig, tensors: dict[str, Any], in_features: int, out_features: int, module: str | None = None
 ) -> Any:
     """The family's qformats logical weight read from one module's stored tensors (raises naming the tensor)."""
     from qkernels.weight_only import load_weight_only
@@ -208,18 +204,19 @@ def weight_only_logical(
 FP8_STORAGE = {"float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
 
 
-def fp8_storage_dtypes(settings: QuantSettings, modules: list[str]) -> dict[str, str]:
+def fp8_storage_dtypes(settings: QuantizeConfig, modules: list[str]) -> dict[str, str]:
     """The writer's ``dtypes`` entries that store each FP8 module's ``weight`` under its FP8 dtype, as the
     reference does (a uint8 tag would make engines cast the bit patterns as numbers)."""
-    tag = FP8_STORAGE.get(settings.format) if settings.method == "fp8" else None
+    tag = FP8_STORAGE.get(str(settings.format)) if algorithm(settings) == "fp8" else None
     return {} if tag is None else {f"{name}.weight": tag for name in modules}
 
 
-def fp8_block_problem(settings: QuantSettings, out_features: int, in_features: int) -> str | None:
+def fp8_block_problem(settings: QuantizeConfig, out_features: int, in_features: int) -> str | None:
     """Why FP8 block scaling cannot hold an ``[out, in]`` weight (both dims must divide), else None."""
-    if settings.method != "fp8" or settings.weight_block_size is None:
+    block = setting(settings, "weight_block_size") if algorithm(settings) == "fp8" else None
+    if block is None:
         return None
-    rows, cols = settings.weight_block_size
+    rows, cols = block
     if out_features % rows or in_features % cols:
         return f"weight_block_size {[rows, cols]} must divide [out, in] = [{out_features}, {in_features}]"
     return None

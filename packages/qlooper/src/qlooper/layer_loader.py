@@ -20,7 +20,7 @@ naming the layer and the call, chained to the loader's own error.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 from torch import nn
 
@@ -39,21 +39,13 @@ class LayerLoader(Protocol):
     def release(self, index: int, name: str, layer: nn.Module) -> None: ...
 
 
-def load_layer(loader: LayerLoader, index: int, name: str, layer: nn.Module) -> None:
-    """``loader.load(...)``; its exception becomes a :class:`LayerLoadError` naming the layer."""
+def call_loader(loader: LayerLoader, call: Literal["load", "release"], index: int, name: str, layer: nn.Module) -> None:
+    """``loader.load(...)`` or ``loader.release(...)`` (``call``); its exception becomes a
+    :class:`LayerLoadError` naming the layer and the call."""
+    method = loader.load if call == "load" else loader.release
     try:
-        loader.load(index, name, layer)
+        method(index, name, layer)
     except Exception as error:
         raise LayerLoadError(
-            f"layer {name} (index {index}): the layer loader's load failed: {type(error).__name__}: {error}"
-        ) from error
-
-
-def release_layer(loader: LayerLoader, index: int, name: str, layer: nn.Module) -> None:
-    """``loader.release(...)``; its exception becomes a :class:`LayerLoadError` naming the layer."""
-    try:
-        loader.release(index, name, layer)
-    except Exception as error:
-        raise LayerLoadError(
-            f"layer {name} (index {index}): the layer loader's release failed: {type(error).__name__}: {error}"
+            f"layer {name} (index {index}): the layer loader's {call} failed: {type(error).__name__}: {error}"
         ) from error

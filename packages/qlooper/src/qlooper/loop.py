@@ -39,7 +39,7 @@ from .errors import ProcessorError
 from .executor import InProcessExecutor
 from .finalize import FinalizedModule, finalize_module
 from .input_cache import InputCache
-from .layer_loader import LayerLoader, load_layer, release_layer
+from .layer_loader import LayerLoader, call_loader
 from .lockstep import lockstep_forward, lockstep_supported, parked_bytes
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
 from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, first_tensor
@@ -218,7 +218,7 @@ class LayerLoop:
             finished.pop(0)
             if loader is not None:
                 name, layer = self.state.layers[position]
-                release_layer(loader, position, name, layer)
+                call_loader(loader, "release", position, name, layer)
 
     def _raise_failed(self) -> None:
         pending = self.extensions.pending()
@@ -321,7 +321,7 @@ class LayerLoop:
         name, layer = state.layers[position]
         loader = self.options.layer_loader
         if loader is not None:
-            load_layer(loader, position, name, layer)
+            call_loader(loader, "load", position, name, layer)
         if state.cache is not None:
             state.cache = state.cache.for_layer(position)  # this layer's kwargs (its type's mask)
         ctx = LayerContext(position, name, layer, self.definition, state.cache, self.total_tokens)

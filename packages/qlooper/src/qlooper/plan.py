@@ -13,9 +13,12 @@ import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import PlanError
+
+if TYPE_CHECKING:
+    from .processors.base import Processor
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class LoopContext:
 
     plan: LoopPlan
     model: Any
-    processors: Sequence[Any]
+    processors: Sequence[Processor]
     state: Any
 
 

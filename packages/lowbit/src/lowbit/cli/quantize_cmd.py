@@ -25,6 +25,7 @@ from .calibration_input import calibration_rows
 from .gguf_file_out import is_gguf_path, quantize_to_gguf_file
 from .main import EXIT_STOPPED
 from .output_guard import check_output, output_lock
+from .quantize_flags import qhf_method, quant_config
 
 if TYPE_CHECKING:
     from qhf.summary import QuantizeSummary
@@ -69,126 +70,6 @@ def _check_out_empty(out_arg: str) -> None:
     out = Path(out_arg)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {out_arg}: exists and is not an empty directory; choose a new output directory")
-
-
-_INTEGER_ONLY_FLAGS = {
-    "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
-    "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
-    "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
-    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
-}  # fmt: skip
-
-
-def qhf_method(method: str) -> str:
-    """The config method of a ``--method`` value: ``nf4`` names the bitsandbytes 4-bit weight family (its
-    method ``bitsandbytes``); every other value is its own method."""
-    from qformats.layouts.families import get_family
-
-    return get_family("bnb4").method if method == "nf4" else method
-
-
-def is_weight_only_method(method: str) -> bool:
-    """Whether ``--method`` names a weight-only family (``fp8``, ``nf4``, ``gguf``; qformats' registry)."""
-    from qformats.layouts.families import weight_only_methods
-
-    return qhf_method(method) in weight_only_methods()
-
-
-def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
-    """FP8 / bitsandbytes / GGUF: refuse the integer-quantizer flags, map --format/--bits/--fp8-*."""
-    given = [flag for name, flag in _INTEGER_ONLY_FLAGS.items() if getattr(args, name) not in (None, False)]
-    if given:
-        raise UsageError(
-            f"--method {args.method}: {', '.join(given)} not used by a weight-only method "
-            "(no groups, zero points or calibration)"
-        )
-    if args.method != "fp8" and (args.fp8_scale is not None or args.fp8_block is not None):
-        raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")
-    config: dict[str, Any] = {"method": qhf_method(args.method)}
-    if args.bits is not None:
-        config["bits"] = args.bits
-    fmt = args.format
-    if args.method == "nf4" and fmt is None:
-        fmt = "int8" if args.bits == 8 else "nf4"
-    if fmt is not None:
-        config["format"] = fmt
-    if args.fp8_block is not None:
-        if len(args.fp8_block) != 2:
-            raise UsageError(f"--fp8-block: expected ROWS,COLS, found {args.fp8_block}")
-        config["weight_block_size"] = list(args.fp8_block)
-    if args.fp8_scale is not None:
-        config["weight_scale_method"] = args.fp8_scale
-    return config
-
-
-def quant_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The qhf quantization config dict the flags describe."""
-    if is_weight_only_method(args.method):
-        return _weight_only_config(args)
-    if args.fp8_scale is not None or args.fp8_block is not None:
-        raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")
-    config: dict[str, Any] = {
-        "method": args.method,
-        "bits": 4 if args.bits is None else args.bits,
-        "group_size": 128 if args.group_size is None else args.group_size,
-        "sym": not args.asym,
-    }
-    flags = {
-        "desc_act": True if args.desc_act else None,
-        "static_groups": True if args.static_groups else None,
-        "act_group_aware": False if args.no_act_group_aware else None,
-        "mse": args.mse,
-        "damp_percent": args.damp_percent,
-        "format": args.format,
-    }
-    config.update({key: value for key, value in flags.items() if value is not None})
-    config.update(_asymmetric_config(args))
-    config.update(_paroquant_config(args))
-    if args.preset is not None:
-        if args.method != "gptq":
-            raise UsageError(
-                f"--preset {args.preset}: a GPTQ recipe; it cannot be combined with --method {args.method}"
-            )
-        from qhf.presets import apply_preset
-
-        config = apply_preset(args.preset, config)
-    return config
-
-
-def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
-    """``--gptaq`` / ``--foem`` / ``--foem-alpha`` as the reference's ``gptaq`` / ``foem`` sections and
-    ``--eora-rank`` as its ``adapter: {rank}`` (GPTQ family only)."""
-    if args.foem_alpha is not None and args.foem is None:
-        raise UsageError("--foem-alpha: only together with --foem")
-    out: dict[str, Any] = {}
-    if args.eora_rank is not None:
-        if args.method != "gptq":
-            raise UsageError(f"--eora-rank: EoRA follows a GPTQ-family solve; not with --method {args.method}")
-        out["adapter"] = {"rank": args.eora_rank}
-    if args.gptaq is None and args.foem is None:
-        return out
-    if args.method != "gptq":
-        raise UsageError(f"--gptaq/--foem: GPTQ variants; they cannot be combined with --method {args.method}")
-    if args.gptaq is not None and args.foem is not None:
-        raise UsageError("--gptaq, --foem: choose one (--foem BETA --foem-alpha ALPHA is both terms)")
-    if args.gptaq is not None:
-        return {**out, "gptaq": {"alpha": args.gptaq}}
-    return {**out, "foem": {"alpha": args.foem_alpha or 0.0, "beta": args.foem}}
-
-
-def _paroquant_config(args: argparse.Namespace) -> dict[str, Any]:
-    """``--krot`` / ``--paro-epochs ROT,FT`` as the reference's ``krot`` / ``opt_rotation_epochs`` /
-    ``opt_finetune_epochs`` fields (ParoQuant only)."""
-    if args.krot is None and args.paro_epochs is None:
-        return {}
-    if args.method != "paroquant":
-        raise UsageError(f"--krot/--paro-epochs: ParoQuant settings; not with --method {args.method}")
-    out: dict[str, Any] = {}
-    if args.krot is not None:
-        out["krot"] = args.krot
-    if args.paro_epochs is not None:
-        out["opt_rotation_epochs"], out["opt_finetune_epochs"] = args.paro_epochs
-    return out
 
 
 def _checkpoint_config(args: argparse.Namespace) -> Any:
@@ -284,6 +165,7 @@ def _run(args: argparse.Namespace) -> int:
     import qhf
     from qcheckpoint import ResumePolicyError
     from qformats.config import QUANTIZER_FORMATS
+    from qhf.config_view import algorithm, is_weight_only, needs_calibration
     from qlooper.errors import RunStopped
 
     if qhf_method(args.method) not in QUANTIZER_FORMATS:
@@ -304,20 +186,21 @@ def _run(args: argparse.Namespace) -> int:
         f"{params / 1e6:.1f}M parameters, {human_bytes(source_bytes)} on disk)",
         flush=True,
     )
-    settings = qm.settings
+    cfg = qm.config
+    method, calibrated = algorithm(cfg), needs_calibration(cfg)
     if target_line is not None:
         print(target_line, flush=True)
-    if settings.weight_only:
-        line = f"quantize     {settings.method} {settings.bits}-bit -> format {settings.format} (weight-only)"
+    if is_weight_only(cfg):
+        line = f"quantize     {method} {cfg.width}-bit -> format {cfg.format} (weight-only)"
         print(line, flush=True)
     else:
         print(
-            f"quantize     {settings.method} {settings.bits}-bit group {settings.group_size} "
-            f"{'sym' if settings.sym else 'asym'} -> format {settings.format}",
+            f"quantize     {method} {cfg.width}-bit group {cfg.group_size} "
+            f"{'sym' if cfg.sym else 'asym'} -> format {cfg.format}",
             flush=True,
         )
     calibration, described = None, "none (rtn needs no calibration)"
-    if settings.needs_calibration:
+    if calibrated:
         calibration, described = calibration_rows(
             args.calibration, qm.tokenizer, samples=args.samples, length=args.length
         )
@@ -361,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print(render_table(PER_LAYER_HEADERS, per_layer_rows(rows)))
     print()
-    if settings.needs_calibration:
+    if calibrated:
         print(f"calibration  {_describe_calibration(summary, described)}")
     if summary.resumed_from:
         print(f"resumed      from plan step {summary.resumed_from} ({args.checkpoint_dir})")
@@ -396,12 +279,12 @@ def _run(args: argparse.Namespace) -> int:
         try:
             print(engines_text(directory_verdicts(args.out)))
         except QFormatsError as exc:  # qformats.inspect does not resolve GGUF-method module dimensions
-            print(f"engines      not assessed: qformats cannot inspect this {settings.method} directory ({exc})")
+            print(f"engines      not assessed: qformats cannot inspect this {method} directory ({exc})")
         print(f"result       {Path(args.out).resolve()}  (per-module log: quant_log.csv, summary: quant_report.json)")
     if args.plot is not None:
         from .plots import plot_module_losses
 
-        title = f"{Path(args.source).name}: {settings.method} {settings.bits}-bit g{settings.group_size}"
+        title = f"{Path(args.source).name}: {method} {cfg.width}-bit g{cfg.group_size}"
         print(f"plot         {plot_module_losses(rows, Path(args.plot), title)}")
     if args.checkpoint_dir:
         print(f"checkpoint   {args.checkpoint_dir} is no longer needed; delete it to free the space")

@@ -21,7 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..quant_config import QuantSettings
+from ..checkpoint_config import checkpoint_dict
+from ..config_view import adapter as eora_adapter
+from ..config_view import is_weight_only
 from ..results import QuantizedModules
 from ..source.opened_source import OpenedSource
 from ..summary import QuantizeSummary
@@ -30,6 +32,7 @@ from .quant_log import REPORT_COLUMNS, log_rows
 from .tensor_stream import TensorEntry, bf16_names, numpy_stream, write_atomic_json
 
 if TYPE_CHECKING:
+    from qformats.config import QuantizeConfig
     from qlooper.report import ModuleReport
 
 _CONFIG_DROP = ("_attn_implementation", "_attn_implementation_autoset", "attn_implementation")
@@ -103,10 +106,14 @@ def tensor_entries(
 
 
 def config_dict(
-    source: OpenedSource, settings: QuantSettings, dense_dtype: torch.dtype | None = None
+    source: OpenedSource,
+    config: QuantizeConfig,
+    dense_dtype: torch.dtype | None = None,
+    calibration: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``config.json`` content: the source config plus ``quantization_config``; with ``dense_dtype`` its
-    ``dtype`` (and a ``torch_dtype`` the source config carries) names the dense tensors' dtype."""
+    """``config.json`` content: the source config plus ``quantization_config`` (:mod:`qhf.checkpoint_config`, with
+    the run's ``calibration`` record); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype`` the source config
+    carries) names the dense tensors' dtype."""
     data = source.config.to_dict()
     for key in _CONFIG_DROP:
         data.pop(key, None)
@@ -117,7 +124,7 @@ def config_dict(
         data["dtype"] = name
         if "torch_dtype" in data:
             data["torch_dtype"] = name
-    data["quantization_config"] = settings.to_checkpoint_dict()
+    data["quantization_config"] = checkpoint_dict(config, calibration)
     return data
 
 
@@ -142,8 +149,9 @@ def save_checkpoint(
     source: OpenedSource,
     model: nn.Module,
     results: QuantizedModules,
-    settings: QuantSettings,
+    config: QuantizeConfig,
     *,
+    calibration: dict[str, Any] | None = None,
     tokenizer: Any = None,
     max_shard_size: int | str = "4GB",
     report: Sequence[ModuleReport] = (),
@@ -154,12 +162,14 @@ def save_checkpoint(
 ) -> list[Path]:
     """Write the checkpoint (see the module docstring); returns the weight shard paths (in ``directory``).
 
+    ``config``: the run's quantization config; ``calibration``: the run's record of its default calibration mixture
+    (written to the stored config's ``meta.calibration``), or None.
     ``report``: the run's qlooper report rows and ``summary`` its :class:`~qhf.summary.QuantizeSummary`, for
     ``quant_log.csv`` / ``quant_report.json`` (:func:`write_report`).
     ``dense_dtype``: the dtype of the non-quantized floating tensors and of ``config.json``'s ``dtype``
     (:mod:`qhf.save.dense_dtype`; None keeps each tensor's stored dtype and the source config's value).
     ``adapters``: module name -> (``lora_A.weight`` ``[r, in]``, ``lora_B.weight`` ``[out, r]``) of an EoRA
-    run, written to the settings' adapter directory (:mod:`qhf.lora_adapter`).
+    run, written to the config's adapter directory (:mod:`qhf.lora_adapter`).
 
     Everything -- weights and both config files through qformats' checkpoint writer (size-bounded shards
     and the index, every quantized module validated against its layout), tokenizer, carried-over files
@@ -174,18 +184,18 @@ def save_checkpoint(
     directory = Path(directory)
     packed = packed_tensors(results)
     entries = tensor_entries(source, model, results, packed, dense_dtype)
-    config = config_dict(source, settings, dense_dtype)
-    quantization = config.pop("quantization_config")
+    model_config = config_dict(source, config, dense_dtype, calibration)
+    quantization = model_config.pop("quantization_config")
     with staged_directory(directory) as staging:
         written = write_checkpoint_files(
             staging,
             numpy_stream(entries),
             quantize_config=quantization,
-            model_config=config,
+            model_config=model_config,
             max_shard_size=max_shard_size,
             metadata={"quantizer": quantization["meta"]["quantizer"][0]},
-            dtypes={**bf16_names(entries), **fp8_storage_dtypes(settings, list(packed))},
-            validate=not settings.weight_only,  # qformats' layouts do not describe these families; verify reads them
+            dtypes={**bf16_names(entries), **fp8_storage_dtypes(config, list(packed))},
+            validate=not is_weight_only(config),  # qformats' layouts do not describe these families; verify reads them
         )
         names = [name for name in written.files if name.endswith(".safetensors")]
         if tokenizer is not None:
@@ -193,11 +203,12 @@ def save_checkpoint(
         for name, path in source.extra_files.items():
             if not (staging / name).exists():
                 shutil.copyfile(path, staging / name)
-        if adapters and settings.adapter is not None:
+        eora = eora_adapter(config)
+        if adapters and eora is not None:
             from ..lora_adapter import write_adapter
 
-            rank, base = int(settings.adapter["rank"]), str(source.path)
-            write_adapter(staging / settings.adapter["path"], adapters, rank, base)
+            rank, base = int(eora["rank"]), str(source.path)
+            write_adapter(staging / eora["path"], adapters, rank, base)
         write_report(staging, results, report, summary)
         if before_publish is not None:
             before_publish(staging, [staging / name for name in names])

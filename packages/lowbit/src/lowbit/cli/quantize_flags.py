@@ -1,0 +1,132 @@
+"""``lowbit quantize`` flags -> the config dict that qhf reads into the run's ``qformats.config.QuantizeConfig``
+(:func:`qhf.quant_config.read_quantize_config`), in the reference's vocabulary.
+
+Flags a method does not use are refused naming the flag (``UsageError``); the values themselves are checked once,
+by qhf's reader, naming the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import UsageError
+
+_INTEGER_ONLY_FLAGS = {
+    "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
+    "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
+    "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
+    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
+}  # fmt: skip
+
+
+def qhf_method(method: str) -> str:
+    """The config method of a ``--method`` value: ``nf4`` names the bitsandbytes 4-bit weight family (its
+    method ``bitsandbytes``); every other value is its own method."""
+    from qformats.layouts.families import get_family
+
+    return get_family("bnb4").method if method == "nf4" else method
+
+
+def is_weight_only_method(method: str) -> bool:
+    """Whether ``--method`` names a weight-only family (``fp8``, ``nf4``, ``gguf``; qformats' registry)."""
+    from qformats.layouts.families import weight_only_methods
+
+    return qhf_method(method) in weight_only_methods()
+
+
+def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
+    """FP8 / bitsandbytes / GGUF: refuse the integer-quantizer flags, map --format/--bits/--fp8-*."""
+    given = [flag for name, flag in _INTEGER_ONLY_FLAGS.items() if getattr(args, name) not in (None, False)]
+    if given:
+        raise UsageError(
+            f"--method {args.method}: {', '.join(given)} not used by a weight-only method "
+            "(no groups, zero points or calibration)"
+        )
+    if args.method != "fp8" and (args.fp8_scale is not None or args.fp8_block is not None):
+        raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")
+    config: dict[str, Any] = {"method": qhf_method(args.method)}
+    if args.bits is not None:
+        config["bits"] = args.bits
+    fmt = args.format
+    if args.method == "nf4" and fmt is None:
+        fmt = "int8" if args.bits == 8 else "nf4"
+    if fmt is not None:
+        config["format"] = fmt
+    if args.fp8_block is not None:
+        if len(args.fp8_block) != 2:
+            raise UsageError(f"--fp8-block: expected ROWS,COLS, found {args.fp8_block}")
+        config["weight_block_size"] = list(args.fp8_block)
+    if args.fp8_scale is not None:
+        config["weight_scale_method"] = args.fp8_scale
+    return config
+
+
+def quant_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The qhf quantization config dict the flags describe."""
+    if is_weight_only_method(args.method):
+        return _weight_only_config(args)
+    if args.fp8_scale is not None or args.fp8_block is not None:
+        raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")
+    config: dict[str, Any] = {
+        "method": args.method,
+        "bits": 4 if args.bits is None else args.bits,
+        "group_size": 128 if args.group_size is None else args.group_size,
+        "sym": not args.asym,
+    }
+    flags = {
+        "desc_act": True if args.desc_act else None,
+        "static_groups": True if args.static_groups else None,
+        "act_group_aware": False if args.no_act_group_aware else None,
+        "mse": args.mse,
+        "damp_percent": args.damp_percent,
+        "format": args.format,
+    }
+    config.update({key: value for key, value in flags.items() if value is not None})
+    config.update(_asymmetric_config(args))
+    config.update(_paroquant_config(args))
+    if args.preset is not None:
+        if args.method != "gptq":
+            raise UsageError(
+                f"--preset {args.preset}: a GPTQ recipe; it cannot be combined with --method {args.method}"
+            )
+        from qhf.presets import apply_preset
+
+        config = apply_preset(args.preset, config)
+    return config
+
+
+def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--gptaq`` / ``--foem`` / ``--foem-alpha`` as the reference's ``gptaq`` / ``foem`` sections and
+    ``--eora-rank`` as its ``adapter: {rank}`` (GPTQ family only)."""
+    if args.foem_alpha is not None and args.foem is None:
+        raise UsageError("--foem-alpha: only together with --foem")
+    out: dict[str, Any] = {}
+    if args.eora_rank is not None:
+        if args.method != "gptq":
+            raise UsageError(f"--eora-rank: EoRA follows a GPTQ-family solve; not with --method {args.method}")
+        out["adapter"] = {"rank": args.eora_rank}
+    if args.gptaq is None and args.foem is None:
+        return out
+    if args.method != "gptq":
+        raise UsageError(f"--gptaq/--foem: GPTQ variants; they cannot be combined with --method {args.method}")
+    if args.gptaq is not None and args.foem is not None:
+        raise UsageError("--gptaq, --foem: choose one (--foem BETA --foem-alpha ALPHA is both terms)")
+    if args.gptaq is not None:
+        return {**out, "gptaq": {"alpha": args.gptaq}}
+    return {**out, "foem": {"alpha": args.foem_alpha or 0.0, "beta": args.foem}}
+
+
+def _paroquant_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--krot`` / ``--paro-epochs ROT,FT`` as the reference's ``krot`` / ``opt_rotation_epochs`` /
+    ``opt_finetune_epochs`` fields (ParoQuant only)."""
+    if args.krot is None and args.paro_epochs is None:
+        return {}
+    if args.method != "paroquant":
+        raise UsageError(f"--krot/--paro-epochs: ParoQuant settings; not with --method {args.method}")
+    out: dict[str, Any] = {}
+    if args.krot is not None:
+        out["krot"] = args.krot
+    if args.paro_epochs is not None:
+        out["opt_rotation_epochs"], out["opt_finetune_epochs"] = args.paro_epochs
+    return out

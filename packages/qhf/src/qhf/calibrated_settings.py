@@ -1,0 +1,109 @@
+"""The calibrated methods' settings (GPTQ family, AWQ, RTN, QQQ, ParoQuant), checked and resolved into
+``QuantizeConfig.settings`` by :func:`qhf.quant_config.read_quantize_config`.
+
+Each setting takes the reference's default when absent (:data:`DEFAULTS`; QQQ's damping defaults are its own,
+:data:`qhf.qqq_settings.DEFAULTS`). ``gptaq`` / ``foem`` sections get their default terms; ``adapter`` its
+default name and path. ``act_group_aware`` left unset resolves as the reference's default does: on for GPTQ with
+groups (``group_size > 0``) and without ``desc_act``, off otherwise (the reference refuses it per channel; the
+ordering changes nothing there, so lowbit turns it off instead). It also resolves off with a ``gptaq`` or
+``foem`` section: the reference's GPTAQ/FOEM solves visit columns in natural order whatever the setting. Set
+explicitly, it must not be combined with ``desc_act`` and only GPTQ accepts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from qformats.config import QuantizeConfig
+
+from .quant_config import QuantConfigError
+
+#: The settings of a calibrated run and their defaults (the reference's).
+DEFAULTS: Mapping[str, Any] = {
+    "damp_percent": 0.05, "damp_auto_increment": 0.01, "static_groups": False, "act_group_aware": None,
+    "mse": 0.0, "true_sequential": True, "gptaq": None, "foem": None, "adapter": None,
+}  # fmt: skip
+GPTAQ_DEFAULTS = {"alpha": 0.25}
+FOEM_DEFAULTS = {"alpha": 0.0, "beta": 0.2}
+
+
+def calibrated_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
+    """The :data:`DEFAULTS` settings of a ``method`` run on ``cfg``, resolved (raises naming the field)."""
+    out = {**DEFAULTS, **{k: cfg.settings[k] for k in DEFAULTS if k in cfg.settings}}
+    if method == "qqq":  # the reference's QQQ damping defaults
+        from .qqq_settings import DEFAULTS as QQQ_DEFAULTS
+
+        out.update({k: cfg.settings.get(k, v) for k, v in QQQ_DEFAULTS.items()})
+    out["gptaq"] = _section("gptaq", out["gptaq"], GPTAQ_DEFAULTS, method)
+    out["foem"] = _section("foem", out["foem"], FOEM_DEFAULTS, method)
+    if out["gptaq"] is not None and out["foem"] is not None:
+        raise QuantConfigError(
+            "gptaq, foem: choose one (FOEM's alpha is GPTAQ's term: foem {alpha: 0.25, beta: 0.2} is both)"
+        )
+    out["adapter"] = _adapter(out["adapter"], method)
+    desc_act = bool(cfg.desc_act)
+    gar = out["act_group_aware"]
+    if gar is None:  # the reference's GPTAQ/FOEM solves ignore act_group_aware: natural order there
+        variant = out["gptaq"] is not None or out["foem"] is not None
+        gar = method == "gptq" and cfg.group_size != -1 and not desc_act and not variant
+    elif gar and desc_act:
+        raise QuantConfigError("act_group_aware: requires desc_act=False (the two orderings are alternatives)")
+    elif gar and method == "awq":
+        raise QuantConfigError("act_group_aware: AWQ keeps the natural column order; only GPTQ reorders")
+    out["act_group_aware"] = bool(gar)
+    if method == "qqq":
+        from .qqq_settings import qqq_problem
+
+        problem = qqq_problem(cfg, out)
+        if problem is not None:
+            raise QuantConfigError(problem)
+    return out
+
+
+def _section(name: str, value: Any, defaults: dict[str, float], method: str) -> dict[str, float] | None:
+    """A ``gptaq`` / ``foem`` section: None, or a dict of the ``defaults`` keys (plus an ignored ``device``,
+    the reference's placement hint) with numbers in [0, 1]; only GPTQ takes one."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise QuantConfigError(f"{name}: expected a dict like {defaults} or null, found {value!r}")
+    unknown = sorted(set(value) - set(defaults) - {"device"})
+    if unknown:
+        raise QuantConfigError(f"{name}: unknown keys {unknown}; expected {sorted(defaults)} (and device)")
+    if method != "gptq":
+        raise QuantConfigError(f"{name}: a GPTQ variant; method {method!r} cannot use it")
+    out = {}
+    for key, default in defaults.items():
+        number = value.get(key, default)
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0.0 <= float(number) <= 1.0:
+            raise QuantConfigError(f"{name}.{key}: expected a number in [0, 1], found {number!r}")
+        out[key] = float(number)
+    return out
+
+
+def _adapter(value: Any, method: str) -> dict[str, Any] | None:
+    """The ``adapter`` field: None, or ``{"name": "lora", "path": <relative dir>, "rank": R > 0}`` (defaults:
+    name ``lora``, path ``eora``); only the GPTQ family (GPTQ, GPTAQ, FOEM) computes EoRA adapters."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise QuantConfigError(f"adapter: expected a dict like {{'rank': 32}} or null, found {value!r}")
+    unknown = sorted(set(value) - {"name", "path", "rank"})
+    if unknown:
+        raise QuantConfigError(f"adapter: unknown keys {unknown}; expected name, path, rank")
+    name = value.get("name", "lora")
+    if name != "lora":
+        raise QuantConfigError(f"adapter.name: lowbit writes 'lora' (EoRA) adapters, found {name!r}")
+    rank = value.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise QuantConfigError(f"adapter.rank: expected a positive integer, found {rank!r}")
+    path = value.get("path") or "eora"
+    parts = str(path).replace("\\", "/").split("/")
+    if not isinstance(path, str) or path.startswith("/") or ".." in parts or ":" in path:
+        raise QuantConfigError(f"adapter.path: expected a relative directory inside the checkpoint, found {path!r}")
+    if method != "gptq":
+        raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
+    return {"name": "lora", "path": path, "rank": rank}

@@ -1,0 +1,95 @@
+"""The quantization config a checkpoint stores: the dict written to both ``quantize_config.json`` and
+``config.json["quantization_config"]``, from the run's resolved :class:`~qformats.config.QuantizeConfig`.
+
+``method`` and ``quant_method``, ``format`` and ``checkpoint_format``, ``pack_dtype`` as a string, AWQ's
+``zero_point``/``version``, QQQ's ``wbits``, ParoQuant's ``krot`` and ``opt_*``, and a ``meta`` block naming
+the quantizer and the calibrated settings (``damp_percent`` ... and a ``gptaq`` / ``foem`` section), as the
+reference writes them. The run's calibration record (not a setting) goes to ``meta.calibration``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qformats.config import QuantizeConfig
+
+from . import __version__
+from .config_view import adapter, algorithm, checkpoint_method, gguf_dynamic, is_weight_only, setting, solver_variant
+
+QUANTIZER = f"lowbit-qhf:{__version__}"
+#: The calibrated settings written under ``meta`` (in this order, after ``quantizer`` and ``algorithm``).
+META_SETTINGS = ("damp_percent", "damp_auto_increment", "static_groups", "true_sequential", "mse", "act_group_aware")
+
+
+def _weight_only_dict(cfg: QuantizeConfig) -> dict[str, Any]:
+    """The reference's serialized FP8 / bitsandbytes / GGUF config (GGUF drops group_size, desc_act,
+    pack_dtype; FP8 and bitsandbytes write them as -1, False, int32)."""
+    method = algorithm(cfg)
+    out: dict[str, Any] = {"bits": cfg.width}
+    if method != "gguf":
+        out.update(group_size=-1, desc_act=False)
+    out.update(
+        lm_head=cfg.lm_head, method=method, quant_method=method, format=cfg.format, checkpoint_format=cfg.format,
+    )  # fmt: skip
+    if method != "gguf":
+        out["pack_dtype"] = cfg.pack_dtype
+    out["meta"] = {"quantizer": [QUANTIZER], "algorithm": method}
+    if method == "fp8":
+        out["weight_scale_method"] = setting(cfg, "weight_scale_method")
+        block = setting(cfg, "weight_block_size")
+        if block is not None:
+            out["weight_block_size"] = list(block)
+        out["weight_scale_semantics"] = "inverse"
+    elif method == "bitsandbytes":
+        out.update(block_size=setting(cfg, "block_size"), compress_statistics=setting(cfg, "compress_statistics"))
+    dynamic = gguf_dynamic(cfg)
+    if dynamic:
+        out["dynamic"] = {key: dict(value) for key, value in dynamic.items()}
+    return out
+
+
+def checkpoint_dict(cfg: QuantizeConfig, calibration: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The stored config of a run on ``cfg`` (see the module docstring); ``calibration``: the run's record
+    of its default calibration mixture (``meta.calibration``), or None."""
+    if is_weight_only(cfg):
+        return _weight_only_dict(cfg)
+    method = checkpoint_method(cfg)
+    out: dict[str, Any] = {
+        "bits": cfg.width,
+        "group_size": cfg.group_size,
+        "desc_act": bool(cfg.desc_act),
+        "lm_head": cfg.lm_head,
+        "method": method,
+        "quant_method": method,
+        "format": cfg.format,
+        "checkpoint_format": cfg.format,
+        "pack_dtype": cfg.pack_dtype,
+        "meta": {
+            "quantizer": [QUANTIZER],
+            "algorithm": algorithm(cfg),
+            **{name: setting(cfg, name) for name in META_SETTINGS},
+        },
+    }
+    variant = solver_variant(cfg)
+    if variant is not None:
+        name, values = variant
+        out["meta"][name] = {**values, "device": "auto"}
+    eora = adapter(cfg)
+    if eora is not None:
+        out["adapter"] = eora
+    if calibration:
+        out["meta"]["calibration"] = dict(calibration)
+    if method == "paroquant":  # the reference's fields: zero_point, krot; opt_* under meta
+        from .paroquant_settings import checkpoint_fields
+
+        top, meta = checkpoint_fields(cfg)
+        out.update(top)
+        out["meta"].update(meta)
+    elif method == "awq":
+        out["zero_point"] = not cfg.sym
+        out["version"] = cfg.format
+    else:
+        out["sym"] = cfg.sym
+    if method == "qqq":
+        out["wbits"] = cfg.width  # vLLM's QQQ loader reads the weight width from wbits (as the reference writes)
+    return out

@@ -1,0 +1,75 @@
+"""Reading a resolved :class:`~qformats.config.QuantizeConfig` (one :func:`qhf.quant_config.read_quantize_config`
+returned, or a checkpoint's): the run's method, its kind, and its settings by name.
+
+These are plain functions over the config, not a second config type: the values live in the config itself
+(``meta["algorithm"]``, ``settings``), where the reader resolved them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qformats.config import QuantizeConfig
+from qformats.config.quantizer_formats import QUANTIZER_FORMATS, WEIGHT_ONLY_METHODS
+from qformats.enums import METHOD
+
+
+def algorithm(cfg: QuantizeConfig) -> str:
+    """The run's method as the user named it: ``meta["algorithm"]`` when it names a lowbit quantizer (``rtn``,
+    ``gptq``, ``awq``, ``qqq``, ``paroquant``, ``fp8``, ``bitsandbytes``, ``gguf``), else the config's method (a
+    checkpoint family lowbit reads but does not write, e.g. ``vptq``)."""
+    named = cfg.meta.get("algorithm")
+    if named in QUANTIZER_FORMATS:
+        return str(named)
+    return cfg.method.value if isinstance(cfg.method, METHOD) else str(cfg.method)
+
+
+def is_weight_only(cfg: QuantizeConfig) -> bool:
+    """FP8 / bitsandbytes / GGUF: quantized from the weight alone (:mod:`qhf.weight_only`)."""
+    return algorithm(cfg) in WEIGHT_ONLY_METHODS
+
+
+def needs_calibration(cfg: QuantizeConfig) -> bool:
+    return algorithm(cfg) != "rtn" and not is_weight_only(cfg)
+
+
+def checkpoint_method(cfg: QuantizeConfig) -> str:
+    """The method written to the checkpoint: RTN exports as the family its format belongs to."""
+    method = algorithm(cfg)
+    if method != "rtn":
+        return method
+    return "awq" if cfg.format in QUANTIZER_FORMATS["awq"] else "gptq"
+
+
+def setting(cfg: QuantizeConfig, name: str) -> Any:
+    """A resolved setting (``damp_percent``, ``act_group_aware``, ``weight_block_size`` ...); raises ``KeyError``
+    naming it when the config was not resolved by :func:`~qhf.quant_config.read_quantize_config` for this kind
+    of method."""
+    try:
+        return cfg.settings[name]
+    except KeyError:
+        raise KeyError(f"{name}: not a resolved setting of this {algorithm(cfg)} config") from None
+
+
+def solver_variant(cfg: QuantizeConfig) -> tuple[str, dict[str, float]] | None:
+    """``("gptaq", {"alpha"})`` or ``("foem", {"alpha", "beta"})`` when one is set, else None."""
+    for name in ("gptaq", "foem"):
+        values = cfg.settings.get(name)
+        if values is not None:
+            return name, dict(values)
+    return None
+
+
+def adapter(cfg: QuantizeConfig) -> dict[str, Any] | None:
+    """The EoRA ``adapter`` (``{"name": "lora", "path", "rank"}``), else None."""
+    value = cfg.settings.get("adapter")
+    return dict(value) if value is not None else None
+
+
+def gguf_dynamic(cfg: QuantizeConfig) -> dict[str, dict[str, Any]] | None:
+    """A GGUF config's per-module overrides (rule key -> ``{"bits", "format"}``), else None."""
+    if algorithm(cfg) != "gguf" or cfg.rules is None:
+        return None
+    from .gguf_settings import gguf_dynamic as checked
+
+    return checked(cfg.rules.to_mapping()) or None
