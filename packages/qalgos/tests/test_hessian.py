@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from qalgos.hessian import HessianAccumulator, add_gram
+from qalgos.hessian import HessianAccumulator, add_gram, buffer_tokens
 from qalgos.hessian_inverse import cholesky_with_inverse, damp_candidates, damped_inverse
 
 
@@ -103,7 +103,7 @@ def test_released_statistics_refuse_further_use() -> None:
     acc.add_batch(torch.randn(10, 8))
     h = acc.hessian()
     acc.release()
-    assert acc.sum.numel() == 0 and h.shape == (8, 8)
+    assert acc.gram is None and h.shape == (8, 8)
     for call in (acc.hessian, lambda: acc.add_batch(torch.randn(2, 8)), acc.state_dict):
         with pytest.raises(StateError, match="released"):
             call()
@@ -123,3 +123,22 @@ def test_reverse_in_place_equals_flip_of_both_axes(n: int, chunk: int, monkeypat
     want = matrix.flip(0, 1).clone()
     hinv.reverse_in_place(matrix)
     assert torch.equal(matrix, want)
+
+
+@pytest.mark.parametrize("n", [3, 600, 1100])
+def test_lower_blocks_equal_a_full_sum_exactly(n: int) -> None:
+    """Keeping only the lower-triangle blocks gives, bit for bit, the Hessian a full [in, in] sum gives."""
+    gen = torch.Generator().manual_seed(n)
+    chunks = [torch.randn(tokens, n, generator=gen) for tokens in (300, 17, 4096, 5)]
+    full = torch.zeros(n, n, dtype=torch.float64)
+    acc = HessianAccumulator(n)
+    for x in chunks:
+        acc.add_batch(x)
+    for start in range(0, sum(len(c) for c in chunks), buffer_tokens(n)):  # the accumulator's flush chunks
+        add_gram(full, torch.cat(chunks)[start : start + buffer_tokens(n)])
+    expected = (full * (2.0 / acc.nsamples)).to(torch.float32)
+    assert torch.equal(acc.hessian(), expected)
+    assert torch.equal(acc.state_dict()["hessian_sum"], full)
+    assert acc.gram is not None
+    if n > 3:
+        assert sum(b.numel() for b in acc.gram.blocks.values()) < n * n  # only the lower triangle is kept

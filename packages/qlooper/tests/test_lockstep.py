@@ -7,6 +7,7 @@ import torch
 from qalgos.spec import QuantSpec
 from qlooper import LoopOptions, ProcessorError, quantize_model
 from qlooper.definition import GroupSpec, ModelDefinition
+from torch import nn
 from toy_models import DENSE, MOE, ToyDecoder, toy_calibration
 
 SPEC = QuantSpec(bits=4, group_size=32)
@@ -125,3 +126,53 @@ def test_a_layer_over_the_lockstep_budget_runs_per_group_with_the_same_numbers(b
         ToyDecoder(), DENSE, toy_calibration(), SPEC, "gptq", options=LoopOptions(lockstep_budget=2**40)
     )
     assert roomy.lockstep_skipped == {}
+
+
+def test_the_auto_budget_is_the_weights_outside_the_layers_plus_the_largest_layer() -> None:
+    from qlooper.lockstep import AUTO_BUDGET_FLOOR, auto_budget, tensor_bytes
+
+    model = ToyDecoder()
+    layers = list(model.model.layers)
+    outside = tensor_bytes(model) - sum(tensor_bytes(layer) for layer in layers)
+    assert outside > 0
+    assert auto_budget(model, layers) == max(AUTO_BUDGET_FLOOR, outside + max(map(tensor_bytes, layers)))
+    big = nn.Linear(4096, 40000, bias=False, device="meta")  # meta weights count at their dtype's size
+    model.extra_head = big
+    assert auto_budget(model, layers) == outside + 4096 * 40000 * 4 + max(map(tensor_bytes, layers))
+
+
+def test_the_default_budget_turns_lockstep_off_only_where_parked_activations_exceed_it(monkeypatch) -> None:
+    import qlooper.lockstep as lockstep_module
+
+    assert LoopOptions().lockstep_budget == "auto"
+    default = quantize_model(ToyDecoder(), DENSE, toy_calibration(), SPEC, "gptq", options=LoopOptions())
+    assert default.lockstep_skipped == {}  # the toy's parked activations are far under 512 MiB
+    monkeypatch.setattr(lockstep_module, "AUTO_BUDGET_FLOOR", 0)  # the model's sizes alone decide
+    real = lockstep_module.parked_bytes
+    for rows, expect_over in ((1, False), (32, True)):
+        model = ToyDecoder()
+        budget = lockstep_module.auto_budget(model, list(model.model.layers))
+        seen: list[int] = []
+
+        def spy(cache, groups, seen=seen):  # the loop's own estimate for each layer
+            seen.append(real(cache, groups))
+            return seen[-1]
+
+        monkeypatch.setattr("qlooper.loop.parked_bytes", spy)
+        run = quantize_model(model, DENSE, toy_calibration(rows), SPEC, "gptq", options=LoopOptions())
+        assert len(seen) == 4
+        over = {f"model.layers.{i}" for i, need in enumerate(seen) if need > budget}
+        assert bool(over) is expect_over, (rows, seen, budget)
+        assert set(run.lockstep_skipped) == over
+        monkeypatch.setattr("qlooper.loop.parked_bytes", real)
+        plain = quantize_model(
+            ToyDecoder(), DENSE, toy_calibration(rows), SPEC, "gptq", options=LoopOptions(lockstep_budget=None)
+        )
+        assert plain.lockstep_skipped == {}
+        for name, done in run.modules.items():  # lockstep or not, the same numbers
+            assert np.array_equal(done.tensors()["qweight"], plain.modules[name].tensors()["qweight"]), name
+
+
+def test_a_bad_lockstep_budget_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="lockstep_budget"):
+        quantize_model(ToyDecoder(), DENSE, toy_calibration(), SPEC, "gptq", options=LoopOptions(lockstep_budget=-1))

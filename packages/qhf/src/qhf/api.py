@@ -14,7 +14,7 @@ import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 from torch import nn
@@ -78,7 +78,7 @@ class QuantModel:
         progress: bool = False,
         backend: str = AUTO,
         lockstep: bool = True,
-        lockstep_budget: int | None = None,
+        lockstep_budget: int | Literal["auto"] | None = "auto",
         executor: Any = None,
     ) -> QuantizeSummary:
         """Quantize every linear of every decoder layer, layer by layer; returns the run's
@@ -95,7 +95,8 @@ class QuantModel:
         (qlooper ``LoopOptions.lockstep``: same numbers, about 3x fewer layer forwards, every batch's activations live
         at once); ``False`` for per-group forwards when memory is tighter than time. ``lockstep_budget``: bytes
         the parked activations may take; a layer over it runs per-group forwards (same numbers), listed in the
-        summary's ``lockstep_skipped`` (qlooper ``LoopOptions.lockstep_budget``; None: no limit).
+        summary's ``lockstep_skipped`` (qlooper ``LoopOptions.lockstep_budget``; ``"auto"``, the default: the
+        model's weights outside its decoder layers plus its largest layer, at least 512 MiB; None: no limit).
         ``executor``: where the forwards and solves run (qlooper ``LoopOptions.executor``, e.g. a
         ``qlooper.ray_executor.RayExecutor``; same numbers as one process); None runs in this process. The
         summary's ``executor`` says which ran and names any worker that was lost and replaced.

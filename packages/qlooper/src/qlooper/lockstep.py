@@ -67,6 +67,36 @@ def parked_bytes(cache: InputCache, groups: Sequence[ResolvedGroup]) -> int:
     return total
 
 
+#: the smallest automatic lockstep budget: parked activations below it never turn lockstep off
+AUTO_BUDGET_FLOOR = 512 * 2**20
+
+
+def tensor_bytes(module: nn.Module) -> int:
+    """Bytes of ``module``'s parameters and buffers (each shared tensor once; meta tensors count their
+    dtype's size, so a skeleton whose weights are not loaded is measured as it will be)."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def auto_budget(model: nn.Module, layers: Sequence[nn.Module]) -> int:
+    """The default lockstep budget (``LoopOptions.lockstep_budget="auto"``), in bytes: the model's tensors
+    outside its decoder layers (embeddings, final norm, output head) plus its largest decoder layer, and at
+    least :data:`AUTO_BUDGET_FLOOR`.
+
+    The loop already holds that much at once (the first layer's capture runs the embeddings with a dense
+    layer), so parked activations within it raise the peak by at most about that amount again; past it,
+    lockstep would dominate the run's memory and the layer runs the per-group forwards (same numbers, more
+    forward time)."""
+    in_layers = [tensor_bytes(layer) for layer in layers]
+    outside = tensor_bytes(model) - sum(in_layers)
+    return max(AUTO_BUDGET_FLOOR, outside + max(in_layers, default=0))
+
+
 class _Worker:
     """One cached batch's forward in its own greenlet (a stack of its own on the caller's OS thread)."""
 

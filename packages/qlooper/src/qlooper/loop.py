@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 from qalgos.fallback import FallbackPolicy
@@ -40,7 +40,7 @@ from .executor import InProcessExecutor
 from .finalize import FinalizedModule, finalize_module
 from .input_cache import InputCache
 from .layer_loader import LayerLoader, call_loader
-from .lockstep import lockstep_forward, lockstep_supported, parked_bytes
+from .lockstep import auto_budget, lockstep_forward, lockstep_supported, parked_bytes
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
 from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, first_tensor
 from .report import ModuleReport, Progress, notes_text
@@ -62,7 +62,9 @@ class LoopOptions:
       per layer instead of one per group plus a replay; every batch's activations live at once).
     * ``lockstep_budget``: bytes the parked activations of a lockstep forward may take
       (:func:`qlooper.lockstep.parked_bytes`); a layer over it runs the per-group forwards instead (same
-      numbers, more forward time), logged and listed in ``LoopState.lockstep_skipped``. None: no limit.
+      numbers, more forward time), logged and listed in ``LoopState.lockstep_skipped``. ``"auto"`` (the
+      default): :func:`qlooper.lockstep.auto_budget`, the bytes of the model's tensors outside its decoder
+      layers plus its largest layer, at least 512 MiB. None: no limit.
     * ``finalizer_workers``: threads packing/offloading/replacing finished modules.
     * ``pack_dtype``: word dtype passed to the layout's ``pack``.
     * ``offload_dir``: write each finished module to ``<dir>/<module name>/module.safetensors`` and drop it
@@ -86,7 +88,7 @@ class LoopOptions:
     true_sequential: bool = True
     early_stop: bool = True
     lockstep: bool = True
-    lockstep_budget: int | None = None
+    lockstep_budget: int | Literal["auto"] | None = "auto"
     finalizer_workers: int = 2
     pack_dtype: str = "int32"
     offload_dir: str | Path | None = None
@@ -153,6 +155,7 @@ class LayerLoop:
         plan = LoopPlan(tuple(LoopStep("layer", i, name) for i, (name, _) in enumerate(layers)))
         self.state = LoopState(plan=plan, layers=layers, cache=None)
         self.total_tokens = 0
+        self._auto_budget: int | None = None
         self.executor = options.executor if options.executor is not None else InProcessExecutor()
 
     def run(self, calibration: CalibrationSet | None) -> LoopState:
@@ -280,9 +283,9 @@ class LayerLoop:
             and callable(getattr(self.processor, "observe", None))
             and lockstep_supported(groups) is None
         )
-        budget = self.options.lockstep_budget
-        if not usable or budget is None or self.state.cache is None:
+        if not usable or self.options.lockstep_budget is None or self.state.cache is None:
             return usable
+        budget = self._lockstep_budget()
         need = parked_bytes(self.state.cache, groups)
         if need <= budget:
             return True
@@ -290,6 +293,17 @@ class LayerLoop:
         logger.info("layer %s: per-group forwards (%s)", name, reason)
         self.state.lockstep_skipped[name] = reason
         return False
+
+    def _lockstep_budget(self) -> int:
+        """``LoopOptions.lockstep_budget`` in bytes (``"auto"`` resolved once, from the model's sizes)."""
+        budget = self.options.lockstep_budget
+        if budget == "auto":
+            if self._auto_budget is None:
+                self._auto_budget = auto_budget(self.model, [layer for _, layer in self.state.layers])
+            return self._auto_budget
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise ValueError(f"lockstep_budget: expected bytes (int >= 0), 'auto' or None, found {budget!r}")
+        return budget
 
     def _run_lockstep(self, ctx: LayerContext, groups: list[ResolvedGroup], solved: list[ModuleResult]) -> InputCache:
         """One lockstep forward of the layer (see :mod:`qlooper.lockstep`); returns the next layer's cache."""
@@ -311,6 +325,7 @@ class LayerLoop:
             release_free_memory()  # the forwards' freed temporaries, before the solve's large matrices
             self._mark_fallbacks(ctx, [group])
             solved.extend(self.processor.process(ctx, group))
+            release_free_memory()  # the solve's freed work matrices, before the batches resume
 
         return lockstep_forward(ctx.layer, cache, groups, observe, solve)
 
