@@ -7,6 +7,11 @@ bench's slice) are given to both tools as token ids. Each tool quantizes AWQ g64
 is the dtype both can run), with ``--threads`` torch threads and GPT-QModel's disk offload off (compute,
 not disk, is compared). Printed per tool: process CPU seconds and wall seconds of ``quantize`` alone and
 of quantize + save (lowbit's save verifies the checkpoint), peak RSS, and the ratio to GPT-QModel's.
+
+Quality of the same layers: each tool's checkpoint is read back as dense float32 (``qhf.export_dense``,
+exactly the stored weights), its ``--layers`` decoder layers are put in place of the full dense model's
+first layers (the rest stay dense), and that model's perplexity is scored on the first ``--windows``
+512-token windows of the bundled docs' evaluation text (``qhf.perplexity``), beside the dense model's.
 Results are cached as JSON under ``--work``; ``--rerun`` recomputes.
 
 Run from the ``bench_quality`` nox session's environment (GPT-QModel installed), with lowbit's packages on
@@ -39,7 +44,7 @@ def prepare(work: Path, layers: int, rows: int, length: int) -> dict[str, Any]:
     manifest = work / "inputs.json"
     if manifest.exists():
         data = json.loads(manifest.read_text())
-        if (data["layers"], data["rows"], data["length"]) == (layers, rows, length):
+        if (data["layers"], data["rows"], data["length"]) == (layers, rows, length) and "full" in data:
             return data
     import qhf
     from qhf.corpus import bundled_docs
@@ -47,6 +52,10 @@ def prepare(work: Path, layers: int, rows: int, length: int) -> dict[str, Any]:
 
     base = qhf.load(smollm2_gguf(), {"method": "rtn"})
     model = base.source.materialize_all()
+    full = work / "full"
+    shutil.rmtree(full, ignore_errors=True)
+    model.save_pretrained(full)
+    base.tokenizer.save_pretrained(full)
     model.model.layers = model.model.layers[:layers]
     model.config.num_hidden_layers = layers
     dense = work / "dense"
@@ -61,6 +70,8 @@ def prepare(work: Path, layers: int, rows: int, length: int) -> dict[str, Any]:
         "rows": rows,
         "length": length,
         "dense": str(dense),
+        "full": str(full),
+        "evaluation": encode(base.tokenizer, bundled_docs("evaluation").joined()),
         "calibration": [ids[i * length : (i + 1) * length] for i in range(rows)],
     }
     work.mkdir(parents=True, exist_ok=True)
@@ -96,6 +107,33 @@ def run_reference(inputs: dict[str, Any], dtype: Any, out: Path) -> float:
     return cpu
 
 
+def spliced_perplexity(inputs: dict[str, Any], checkpoint: Path | None, windows: int) -> float:
+    """Perplexity of the full dense model with its first layers taken from ``checkpoint`` (dense if None)."""
+    import torch
+    from qhf.export import export_dense
+    from qhf.perplexity import perplexity
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(inputs["full"], dtype=torch.float32).eval()
+    if checkpoint is not None:
+        exported = checkpoint.with_name(checkpoint.name + "-dense")
+        shutil.rmtree(exported, ignore_errors=True)
+        export_dense(checkpoint, exported, dtype=torch.float32)
+        state = {}
+        for shard in sorted(exported.glob("*.safetensors")):
+            state.update({k: v for k, v in load_file(shard).items() if k.startswith("model.layers.")})
+        if len({k.split(".")[2] for k in state}) != inputs["layers"]:
+            raise SystemExit(f"{checkpoint}: expected {inputs['layers']} decoder layers in the export")
+        missing = [k for k in state if k not in model.state_dict()]
+        if missing:
+            raise SystemExit(f"{checkpoint}: export tensors the full model lacks: {missing[:3]}")
+        model.load_state_dict(state, strict=False)
+        shutil.rmtree(exported, ignore_errors=True)
+    ids = inputs["evaluation"]
+    return round(perplexity(model, ids, window=512, max_windows=windows).perplexity, 3)
+
+
 def worker(args: argparse.Namespace) -> None:
     import torch
 
@@ -114,24 +152,28 @@ def worker(args: argparse.Namespace) -> None:
         "dtype": args.dtype,
         "threads": args.threads,
         "load_at_end": round(os.getloadavg()[0], 1),
+        "ppl": spliced_perplexity(inputs, out, args.windows),
     }
     (args.work / f"{args.worker}_{args.dtype}.json").write_text(json.dumps(result))
 
 
 def print_table(work: Path, dtype: str, inputs: dict[str, Any]) -> None:
     results = {t: json.loads(p.read_text()) for t in TOOLS if (p := work / f"{t}_{dtype}.json").exists()}
+    dense = json.loads(p.read_text())["ppl"] if (p := work / "dense.json").exists() else None
     print(
         f"\nSmolLM2-135M first {inputs['layers']} layers, AWQ g64 asym, {inputs['rows']}x{inputs['length']} tokens, "
-        f"{dtype}; process CPU s (ratio to GPT-QModel)"
+        f"{dtype}; process CPU s (ratio to GPT-QModel); perplexity with those layers in the full model "
+        f"(dense: {dense})"
     )
-    print(f"{'tool':<10} {'quantize cpu s':>16} {'+ save cpu s':>16} {'+ save wall s':>14} {'peak GiB':>9} {'load':>5}")
+    header = f"{'tool':<10} {'quantize cpu s':>16} {'+ save cpu s':>16} {'+ save wall s':>14} {'peak GiB':>9}"
+    print(f"{header} {'load':>5} {'ppl':>8}")
     ref = results.get("gptqmodel")
     for tool, r in results.items():
         ratio = f" ({r['quantize_cpu_s'] / ref['quantize_cpu_s']:.2f})" if ref else ""
         total = f" ({r['total_cpu_s'] / ref['total_cpu_s']:.2f})" if ref else ""
         print(
             f"{tool:<10} {str(r['quantize_cpu_s']) + ratio:>16} {str(r['total_cpu_s']) + total:>16} "
-            f"{r['total_wall_s']:>14} {r['peak_rss_gib']:>9} {r['load_at_end']:>5}"
+            f"{r['total_wall_s']:>14} {r['peak_rss_gib']:>9} {r['load_at_end']:>5} {r.get('ppl', '-'):>8}"
         )
 
 
@@ -144,6 +186,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--windows", type=int, default=8, help="512-token windows of the evaluation text")
     parser.add_argument("--rerun", action="store_true")
     parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -151,6 +194,8 @@ def main() -> None:
         worker(args)
         return
     inputs = prepare(args.work, args.layers, args.rows, args.length)
+    if not (args.work / "dense.json").exists() or args.rerun:
+        (args.work / "dense.json").write_text(json.dumps({"ppl": spliced_perplexity(inputs, None, args.windows)}))
     for tool in args.tools.split(","):
         if (args.work / f"{tool}_{args.dtype}.json").exists() and not args.rerun:
             continue
@@ -158,6 +203,7 @@ def main() -> None:
         # GPT-QModel 7.7.0's loader pool refuses fewer than 2 CPU workers; torch runs --threads threads
         env = {**os.environ, "GPTQMODEL_CPU_WORKERS": str(max(2, args.threads)), "OMP_NUM_THREADS": str(args.threads)}
         command = [sys.executable, __file__, "--work", str(args.work), "--dtype", args.dtype]
+        command += ["--windows", str(args.windows)]
         command += ["--threads", str(args.threads), "--worker", tool]
         if subprocess.run(command, env=env, check=False).returncode != 0:
             print(f"{tool}: failed", flush=True)
