@@ -18,8 +18,6 @@ object raises :class:`~qformats.errors.UnsupportedLayoutError` naming the value 
 
 from __future__ import annotations
 
-import importlib
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DuplicateRegistrationError, LayoutError, UnsupportedLayoutError
+from .builtin_loader import BuiltinLoader
 
 
 class FamilyInputError(LayoutError):
@@ -98,20 +97,8 @@ _FAMILIES: dict[str, WeightFamily] = {}
 
 #: Every key the built-in families register, in registration order (a test holds them equal).
 BUILTIN_FAMILY_KEYS: tuple[str, ...] = ("integer", "fp8", "bnb4", "int8", "gguf", "qqq", "paroquant", "vptq", "exl3")
-_builtins_loaded = False
-_builtins_lock = threading.RLock()
-
-
-def _load_builtins() -> None:
-    """Import the built-in family records once (they import the layout codecs)."""
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    with _builtins_lock:
-        if _builtins_loaded:
-            return
-        importlib.import_module(".builtin_families", __package__)
-        _builtins_loaded = True
+# the built-in family records (they import the layout codecs), once, on first lookup
+_load_builtins = BuiltinLoader(__name__.rpartition(".")[0], ("builtin_families",)).ensure
 
 
 def register_family(family: WeightFamily) -> WeightFamily:

@@ -16,8 +16,6 @@ Besides the required members of :class:`Layout`, a layout may offer the optional
 
 from __future__ import annotations
 
-import importlib
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,6 +25,7 @@ import numpy as np
 from ..errors import DuplicateRegistrationError, UnsupportedLayoutError
 from ..logical import QuantizedWeight
 from ..violations import Violation
+from .builtin_loader import BuiltinLoader
 
 
 @dataclass(frozen=True)
@@ -111,22 +110,7 @@ BUILTIN_KEYS: tuple[str, ...] = (
     "awq_marlin", "gemm", "gemv", "gemv_fast", "gguf", "gptq", "gptq_p", "gptq_v2", "llm-awq", "marlin",
     "pack-quantized",
 )  # fmt: skip
-_builtins_loaded = False
-# Re-entrant: importing a family registers its layouts, which may look the registry up again.
-_builtins_lock = threading.RLock()
-
-
-def _load_builtins() -> None:
-    """Import every built-in family once; other threads wait until all of them are registered."""
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    with _builtins_lock:
-        if _builtins_loaded:
-            return
-        for family in BUILTIN_FAMILIES:
-            importlib.import_module(f".{family}", __package__)  # relative: works when vendored
-        _builtins_loaded = True
+_load_builtins = BuiltinLoader(__name__.rpartition(".")[0], BUILTIN_FAMILIES).ensure
 
 
 def register_layout(layout: Layout) -> Layout:
