@@ -1,4 +1,4 @@
-"""The AVX2 CPU int4 backend: a compiled kernel over GPTQ-ordered 4-bit words, float32 compute.
+"""The AVX2/AVX-512 CPU int4 backend: a compiled kernel over GPTQ-ordered 4-bit words, float32 compute.
 
 Runtime form ("kn8"): int32 ``[in/8, out]``, nibble ``j`` of word ``[kb, n]`` is the code of input
 ``8 kb + j`` for output ``n``. That is the ``qweight`` of a 4-bit ``gptq``/``gptq_v2`` checkpoint packed in
