@@ -177,7 +177,7 @@ def _issue_grid(args: argparse.Namespace) -> None:
                     times, wall = _alternate(fns, args.rounds, min(args.budget, 0.1))
                     for path in _PATHS:
                         cells[path].append(f"{times['dense'] / times[path]:.2f}")
-                    chosen.append(_chosen(mods["auto"], batch))
+                    chosen.append(mods["auto"].path_for(batch))
                     walls.append(f"{wall['dense'] / wall['auto']:.2f}")
                 row = " | ".join(" / ".join(cells[path]) for path in _PATHS)
                 print(f"| {batch} | {row} | {'/'.join(dict.fromkeys(chosen))} | {' / '.join(walls)} |", flush=True)
@@ -195,13 +195,6 @@ def _issue_grid(args: argparse.Namespace) -> None:
                     f"{100 * limit / best:.0f}% of the limit speed (cache-warm), {cold:.0f} us = "
                     f"{100 * limit / cold:.0f}% when rotating copies larger than the L3"
                 )
-
-
-def _chosen(module: torch.nn.Module, rows: int) -> str:
-    """The path the automatic choice takes for ``rows`` activation rows."""
-    if rows < module.dequant_from:
-        return "decode"
-    return "fused" if rows < module.tiles_from else "tiles"
 
 
 def _bench_shape(n: int, k: int, dtypes: list[torch.dtype], backends: list[str], args: argparse.Namespace) -> None:

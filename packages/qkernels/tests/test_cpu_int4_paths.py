@@ -70,11 +70,24 @@ def test_the_automatic_choice_switches_paths_at_its_row_counts() -> None:
     module = build(WIDE)
     assert module.isa in ("avx2", "avx512")
     assert module.dequant_from == DEQUANT_FROM and module.tiles_from == TILES_FROM[module.isa]
+    assert module.threaded_tiles_from is None  # more than one thread: the fused kernel at every row count
     decode, fused, tiles = (build(WIDE, **PATHS[path]) for path in ("decode", "fused", "tiles"))
-    switches = (module.dequant_from - 1, decode), (module.dequant_from, fused), (module.tiles_from - 1, fused)
-    for rows, twin in (*switches, (module.tiles_from, tiles)):
-        x = make_activations(WIDE, rows, torch.float32, seed=rows)
-        assert torch.equal(module(x), twin(x)), rows
+    twins = {"decode": decode, "fused": fused, "tiles": tiles}
+    threads = torch.get_num_threads()
+    try:
+        for n_threads, last in ((1, "tiles"), (2, "fused")):
+            torch.set_num_threads(n_threads)
+            cases = [(module.dequant_from - 1, "decode"), (module.dequant_from, "fused")]
+            cases += [(module.tiles_from - 1, "fused"), (module.tiles_from, last), (10**4, last)]
+            for rows, path in cases:
+                assert module.path_for(rows) == path, (n_threads, rows)
+                if rows < 10**4:
+                    x = make_activations(WIDE, rows, torch.float32, seed=rows)
+                    assert torch.equal(module(x), twins[path](x)), (n_threads, rows)
+    finally:
+        torch.set_num_threads(threads)
+    explicit = build(WIDE, tiles_from=50)
+    assert explicit.path_for(50, threads=1) == explicit.path_for(50, threads=2) == "tiles"
 
 
 # Row counts around the fused kernel's blocks: 12 rows (AVX-512) or 6 (AVX2) per micro-kernel call, 252 or

@@ -15,7 +15,8 @@ Per call, ``x [M, in]`` takes one of three paths by its row count ``M`` (all com
   reads (AVX-512 where the host has it, else AVX2; a per-thread panel buffer, no separate dequantization
   pass). Each output is one fused multiply-add chain over the inputs in order, so the result does not depend
   on the ISA, the thread count or the row count.
-* ``M >= tiles_from`` (long prefill): ``prefill_tile(M, in, out)`` output columns at a time are dequantized
+* ``M >= tiles_from`` (long prefill; at one torch thread, or at any count when ``tiles_from`` is passed):
+  ``prefill_tile(M, in, out)`` output columns at a time are dequantized
   into one float32 scratch tile and multiplied with ``at::mm`` (the library GEMM's blocking wins once the
   GEMM dominates); from ``WHOLE_WEIGHT_FROM`` rows the whole weight is dequantized into one per-call scratch
   when it fits ``WHOLE_WEIGHT_BUDGET`` bytes, so the activations are streamed through the GEMM once.
@@ -45,6 +46,9 @@ from ..registry import register_backend
 # docs/backends.md, Performance.
 DEQUANT_FROM = 8  # rows from which the fused kernel replaces the decode kernel (both ISAs)
 TILES_FROM = {"avx512": 128, "avx2": 256}  # rows from which dequantized tiles + at::mm replace the fused kernel
+# With more than one torch thread the default keeps the fused kernel at every row count: at::mm's OpenMP team
+# waits at its barrier for a descheduled thread on a shared host (2 threads, load average 15: tiles ran at
+# 0.15x to 1.13x dense from 128 to 512 rows, the fused kernel at 0.78x to 4.7x).
 SHORT_TILE = 128  # output columns per float32 scratch tile [in, 128] below LONG_FROM rows
 LONG_FROM = 256
 LONG_TILE = 512  # from LONG_FROM rows
@@ -106,7 +110,8 @@ class CpuInt4Linear(QuantLinear):
         self._ext = load_extension()
         self.isa: str = self._ext.fused_isa()
         self.dequant_from = _row_option("dequant_from", dequant_from, DEQUANT_FROM)
-        self.tiles_from = _row_option("tiles_from", tiles_from, TILES_FROM[self.isa])
+        self.tiles_from = _row_option("tiles_from", tiles_from, TILES_FROM[self.isa])  # at one torch thread
+        self.threaded_tiles_from = None if tiles_from is None else self.tiles_from  # at more (None: never)
         w = integer_weight(loaded.logical, self.NAME)
         self._group = w.in_features if w.group_size == -1 else w.group_size
         self.register_buffer("_perm", None, persistent=False)  # act-order input permutation, when needed
@@ -125,6 +130,15 @@ class CpuInt4Linear(QuantLinear):
         self.register_buffer("_scales", torch.from_numpy(w.scales.astype(np.float32)).contiguous(), persistent=False)
         self.register_buffer("_zeros", torch.from_numpy(w.zeros.astype(np.float32)).contiguous(), persistent=False)
 
+    def path_for(self, rows: int, threads: int | None = None) -> str:
+        """The path a call of ``rows`` activation rows takes at ``threads`` torch threads (default: the current
+        count): ``"decode"``, ``"fused"`` or ``"tiles"``."""
+        if rows < self.dequant_from:
+            return "decode"
+        threads = torch.get_num_threads() if threads is None else threads
+        tiles_from = self.tiles_from if threads == 1 else self.threaded_tiles_from
+        return "tiles" if tiles_from is not None and rows >= tiles_from else "fused"
+
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x = x.float()
@@ -132,10 +146,11 @@ class CpuInt4Linear(QuantLinear):
             x = x.index_select(1, self._perm)
         words = getattr(self, self._kn8_name)
         rows = x.shape[0]
-        if rows >= self.tiles_from:
+        path = self.path_for(rows)
+        if path == "tiles":
             tile = prefill_tile(rows, x.shape[1], words.shape[1])
             y = self._ext.int4_kn8_dequant_mm(x, words, self._scales, self._zeros, self._group, tile)
-        elif rows >= self.dequant_from:
+        elif path == "fused":
             y = self._ext.int4_kn8_fused_mm(x.contiguous(), words, self._scales, self._zeros, self._group, self.isa)
         else:
             y = self._ext.int4_kn8_gemv(x.contiguous(), words, self._scales, self._zeros, self._group, self.isa)
