@@ -128,6 +128,11 @@ inline __m256 low_nibble(__m256i v, int j) {
   return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xF << (4 * j))));
 }
 
+// Word rows read ahead by software prefetch: consecutive rows lie N words apart (a new page each for wide
+// layers), which the hardware prefetchers do not follow, so a call from L3 or memory waited on every row.
+// Prefetching never faults, also past the end of w.
+constexpr int64_t kAhead = 8;
+
 // MR activation rows x NV vectors of eight outputs starting at n0. xs: activations scaled per input by
 // 16^-(j mod 4) (j = k mod 8); xg: [M, G] group sums of the unscaled activations.
 template <int MR, int NV>
@@ -143,7 +148,10 @@ void gemv_block(const float* xs, const float* xg, int64_t K, const int32_t* w, i
     const int64_t kb1 = std::min(K, (g + 1) * group) / 8;
     for (int64_t kb = g * group / 8; kb < kb1; ++kb) {
       __m256i words[NV];
-      for (int v = 0; v < NV; ++v) words[v] = _mm256_loadu_si256((const __m256i*)(w + kb * N + n0 + 8 * v));
+      for (int v = 0; v < NV; ++v) {
+        words[v] = _mm256_loadu_si256((const __m256i*)(w + kb * N + n0 + 8 * v));
+        _mm_prefetch(reinterpret_cast<const char*>(w + (kb + kAhead) * N + n0 + 8 * v), _MM_HINT_T0);
+      }
       for (int half = 0; half < 2; ++half) {
         for (int j = 0; j < 4; ++j) {
           __m256 xb[MR];
@@ -198,7 +206,10 @@ __attribute__((target("avx512f"))) void gemv_block512(const float* xs, const flo
     const int64_t kb1 = std::min(K, (g + 1) * group) / 8;
     for (int64_t kb = g * group / 8; kb < kb1; ++kb) {
       __m512i words[NV];
-      for (int v = 0; v < NV; ++v) words[v] = _mm512_loadu_si512(w + kb * N + n0 + 16 * v);
+      for (int v = 0; v < NV; ++v) {
+        words[v] = _mm512_loadu_si512(w + kb * N + n0 + 16 * v);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (kb + kAhead) * N + n0 + 16 * v), _MM_HINT_T0);
+      }
       for (int half = 0; half < 2; ++half) {
         for (int j = 0; j < 4; ++j) {
           __m512 xb[MR];
