@@ -15,18 +15,26 @@ from cache, which happens in this loop for weights that fit the host's L3). Asse
 
     python benchmarks/bench_qkernels_int4_cpu.py [--shapes 4096x4096] [--issue]
 
-``--issue`` runs issue 22's grid: shapes 1536x576, 576x1536, 2048x2048, 4096x4096; 1, 8, 32, 128, 256, 512
-and 2048 tokens; float32; cpu_int4 only.
+``--issue`` runs issue 22's grid: shapes 1536x576, 576x1536, 2048x2048, 4096x4096; 1, 2, 4, 8, 16, 24, 32,
+64, 128, 256 and 512 tokens; float32; 1 then 2 threads. Per cell it times dense ``F.linear`` and each
+``cpu_int4`` path forced (decode kernel, fused kernel, dequantized tiles + ``at::mm``) and the automatic
+choice, alternating rounds in one process, and prints dense CPU time / path CPU time (above 1.00 = faster
+than dense; the best per-call process CPU time of each, so load from other processes on a shared host
+weighs less; with more than one thread, process CPU time also counts the library GEMM's OpenMP threads
+spinning while they wait, so the last column gives dense wall time / automatic-choice wall time), then the
+batch-1 decode rows against the copy bandwidth.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from qkernels import quant_linear
 from qkernels.checkpoint import pack_weight
 from qkernels.testing.cases import LayerCase, make_weight
@@ -90,10 +98,15 @@ def main() -> None:
     parser.add_argument("--backends", default="cpu_int4,aten_int4,torch+cache")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per cell")
     parser.add_argument("--issue", action="store_true", help="issue 22's grid (see the module docstring)")
+    parser.add_argument("--rounds", type=int, default=5, help="--issue: alternating rounds per cell")
     args = parser.parse_args()
     if args.issue:
-        args.shapes, args.batches = "1536x576,576x1536,2048x2048,4096x4096", "1,8,32,128,256,512,2048"
-        args.dtypes, args.backends = "float32", "cpu_int4"
+        if args.shapes == parser.get_default("shapes"):
+            args.shapes = "1536x576,576x1536,2048x2048,4096x4096"
+        if args.batches == parser.get_default("batches"):
+            args.batches = "1,2,4,8,16,24,32,64,128,256,512"
+        _issue_grid(args)
+        return
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     backends = args.backends.split(",")
     print("qkernels int4 CPU linear, gptq g128 asym; ratios = dense nn.Linear (same dtype) / candidate")
@@ -101,6 +114,87 @@ def main() -> None:
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.lower().split("x"))
         _bench_shape(n, k, dtypes, backends, args)
+
+
+_PATHS = {  # cpu_int4 options that force one path whatever the row count
+    "decode": {"dequant_from": 10**9, "tiles_from": 10**9},
+    "fused": {"dequant_from": 1, "tiles_from": 10**9},
+    "tiles": {"dequant_from": 1, "tiles_from": 1},
+    "auto": {},
+}
+
+
+def _alternate(
+    fns: dict[str, Callable[[], object]], rounds: int, budget_s: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Best process CPU and best wall microseconds per call of each function, timed in ``rounds`` alternating
+    rounds of about ``budget_s`` seconds per function (each round calls every function in turn)."""
+    cpu = dict.fromkeys(fns, float("inf"))
+    wall = dict.fromkeys(fns, float("inf"))
+    for fn in fns.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start, calls = time.perf_counter(), 0
+            c0 = time.process_time()
+            while calls == 0 or time.perf_counter() - start < budget_s:
+                fn()
+                calls += 1
+            cpu[name] = min(cpu[name], (time.process_time() - c0) / calls)
+            wall[name] = min(wall[name], (time.perf_counter() - start) / calls)
+    return {n: t * 1e6 for n, t in cpu.items()}, {n: t * 1e6 for n, t in wall.items()}
+
+
+def _issue_grid(args: argparse.Namespace) -> None:
+    """Issue 22's grid: dense / path CPU-time ratios per shape and token count, then the decode bandwidth."""
+    shapes = [tuple(int(v) for v in shape.lower().split("x")) for shape in args.shapes.split(",")]
+    batches = _ints(args.batches)
+    layers = {}
+    for n, k in shapes:
+        weight = make_weight(LayerCase("gptq", 4, 128, False, n, k))
+        tensors, meta = pack_weight(weight, "gptq")
+        dense = torch.from_numpy(weight.dequantize()).float().contiguous()
+        mods = {path: quant_linear("gptq", tensors, meta, backend="cpu_int4", **opts) for path, opts in _PATHS.items()}
+        layers[(n, k)] = (dense, mods, tensors, meta)
+    isa = next(iter(layers.values()))[1]["auto"].isa
+    print(f"qkernels cpu_int4 by path vs dense F.linear, gptq g128 asym, float32; fused kernel ISA {isa}")
+    print(f"host: {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}; cells: dense CPU time / ")
+    print("path CPU time (best per call over alternating rounds); shapes " + " / ".join(f"{n}x{k}" for n, k in shapes))
+    with torch.inference_mode():
+        for threads in _ints(args.threads):
+            torch.set_num_threads(threads)
+            print(f"\n{threads} thread(s), load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+            print(f"| tokens | {' | '.join(_PATHS)} | chosen | auto by wall time |")
+            print(f"| --- |{' --- |' * len(_PATHS)} --- | --- |")
+            for batch in batches:
+                cells: dict[str, list[str]] = {path: [] for path in _PATHS}
+                chosen, walls = [], []
+                for n, k in shapes:
+                    dense, mods, _, _ = layers[(n, k)]
+                    x = torch.randn(batch, k)
+                    fns: dict[str, Callable[[], object]] = {"dense": lambda x=x, d=dense: F.linear(x, d)}
+                    fns.update({path: (lambda m=mod, x=x: m(x)) for path, mod in mods.items()})
+                    times, wall = _alternate(fns, args.rounds, min(args.budget, 0.1))
+                    for path in _PATHS:
+                        cells[path].append(f"{times['dense'] / times[path]:.2f}")
+                    chosen.append(mods["auto"].path_for(batch))
+                    walls.append(f"{wall['dense'] / wall['auto']:.2f}")
+                row = " | ".join(" / ".join(cells[path]) for path in _PATHS)
+                print(f"| {batch} | {row} | {'/'.join(dict.fromkeys(chosen))} | {' / '.join(walls)} |", flush=True)
+            bandwidth = copy_bandwidth()
+            for n, k in shapes:
+                dense, mods, tensors, meta = layers[(n, k)]
+                x = torch.randn(1, k)
+                decode_bytes = n * k // 2 + 2 * 4 * (-(-k // 128)) * n
+                best = measure(lambda m=mods["auto"], x=x: m(x), args.budget)[0]
+                limit = decode_bytes / bandwidth * 1e6
+                cold = _cold_decode(tensors, meta, x, decode_bytes, args.budget)
+                print(
+                    f"[{n}x{k}] decode reads {decode_bytes / 2**20:.2f} MiB/call; copy bandwidth "
+                    f"{bandwidth / 1e9:.1f} GB/s ({threads} thr) -> limit {limit:.0f} us; best call {best:.0f} us = "
+                    f"{100 * limit / best:.0f}% of the limit speed (cache-warm), {cold:.0f} us = "
+                    f"{100 * limit / cold:.0f}% when rotating copies larger than the L3"
+                )
 
 
 def _bench_shape(n: int, k: int, dtypes: list[torch.dtype], backends: list[str], args: argparse.Namespace) -> None:

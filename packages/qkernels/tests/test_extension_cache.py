@@ -38,7 +38,7 @@ if NO_CPU_EXTENSION and os.environ.get("LOWBIT_REQUIRE_CPU_EXTENSION"):
     raise RuntimeError(f"LOWBIT_REQUIRE_CPU_EXTENSION is set but cpu_int4 cannot build: {NO_CPU_EXTENSION}")
 pytestmark = pytest.mark.skipif(bool(NO_CPU_EXTENSION), reason=f"cpu_int4 unavailable: {NO_CPU_EXTENSION}")
 
-FUNCTIONS = ("int4_kn8_gemv", "int4_kn8_dequant_mm")
+FUNCTIONS = ("int4_kn8_gemv", "int4_kn8_fused_mm", "int4_kn8_dequant_mm", "fused_isa")
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from .errors import QKernelsError
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "int4_avx2.cpp"
-EXTENSION_NAME = "qkernels_int4_avx2_v5"
+EXTENSION_NAME = "qkernels_int4_avx2_v6"
 DISABLE_ENV = "QKERNELS_DISABLE_CPU_EXTENSION"
 CACHE_ENV = "QKERNELS_EXTENSION_CACHE"
 CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")
