@@ -175,3 +175,18 @@ def test_a_bfloat16_model_verifies_against_a_bfloat16_reload(tmp_path, tiny_dirs
     verification = qm.summary.verification
     assert isinstance(verification, dict) and verification["passed"], verification
     assert verification["max_logit_diff"] <= 1e-3
+
+
+@pytest.mark.parametrize("export_dtype", [torch.float32, torch.bfloat16])
+def test_dense_export_of_a_checkpoint_with_bfloat16_tensors(tmp_path, tiny_dirs, export_dtype) -> None:
+    """bfloat16 tensors are copied as bfloat16 and dequantized weights written in the asked dtype (the
+    export used to refuse a checkpoint whose dense tensors are bfloat16, such as the reference's AWQ)."""
+    from safetensors import safe_open
+
+    qm = qhf.load(tiny_dirs("llama"), {"method": "rtn", "bits": 4, "group_size": 32})
+    qm.quantize()
+    qm.save(tmp_path / "q", dtype="bfloat16")
+    out = qhf.export_dense(tmp_path / "q", tmp_path / "dense", dtype=export_dtype)
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert f.get_tensor("model.embed_tokens.weight").dtype == torch.bfloat16
+        assert f.get_tensor("model.layers.0.self_attn.q_proj.weight").dtype == export_dtype

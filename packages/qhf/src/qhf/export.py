@@ -26,6 +26,12 @@ from .save.tensor_stream import TensorEntry, bf16_names, numpy_stream
 from .tokenizer import TOKENIZER_FILES
 
 
+def _copied(checkpoint: Any, name: str) -> TensorEntry:
+    """A tensor copied unchanged from the checkpoint (bfloat16 ones flagged for the writer)."""
+    reader = checkpoint.reader
+    return TensorEntry(name, reader.nbytes(name), partial(reader.get, name), bf16=reader.dtype(name) == torch.bfloat16)
+
+
 def export_dense(
     checkpoint_dir: str | Path, out_dir: str | Path, *, dtype: torch.dtype = torch.float16, max_shard_size: str = "4GB"
 ) -> Path:
@@ -54,14 +60,13 @@ def export_dense(
                 weight = weight + b.to(torch.float32) @ a.to(torch.float32)
             return weight.to(dtype)
 
-        entries.append(TensorEntry(f"{module}.weight", in_features * out_features * 2, load))
+        size = in_features * out_features * torch.empty(0, dtype=dtype).element_size()
+        entries.append(TensorEntry(f"{module}.weight", size, load, bf16=dtype == torch.bfloat16))
         if f"{module}.bias" in checkpoint.reader:
-            entries.append(
-                TensorEntry(f"{module}.bias", out_features * 4, partial(checkpoint.reader.get, f"{module}.bias"))
-            )
+            entries.append(_copied(checkpoint, f"{module}.bias"))
     for name in names:
         if not name.startswith(prefixes):
-            entries.append(TensorEntry(name, checkpoint.reader.nbytes(name), partial(checkpoint.reader.get, name)))
+            entries.append(_copied(checkpoint, name))
     entries.sort(key=lambda e: e.name)
     config = load_config_json(source)
     config.pop("quantization_config", None)
