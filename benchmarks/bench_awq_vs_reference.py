@@ -5,7 +5,8 @@ Hugging Face directory; ``--rows`` x ``--length`` tokens of the bundled calibrat
 bench's slice) are given to both tools as token ids. Each tool quantizes AWQ g64 asymmetric (the row
 "awq g64 asym") in its own subprocess, loaded in ``--dtype`` (GPT-QModel's AWQ refuses float32: bfloat16
 is the dtype both can run), with ``--threads`` torch threads and GPT-QModel's disk offload off (compute,
-not disk, is compared). Printed per tool: process CPU seconds and wall seconds of ``quantize`` alone and
+not disk, is compared). lowbit runs twice: with its defaults (``lowbit``) and with the full scale search
+(``lowbit-full``: every token replayed, no Gram form; :mod:`awq_search_defaults`). Printed per tool: process CPU seconds and wall seconds of ``quantize`` alone and
 of quantize + save (lowbit's save verifies the checkpoint), peak RSS, and the ratio to GPT-QModel's.
 
 Quality of the same layers: each tool's checkpoint is read back as dense float32 (``qhf.export_dense``,
@@ -36,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 from smollm2_source import smollm2_gguf  # noqa: E402
 
-TOOLS = ("lowbit", "gptqmodel")
+TOOLS = ("lowbit", "lowbit-full", "gptqmodel")  # lowbit-full: search_tokens=None, gram_loss=False
 
 
 def prepare(work: Path, layers: int, rows: int, length: int) -> dict[str, Any]:
@@ -79,14 +80,19 @@ def prepare(work: Path, layers: int, rows: int, length: int) -> dict[str, Any]:
     return data
 
 
-def run_lowbit(inputs: dict[str, Any], dtype: Any, out: Path) -> float:
-    """Quantize with lowbit; returns the CPU seconds of ``quantize`` alone (save timed by the caller)."""
+def run_lowbit(inputs: dict[str, Any], dtype: Any, out: Path, full_search: bool = False) -> float:
+    """Quantize with lowbit (its defaults, or the full scale search); returns the CPU seconds of ``quantize``
+    alone (save timed by the caller)."""
+    import contextlib
+
     import qhf
+    from awq_search_defaults import processor_defaults
 
     settings = {"method": "awq", "bits": 4, "group_size": 64, "sym": False}
     qm = qhf.load(inputs["dense"], settings, dtype=dtype)
     cpu = time.process_time()
-    qm.quantize(calibration=inputs["calibration"])
+    with processor_defaults(None, False) if full_search else contextlib.nullcontext():
+        qm.quantize(calibration=inputs["calibration"])
     cpu = time.process_time() - cpu
     qm.save(out)
     return cpu
@@ -143,7 +149,10 @@ def worker(args: argparse.Namespace) -> None:
     shutil.rmtree(out, ignore_errors=True)
     dtype = getattr(torch, args.dtype)
     wall, cpu = time.perf_counter(), time.process_time()
-    quantize_cpu = (run_lowbit if args.worker == "lowbit" else run_reference)(inputs, dtype, out)
+    if args.worker == "gptqmodel":
+        quantize_cpu = run_reference(inputs, dtype, out)
+    else:
+        quantize_cpu = run_lowbit(inputs, dtype, out, full_search=args.worker == "lowbit-full")
     result = {
         "quantize_cpu_s": round(quantize_cpu, 1),
         "total_cpu_s": round(time.process_time() - cpu, 1),

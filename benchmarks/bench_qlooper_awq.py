@@ -22,17 +22,16 @@ Run: ``python benchmarks/bench_qlooper_awq.py --layers 2`` (a few minutes on an 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import awq_baseline
 import qhf
 import qlooper.processors.awq as awq_proc
 import torch
+from awq_search_defaults import processor_defaults
 from qalgos import awq as qawq
 from qhf.corpus import bundled_docs
 from qhf.tokenizer import encode
@@ -62,19 +61,6 @@ def quantize_once(dense: Path, calibration: list[list[int]]) -> tuple[float, flo
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     weights = {k: v.detach().clone() for k, v in qm.model.state_dict().items()}
     return cpu, wall, weights
-
-
-@contextlib.contextmanager
-def processor_defaults(search_tokens: int | None, gram_loss: bool) -> Iterator[None]:
-    """``AWQProcessor``'s keyword defaults swapped for the block (the registry builds it from the spec alone)."""
-    defaults = awq_proc.AWQProcessor.__init__.__kwdefaults__
-    saved = dict(defaults)
-    defaults.update(search_tokens=search_tokens, gram_loss=gram_loss)
-    try:
-        yield
-    finally:
-        defaults.clear()
-        defaults.update(saved)
 
 
 def compare(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> tuple[int, int, float]:
