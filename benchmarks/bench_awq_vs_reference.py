@@ -6,8 +6,9 @@ bench's slice) are given to both tools as token ids. Each tool quantizes AWQ g64
 "awq g64 asym") in its own subprocess, loaded in ``--dtype`` (GPT-QModel's AWQ refuses float32: bfloat16
 is the dtype both can run), with ``--threads`` torch threads and GPT-QModel's disk offload off (compute,
 not disk, is compared). lowbit runs twice: with its defaults (``lowbit``) and with the full scale search
-(``lowbit-full``: every token replayed, no Gram form; :mod:`awq_search_defaults`). Printed per tool: process CPU seconds and wall seconds of ``quantize`` alone and
-of quantize + save (lowbit's save verifies the checkpoint), peak RSS, and the ratio to GPT-QModel's.
+(``lowbit-full``: every token replayed, no Gram form; :mod:`awq_search_defaults`). Printed per tool:
+process CPU seconds and wall seconds of ``quantize`` alone and of quantize + save (lowbit's save verifies
+the checkpoint), peak RSS, and the ratio to GPT-QModel's.
 
 Quality of the same layers: each tool's checkpoint is read back as dense float32 (``qhf.export_dense``,
 exactly the stored weights), its ``--layers`` decoder layers are put in place of the full dense model's
@@ -35,7 +36,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from smollm2_source import smollm2_gguf  # noqa: E402
+from smollm2_source import calibration_rows, smollm2_gguf  # noqa: E402
 
 TOOLS = ("lowbit", "lowbit-full", "gptqmodel")  # lowbit-full: search_tokens=None, gram_loss=False
 
@@ -63,9 +64,6 @@ def prepare(work: Path, layers: int, rows: int, length: int) -> dict[str, Any]:
     shutil.rmtree(dense, ignore_errors=True)
     model.save_pretrained(dense)
     base.tokenizer.save_pretrained(dense)
-    ids = encode(base.tokenizer, bundled_docs("calibration").joined())
-    if len(ids) < rows * length:
-        raise SystemExit(f"calibration slice has {len(ids)} tokens, fewer than {rows} x {length}")
     data = {
         "layers": layers,
         "rows": rows,
@@ -73,7 +71,7 @@ def prepare(work: Path, layers: int, rows: int, length: int) -> dict[str, Any]:
         "dense": str(dense),
         "full": str(full),
         "evaluation": encode(base.tokenizer, bundled_docs("evaluation").joined()),
-        "calibration": [ids[i * length : (i + 1) * length] for i in range(rows)],
+        "calibration": calibration_rows(base.tokenizer, rows, length),
     }
     work.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps(data))

@@ -187,14 +187,19 @@ def _issue_grid(args: argparse.Namespace) -> None:
                 x = torch.randn(1, k)
                 decode_bytes = n * k // 2 + 2 * 4 * (-(-k // 128)) * n
                 best = measure(lambda m=mods["auto"], x=x: m(x), args.budget)[0]
-                limit = decode_bytes / bandwidth * 1e6
                 cold = _cold_decode(tensors, meta, x, decode_bytes, args.budget)
-                print(
-                    f"[{n}x{k}] decode reads {decode_bytes / 2**20:.2f} MiB/call; copy bandwidth "
-                    f"{bandwidth / 1e9:.1f} GB/s ({threads} thr) -> limit {limit:.0f} us; best call {best:.0f} us = "
-                    f"{100 * limit / best:.0f}% of the limit speed (cache-warm), {cold:.0f} us = "
-                    f"{100 * limit / cold:.0f}% when rotating copies larger than the L3"
-                )
+                print(f"[{n}x{k}] {_bandwidth_line(decode_bytes, bandwidth, threads, best, cold)}")
+
+
+def _bandwidth_line(decode_bytes: int, bandwidth: float, threads: int, best: float, cold: float) -> str:
+    """How close one decode call (``best`` us cache-warm, ``cold`` us from beyond the L3) comes to reading
+    its ``decode_bytes`` at the measured copy ``bandwidth`` (bytes/s)."""
+    limit = decode_bytes / bandwidth * 1e6
+    return (
+        f"decode reads {decode_bytes / 2**20:.2f} MiB/call; copy bandwidth {bandwidth / 1e9:.1f} GB/s "
+        f"({threads} thr) -> limit {limit:.0f} us; best call {best:.0f} us = {100 * limit / best:.0f}% of the "
+        f"limit speed (cache-warm), {cold:.0f} us = {100 * limit / cold:.0f}% when rotating copies larger than the L3"
+    )
 
 
 def _bench_shape(n: int, k: int, dtypes: list[torch.dtype], backends: list[str], args: argparse.Namespace) -> None:
@@ -243,14 +248,8 @@ def _bench_shape(n: int, k: int, dtypes: list[torch.dtype], backends: list[str],
                             f"{base / best:>8.2f}x {cpu:>11.0f} {base_cpu / max(cpu, 1.0):>8.2f}x"
                         )
                         if batch == 1 and name == "cpu_int4":
-                            limit = decode_bytes / bandwidth * 1e6
                             cold = _cold_decode(tensors, meta, x, decode_bytes, args.budget)
-                            print(
-                                f"{'':>7} decode reads {decode_bytes / 2**20:.2f} MiB/call; copy bandwidth "
-                                f"{bandwidth / 1e9:.1f} GB/s ({threads} thr) -> limit {limit:.0f} us; best call "
-                                f"{100 * limit / best:.0f}% of the limit speed (cache-warm), {cold:.0f} us = "
-                                f"{100 * limit / cold:.0f}% when rotating copies larger than the L3"
-                            )
+                            print(f"{'':>7} {_bandwidth_line(decode_bytes, bandwidth, threads, best, cold)}")
 
 
 if __name__ == "__main__":

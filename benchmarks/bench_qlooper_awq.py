@@ -33,9 +33,7 @@ import qlooper.processors.awq as awq_proc
 import torch
 from awq_search_defaults import processor_defaults
 from qalgos import awq as qawq
-from qhf.corpus import bundled_docs
-from qhf.tokenizer import encode
-from smollm2_source import smollm2_gguf
+from smollm2_source import calibration_rows, smollm2_gguf
 
 SETTINGS = {"method": "awq", "bits": 4, "group_size": 64, "sym": False}
 
@@ -49,8 +47,7 @@ def truncated_model(work: Path, layers: int, rows: int, length: int) -> tuple[Pa
     model.config.num_hidden_layers = layers
     model.save_pretrained(work / "dense")
     base.tokenizer.save_pretrained(work / "dense")
-    ids = encode(base.tokenizer, bundled_docs("calibration").joined())
-    return work / "dense", [ids[i * length : (i + 1) * length] for i in range(rows)]
+    return work / "dense", calibration_rows(base.tokenizer, rows, length)
 
 
 def quantize_once(dense: Path, calibration: list[list[int]]) -> tuple[float, float, dict[str, torch.Tensor]]:

@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from austen_text import DEBIAN_AUSTEN, austen_book  # noqa: E402
-from smollm2_source import smollm2_gguf  # noqa: E402
+from smollm2_source import calibration_rows, smollm2_gguf  # noqa: E402
 
 # row -> (lowbit settings, reference QuantizeConfig keyword arguments or None when the reference has no such row)
 ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
@@ -113,13 +113,10 @@ def prepare(work: Path, rows: int, length: int, austen: Path) -> dict[str, Any]:
     model = base.source.materialize_all()
     model.save_pretrained(dense_dir)
     base.tokenizer.save_pretrained(dense_dir)
-    ids = encode(base.tokenizer, bundled_docs("calibration").joined())
-    if len(ids) < rows * length:
-        raise SystemExit(f"calibration slice has {len(ids)} tokens, fewer than {rows} x {length}")
     data = {
         "rows": rows,
         "length": length,
-        "calibration": [ids[i * length : (i + 1) * length] for i in range(rows)],
+        "calibration": calibration_rows(base.tokenizer, rows, length),
         "texts": {
             "docs": encode(base.tokenizer, bundled_docs("evaluation").joined()),
             "austen": encode(base.tokenizer, austen_book(austen, "persuasion")),
