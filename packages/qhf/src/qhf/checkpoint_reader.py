@@ -277,6 +277,7 @@ def open_quantized_checkpoint(path: str | Path) -> QuantizedCheckpoint:
     if config is None or not is_weight_only(config):  # FP8 / bitsandbytes / GGUF are read by qhf.weight_only
         try:
             modules = Checkpoint(path)
+            modules.require_valid()  # the rules inspect reports, refused by name (qformats' one validation path)
         except QFormatsError as exc:
             if config_error is not None:
                 raise config_error from None  # a malformed config is reported as such first

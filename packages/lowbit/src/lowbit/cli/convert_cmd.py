@@ -138,9 +138,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"convert: {args.path!r} is not a checkpoint directory")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {args.out}: exists and is not an empty directory; choose a new output directory")
+    checkpoint = open_checkpoint(source)
+    checkpoint.require_valid()  # the rules inspect reports, refused by name before anything is written
     if args.to == MLX_TARGET:
         return convert_to_mlx(args, source, out, (*SIDE_FILES, *TOKENIZER_FILES))
-    checkpoint = open_checkpoint(source)
     errors: dict[str, dict[str, Any]] = {}
     try:  # the exact path is qformats' own directory transcoder (nothing is written when a module is refused)
         report = transcode_checkpoint(source, out, to=args.to, max_shard_size=args.max_shard_size)

@@ -25,6 +25,7 @@ from ..logical import QuantizedWeight
 from ..violations import Violation
 from .config_files import QuantFields, find_quant_config, read_quant_fields
 from .contained import inside_directory
+from .dense_checks import dense_violations, orphan_violations, unexpected_names
 from .dtypes import SAFETENSORS_DTYPES
 from .family_modules import (
     dims_known,
@@ -335,8 +336,11 @@ class Checkpoint:
 
         Besides each module's layout rules and value rules (``VALUE-SCALES``, ``VALUE-SYM-ZEROS``), a
         ``qweight`` under a prefix that a negative dynamic rule keeps dense is reported as
-        ``CONFIG-EXCLUDED`` (the rule id :func:`qformats.validate` uses) and a ``config.json`` layer count
-        that disagrees with the tensors as ``CONFIG-LAYERS`` under the key ``"<config>"``. A VPTQ module
+        ``CONFIG-EXCLUDED`` (the rule id :func:`qformats.validate` uses), a ``config.json`` layer count
+        that disagrees with the tensors as ``CONFIG-LAYERS`` under the key ``"<config>"``, layout tensors
+        without their module's marker as ``LAYOUT-ORPHAN`` under ``"<orphans>"`` and dense tensors with
+        NaN/Inf (or all-zero matrices) as ``VALUE-DENSE`` under the tensor's name
+        (:mod:`.dense_checks`; every dense tensor is read, so its crc32 is verified). A VPTQ module
         whose dims are unknown (see :mod:`.family_modules`) is skipped with a warning.
         """
         found: dict[str, list[Violation]] = {}
@@ -347,6 +351,17 @@ class Checkpoint:
         layers = layer_count_violation(self.root, self.weight_map)
         if layers is not None:
             found["<config>"] = [layers]
+        dense = self.dense_names(strict=False)
+        orphans = orphan_violations(dense, self.modules(), self.excluded_quantized())
+        if orphans:
+            found["<orphans>"] = orphans
+        found.update(dense_violations([n for n in dense if n not in {v.tensor for v in orphans}], self.load))
+        unexpected = unexpected_names(n for n in dense if n not in {v.tensor for v in orphans})
+        if unexpected:
+            self._warn(
+                f"{self.root}: {len(unexpected)} tensor(s) outside every quantized module that no model module "
+                f"holds (not a weight or bias): {', '.join(unexpected[:8])}"
+            )
         for entry in self.modules():
             if is_family(entry.layout) and not dims_known(entry):
                 self._warn(
@@ -364,6 +379,18 @@ class Checkpoint:
             if problems:
                 found[entry.prefix] = problems
         return found
+
+    def require_valid(self) -> None:
+        """Raise :class:`CheckpointFormatError` listing every finding of :meth:`validate` (rule ids included).
+
+        The one validation path of every loader (``qhf.load_quantized``, ``lowbit eval``, ``lowbit convert``,
+        ``export_dense``): the same rules ``inspect`` reports, refused by name.
+        """
+        found = self.validate()
+        if found:
+            lines = [f"{where}: {v}" for where, problems in found.items() for v in problems]
+            shown = "; ".join(lines[:12]) + (f"; ... and {len(lines) - 12} more" if len(lines) > 12 else "")
+            raise CheckpointFormatError(f"{self.root}: {len(lines)} violation(s), refused: {shown}")
 
     def _unpack_unchecked(self, entry: ModuleEntry, data: Mapping[str, np.ndarray]) -> QuantizedWeight:
         """The logical weight without the value checks (the layout's own rules still run)."""
