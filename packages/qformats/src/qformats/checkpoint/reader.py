@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -122,6 +123,7 @@ class Checkpoint:
         return weight_map
 
     def _from_index(self, index: Path) -> dict[str, str]:
+        inside_directory(self.root, index.name)
         try:
             data = json.loads(index.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -137,7 +139,7 @@ class Checkpoint:
         for shard in sorted(set(weight_map.values())):
             if Path(shard).name != shard:
                 raise CheckpointFormatError(f"{index}: shard name {shard!r} must be a plain file name")
-            if not (self.root / shard).is_file():
+            if not os.path.lexists(self.root / shard):
                 raise CheckpointFormatError(f"{index}: shard {shard!r} is listed but missing")
             handle = self._open(shard)
             for tensor, info in handle.tensors.items():

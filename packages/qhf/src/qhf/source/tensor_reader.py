@@ -21,6 +21,7 @@ import torch
 from qformats.checkpoint.dense_checks import DENSE_RULE
 from qformats.checkpoint.safetensors_io import SafetensorsFile, TensorInfo, tensor_crc32
 from qformats.errors import CheckpointFormatError
+from qformats.file_access import open_regular
 
 from ..errors import SourceFormatError
 
@@ -87,7 +88,11 @@ class TensorReader:
         tensor = torch.empty(info.shape, dtype=stored)
         if info.nbytes:
             view = tensor.view(-1).view(torch.uint8).numpy()
-            with open(file, "rb") as handle:
+            try:
+                handle = open_regular(file)  # a file swapped for a FIFO is refused, never blocked on
+            except CheckpointFormatError as exc:
+                raise SourceFormatError(str(exc)) from None
+            with handle:
                 handle.seek(info.start)
                 got = handle.readinto(view.data)
             if got != info.nbytes:
