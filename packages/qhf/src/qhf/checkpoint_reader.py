@@ -60,9 +60,11 @@ def read_checkpoint_config(directory: Path) -> tuple[QuantizeConfig, str]:
 
 
 def _parsed(raw: Any, path: Path) -> QuantizeConfig:
-    """``read_quantize_config(raw)``; a structure too deep to walk is refused naming ``path``."""
+    """``read_quantize_config(raw)``; its errors, and a structure too deep to walk, name ``path``."""
     try:
         return read_quantize_config(raw)
+    except QuantConfigError as exc:  # the same error, naming the file it came from
+        raise type(exc)(f"{path}: {exc}") from None
     except RecursionError:
         raise SourceFormatError(f"{path}: nested too deeply to read; expected a flat config object") from None
 
