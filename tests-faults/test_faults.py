@@ -79,7 +79,7 @@ def test_publish_killed_at_every_point(world: dict[str, Any], path: str, monkeyp
     others: list[str] = []
     for i, (point, hit) in enumerate(list(trace)):
         target = copy_dir(root / "old", root / f"publish-{path}-{i}" / "out")
-        if not killed(point, hit, lambda: write_quantized(source, target, world["newer"])):
+        if not killed(point, hit, lambda target=target: write_quantized(source, target, world["newer"])):
             others.append(f"{point}#{hit}: the writer was not killed")
             continue
         try:
@@ -124,7 +124,7 @@ def test_convert_killed_at_every_point(world: dict[str, Any], path: str, monkeyp
     others: list[str] = []
     for i, (point, hit) in enumerate(list(trace)):
         out = root / f"convert-{path}-{i}" / "out"
-        if not killed(point, hit, lambda: _convert(root / "new", out)):
+        if not killed(point, hit, lambda out=out: _convert(root / "new", out)):
             others.append(f"{point}#{hit}: convert was not killed")
             continue
         if out.exists() and files_of(out) == expected:

@@ -62,7 +62,8 @@ def test_a_full_disk_while_saving_the_tokenizer_names_the_output(tiny_llama: Pat
 
     monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", _full(Exception("No space left on device")))
     out = tmp_path / "out"
-    result = run_lowbit("quantize", str(tiny_llama), "--out", str(out), "--method", "rtn", "--group-size", "32", "--quiet")
+    flags = ("--method", "rtn", "--group-size", "32", "--quiet")
+    result = run_lowbit("quantize", str(tiny_llama), "--out", str(out), *flags)
     _one_line_failure(result, f"{out}: cannot write the tokenizer files", "No space left on device")
     assert not out.exists()
 
@@ -84,7 +85,8 @@ def test_a_full_disk_while_copying_a_side_file_names_the_output_file(
 
     monkeypatch.setattr(side, "write_file_durable", full)
     out = tmp_path / "out"
-    result = run_lowbit("quantize", str(source), "--out", str(out), "--method", "rtn", "--group-size", "32", "--quiet")
+    flags = ("--method", "rtn", "--group-size", "32", "--quiet")
+    result = run_lowbit("quantize", str(source), "--out", str(out), *flags)
     _one_line_failure(result, f"{out / 'generation_config.json'}: No space left on device")
     assert str(source) not in result.stderr and not out.exists()
 

@@ -82,7 +82,8 @@ def test_zeros_breaking_sym_are_refused(tmp_path: Path) -> None:
     weight = random_weight(rng, 64, 128, 4, 32, sym=False)
     np.clip(weight.zeros, 1, 15, out=weight.zeros)
     tensors.update(module_tensors("gptq", {"model.layers.0.mlp.up_proj": weight}))
-    write_checkpoint(tmp_path / "c", tensors, quantize_config=config, model_config={"model_type": "llama"}, validate=False)
+    model_config = {"model_type": "llama"}
+    write_checkpoint(tmp_path / "c", tensors, quantize_config=config, model_config=model_config, validate=False)
     _refused(tmp_path / "c", "VALUE-SYM-ZEROS", "qzeros")
 
 

@@ -123,7 +123,8 @@ def test_without_an_atomic_exchange_the_window_is_marked_incomplete(
 ) -> None:
     monkeypatch.setattr(publish, "_exchange", lambda a, b: False)
     trace = _trace(scenario, "fallback")
-    assert {"fallback.journaled", "fallback.marked", "fallback.moved_old", "fallback.moved_new"} <= {p for p, _ in trace}
+    wanted = {"fallback.journaled", "fallback.marked", "fallback.moved_old", "fallback.moved_new"}
+    assert wanted <= {p for p, _ in trace}
     outcomes = _run_every_point(scenario, "fallback", trace)
     print(f"fallback: {len(trace)} fault points, outcomes {outcomes}")
     assert outcomes["old"] > 0 and outcomes["new"] > 0 and outcomes["refused"] > 0

@@ -53,5 +53,3 @@ def write_sym(src: Path, out: Path, tensors: dict[str, np.ndarray]) -> Path:
         if (src / name).is_file():
             shutil.copy(src / name, out / name)
     return out
-
-

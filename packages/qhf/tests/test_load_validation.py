@@ -14,6 +14,7 @@ from sym_checkpoint import EMBED
 from sym_checkpoint import sym_tensors as _tensors
 from sym_checkpoint import write_sym as _write
 
+
 def _first(tensors: dict[str, np.ndarray], suffix: str) -> str:
     return next(n for n in sorted(tensors) if n.endswith(suffix))
 

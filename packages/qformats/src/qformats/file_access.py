@@ -16,10 +16,10 @@ Each refusal is an :class:`~qformats.errors.UnsafeFileError` naming the file and
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
 
 from .errors import UnsafeFileError
 
@@ -51,8 +51,8 @@ def contained_path(root: Path, name: str) -> Path:
     roots = _allowed_roots(root)
     if not any(real == r or r in real.parents for r in roots):
         raise UnsafeFileError(
-            f"{path}: a symlink to {real}, outside the checkpoint or model directory {roots[0]}; expected the file inside the directory "
-            "(readers never follow a name out of the directory they were given)"
+            f"{path}: a symlink to {real}, outside the checkpoint or model directory {roots[0]}; expected the file "
+            "inside the directory (readers never follow a name out of the directory they were given)"
         )
     return real
 
@@ -73,7 +73,7 @@ def contained_file(root: Path, name: str) -> Path:
     return require_regular(contained_path(root, name))
 
 
-def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+def open_regular(path: str | os.PathLike[str]) -> io.BufferedReader:
     """Open a regular file for binary reading without ever blocking on a FIFO (checked before and after)."""
     require_regular(Path(path))
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -81,4 +81,4 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; refused")
-    return os.fdopen(fd, "rb")
+    return io.BufferedReader(io.FileIO(fd, "rb"))

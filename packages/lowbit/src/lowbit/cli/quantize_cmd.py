@@ -25,8 +25,8 @@ from .calibration_input import calibration_rows
 from .gguf_file_out import is_gguf_path, quantize_to_gguf_file
 from .main import EXIT_STOPPED
 from .output_guard import check_output, output_lock
-from .save_flags import check_save_flags
 from .quantize_flags import qhf_method, quant_config
+from .save_flags import check_save_flags
 
 if TYPE_CHECKING:
     from qhf.summary import QuantizeSummary

@@ -1,9 +1,10 @@
 """An exclusive, non-blocking lock on a checkpoint output directory, held for a whole run.
 
 The lock is ``fcntl.flock`` on a sibling file ``.<name>.lock`` in the resolved directory's parent (not
-inside the directory, which a save replaces as a whole; every alias of one directory names one lock). The kernel releases it when the holder dies, so a crashed
-run never blocks the next one; the file itself stays (it holds only the holder's pid). Locking is
-re-entrant within one process: the CLI holds it for the run and the writer takes it again for the save.
+inside the directory, which a save replaces as a whole; every alias of one directory names one lock). The
+kernel releases it when the holder dies, so a crashed run never blocks the next one; the file itself stays
+(it holds only the holder's pid). Locking is re-entrant within one process: the CLI holds it for the run
+and the writer takes it again for the save.
 Where ``fcntl`` does not exist (Windows) the lock is skipped with a warning.
 """
 

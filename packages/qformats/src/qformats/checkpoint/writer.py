@@ -29,10 +29,10 @@ from .config_files import read_quant_fields
 from .durable_files import write_file_durable
 from .fault_points import reach
 from .publish import staged_directory
-from .side_files import copy_side_files
 from .reader import INDEX_NAME, Checkpoint
 from .safetensors_io import write_safetensors
 from .shard_size import parse_shard_size
+from .side_files import copy_side_files
 
 
 @dataclass

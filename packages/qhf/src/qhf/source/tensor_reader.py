@@ -99,11 +99,14 @@ class TensorReader:
                 raise SourceFormatError(f"{file}: tensor {name!r} is truncated ({got} of {info.nbytes} bytes read)")
             if expected is not None and tensor_crc32(info.dtype, info.shape, view) != expected:
                 raise SourceFormatError(
-                    f"{file}: tensor {name!r}: dtype, shape or bytes do not match the crc32 recorded when it was written"
+                    f"{file}: tensor {name!r}: dtype, shape or bytes do not match the crc32 recorded when it was "
+                    "written"
                 )
         if tensor.dtype in _CHECKED_FLOATS and tensor.numel() and not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())
-            raise SourceFormatError(f"{file}: tensor {name!r}: [{DENSE_RULE}] expected finite values, found {bad} NaN/Inf")
+            raise SourceFormatError(
+                f"{file}: tensor {name!r}: [{DENSE_RULE}] expected finite values, found {bad} NaN/Inf"
+            )
         if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
             tensor = tensor.to(dtype)
         return tensor
