@@ -94,7 +94,9 @@ def _adapter_factors(checkpoint: Any) -> dict[str, tuple[torch.Tensor, torch.Ten
         return {}
     from .lora_adapter import read_adapter
 
-    return read_adapter(Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]))
+    return read_adapter(
+        Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]), Path(checkpoint.directory.path)
+    )
 
 
 def _stored_entry(checkpoint: Any, name: str) -> TensorEntry:
