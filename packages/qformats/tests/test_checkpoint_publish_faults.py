@@ -149,6 +149,8 @@ def test_a_crash_between_the_fallback_renames_is_undone_by_the_next_save(
     _killed_save(target, scenario["new_tensors"], "fallback.moved_old", 1)  # type: ignore[arg-type]
     assert not target.exists()
     assert any(p.name.endswith(".lowbit-journal") for p in tmp_path.iterdir())
+    with pytest.raises(CheckpointFormatError, match=r"an interrupted save left \.out\.lowbit-journal"):
+        Checkpoint(target)
     _save(target, scenario["new_tensors"], "4GB")  # type: ignore[arg-type]
     assert _snapshot(target) == scenario["new"]
     assert (target / "notes" / "mine.txt").read_text(encoding="utf-8") == "user data\n"

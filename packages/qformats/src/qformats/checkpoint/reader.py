@@ -39,6 +39,7 @@ from .family_modules import (
 )
 from .modules import ModuleEntry, group_modules, resolve_module, split_name
 from .publish import INCOMPLETE_MARKER
+from .publish_journal import journal_path
 from .safetensors_io import SafetensorsFile
 from .value_checks import layer_count_violation, unknown_tensors, weight_value_violations
 
@@ -79,7 +80,10 @@ class Checkpoint:
                 raise refuse_pickle(root)
             raise CheckpointFormatError(f"{root}: expected a checkpoint directory, found a file")
         if not root.is_dir():
-            raise CheckpointFormatError(f"{root}: no such checkpoint directory")
+            hint = ""
+            if journal_path(root.resolve()).is_file():
+                hint = f" (an interrupted save left {journal_path(root.resolve()).name}: the next save restores it)"
+            raise CheckpointFormatError(f"{root}: no such checkpoint directory{hint}")
         if (root / INCOMPLETE_MARKER).exists():
             raise CheckpointFormatError(
                 f"{root}: holds an {INCOMPLETE_MARKER} marker: a save into it was interrupted, so its files are "
