@@ -72,6 +72,9 @@ def test_tokenizer_json_symlinked_outside_is_refused_by_name(clean: Path, tmp_pa
     (path / "tokenizer.json").symlink_to(tmp_path / "elsewhere.json")  # parses fine: still refused
     with pytest.raises(TokenizerError, match=r"tokenizer\.json: a symlink to .*outside"):
         qhf.load_quantized(path)
+    with pytest.raises(SourceFormatError, match=r"tokenizer\.json: a symlink to .*outside"):
+        qhf.export_dense(path, tmp_path / "dense")  # the export copies it: refused, nothing published
+    assert not (tmp_path / "dense").exists()
 
 
 def test_config_json_symlinked_to_a_system_file_is_refused_by_name(clean: Path, tmp_path: Path) -> None:
