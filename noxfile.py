@@ -126,6 +126,17 @@ def integration(session: nox.Session) -> None:
     _pytest(session, "tests-integration")
 
 
+@nox.session(python=PYTHON)
+def faults(session: nox.Session) -> None:
+    """tests-faults/: publish and convert killed at every fault point, checkpoints mutated through every reader.
+
+    Not part of ``tests`` nor of CI (minutes of forked writers); prints the outcome counts.
+    """
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
+    session.run("pytest", "-q", "-s", "-p", "no:logging", "tests-faults", *session.posargs)
+
+
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
     """The README's test command: every package session, then integration."""

@@ -80,13 +80,24 @@ def test_a_full_disk_during_the_save_is_one_line_and_publishes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock"]  # no output, no staging left
 
 
-def test_eval_with_a_nan_perplexity_fails_by_name(tiny_llama: Path, tmp_path: Path) -> None:
+def _broken_norm(tiny_llama: Path, tmp_path: Path, value: float) -> Path:
     from safetensors.numpy import load_file, save_file
 
-    broken = tmp_path / "nan-model"
+    broken = tmp_path / "broken-model"
     shutil.copytree(tiny_llama, broken)
     tensors = load_file(broken / "model.safetensors")
-    tensors["model.norm.weight"][:] = float("nan")
+    tensors["model.norm.weight"][:] = value
     save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    return broken
+
+
+def test_eval_with_a_nan_perplexity_fails_by_name(tiny_llama: Path, tmp_path: Path) -> None:
+    broken = _broken_norm(tiny_llama, tmp_path, -3.0e38)  # finite weights whose logits overflow
     result = run_lowbit("eval", str(broken), "--max-windows", "1", "--max-new-tokens", "0")
     _one_line_failure(result, f"{broken}: perplexity is nan", "expected a finite value")
+
+
+def test_eval_refuses_a_nan_weight_by_name(tiny_llama: Path, tmp_path: Path) -> None:
+    broken = _broken_norm(tiny_llama, tmp_path, float("nan"))
+    result = run_lowbit("eval", str(broken), "--max-windows", "1", "--max-new-tokens", "0")
+    _one_line_failure(result, "model.norm.weight", "[VALUE-DENSE] expected finite values")

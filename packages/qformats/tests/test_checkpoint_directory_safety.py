@@ -114,3 +114,29 @@ def test_saving_through_a_symlinked_target_replaces_the_linked_directory(tmp_pat
     ck = Checkpoint(tmp_path / "real")
     assert [e.prefix for e in ck.modules()] == sorted(weights)
     assert all(ck.unpack(e).equals(weights[e.prefix]) for e in ck.modules())
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "quantize_config.json"])
+def test_a_fifo_is_refused_without_being_opened(tmp_path: Path, name: str) -> None:
+    """Opening a FIFO blocks until a writer comes: the regular-file check runs first (an alarm guards the hang)."""
+    import signal
+
+    from qformats.inspect import inspect
+
+    build(tmp_path / "c", "gptq", sym=True, layers=1)
+    (tmp_path / "c" / name).unlink()
+    os.mkfifo(tmp_path / "c" / name)
+    signal.alarm(240)  # a hang guard of minutes: SIGALRM's default action ends the run rather than hang it
+    try:
+        with pytest.raises(CheckpointFormatError, match=rf"{name.replace('.', '[.]')}: a FIFO, not a regular file"):
+            inspect(tmp_path / "c")
+    finally:
+        signal.alarm(0)
+
+
+def test_a_dense_config_read_follows_no_symlink_out_of_the_directory(tmp_path: Path) -> None:
+    build(tmp_path / "c", "gptq", sym=True, layers=1)
+    (tmp_path / "c" / "config.json").unlink()
+    (tmp_path / "c" / "config.json").symlink_to("/etc/hostname")
+    with pytest.raises(CheckpointFormatError, match=r"config\.json: a symlink to /etc/hostname, outside"):
+        Checkpoint(tmp_path / "c").validate()

@@ -94,9 +94,11 @@ def _run_every_point(scenario: dict[str, object], tag: str, trace: list[tuple[st
             assert found in (scenario["old"], scenario["new"]), f"{point}#{hit}: neither the old nor the new checkpoint"
             outcomes["old" if found == scenario["old"] else "new"] += 1
             assert (target / "README.md").read_text(encoding="utf-8") == "kept across saves\n"
-        # the next save succeeds, removes the crash's leftovers and publishes the new checkpoint
+        # the next save succeeds, restores or removes what the crash left and publishes the new checkpoint,
+        # with the user's file carried over (a crash between the fallback renames must not lose it)
         _save(target, scenario["new_tensors"], "4GB")  # type: ignore[arg-type]
         assert _snapshot(target) == scenario["new"]
+        assert (target / "README.md").read_text(encoding="utf-8") == "kept across saves\n", f"{point}#{hit}: lost"
         assert sorted(p.name for p in target.parent.iterdir()) == [".out.lock", "out"], f"{point}#{hit}: leftovers"
         shutil.rmtree(target.parent)
     return outcomes
@@ -121,7 +123,8 @@ def test_without_an_atomic_exchange_the_window_is_marked_incomplete(
 ) -> None:
     monkeypatch.setattr(publish, "_exchange", lambda a, b: False)
     trace = _trace(scenario, "fallback")
-    assert {"fallback.marked", "fallback.moved_old", "fallback.moved_new"} <= {p for p, _ in trace}
+    wanted = {"fallback.journaled", "fallback.marked", "fallback.moved_old", "fallback.moved_new"}
+    assert wanted <= {p for p, _ in trace}
     outcomes = _run_every_point(scenario, "fallback", trace)
     print(f"fallback: {len(trace)} fault points, outcomes {outcomes}")
     assert outcomes["old"] > 0 and outcomes["new"] > 0 and outcomes["refused"] > 0
@@ -132,3 +135,69 @@ def test_an_incomplete_marker_is_refused_by_name(tmp_path: Path) -> None:
     (tmp_path / "c" / publish.INCOMPLETE_MARKER).write_text("x", encoding="utf-8")
     with pytest.raises(CheckpointFormatError, match="INCOMPLETE marker"):
         Checkpoint(tmp_path / "c")
+
+
+def test_a_crash_between_the_fallback_renames_is_undone_by_the_next_save(
+    scenario: dict[str, object], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Killed after the old checkpoint was moved aside: the next save restores it (user file included) first."""
+    monkeypatch.setattr(publish, "_exchange", lambda a, b: False)
+    target = tmp_path / "out"
+    shutil.copytree(scenario["root"] / "old", target)  # type: ignore[operator]
+    (target / "notes").mkdir()
+    (target / "notes" / "mine.txt").write_text("user data\n", encoding="utf-8")
+    _killed_save(target, scenario["new_tensors"], "fallback.moved_old", 1)  # type: ignore[arg-type]
+    assert not target.exists()
+    assert any(p.name.endswith(".lowbit-journal") for p in tmp_path.iterdir())
+    with pytest.raises(CheckpointFormatError, match=r"an interrupted save left \.out\.lowbit-journal"):
+        Checkpoint(target)
+    _save(target, scenario["new_tensors"], "4GB")  # type: ignore[arg-type]
+    assert _snapshot(target) == scenario["new"]
+    assert (target / "notes" / "mine.txt").read_text(encoding="utf-8") == "user data\n"
+    assert (target / "README.md").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
+
+
+def test_an_old_directory_without_a_journal_is_never_deleted(scenario: dict[str, object], tmp_path: Path) -> None:
+    """A ``.lowbit-old-`` sibling the journal does not account for may hold the user's files: kept, not removed."""
+    target = tmp_path / "out"
+    _save(target, scenario["new_tensors"], "4GB")  # type: ignore[arg-type]
+    stray = tmp_path / f".out{publish.OLD_TAG}0123"
+    stray.mkdir()
+    (stray / "mine.txt").write_text("user data\n", encoding="utf-8")
+    _save(target, scenario["new_tensors"], "4GB")  # type: ignore[arg-type]
+    assert (stray / "mine.txt").read_text(encoding="utf-8") == "user data\n"
+
+
+def test_a_symlink_and_its_target_contend_for_one_lock(tmp_path: Path) -> None:
+    """The lock is taken on the resolved path: a run on ``link`` blocks a run on ``real`` (and vice versa)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from qformats.checkpoint.directory_lock import DirectoryLockedError, directory_lock
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    holder = textwrap.dedent(
+        f"""
+        import sys
+        from qformats.checkpoint.directory_lock import directory_lock
+        with directory_lock({str(tmp_path / "link")!r}):
+            print("held", flush=True)
+            sys.stdin.readline()
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        with pytest.raises(DirectoryLockedError, match="another run"):
+            with directory_lock(real):
+                pass
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=120)
+    with directory_lock(tmp_path / "link"):  # released: both names lock again
+        pass

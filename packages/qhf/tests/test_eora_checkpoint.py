@@ -4,6 +4,7 @@ quantized modules with the in-memory logits, and the adapted model closer to the
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 
 import pytest
@@ -76,6 +77,12 @@ def test_eora_quantize_save_reload(tmp_path, tiny_dirs) -> None:
     folded = _logits(AutoModelForCausalLM.from_pretrained(dense, dtype=torch.float32).eval())
     assert torch.allclose(folded, reloaded, atol=1e-3), float((folded - reloaded).abs().max())
 
+    shutil.move(out / "eora", tmp_path / "eora-elsewhere")  # the adapter named by the config, linked outside
+    (out / "eora").symlink_to(tmp_path / "eora-elsewhere")
+    with pytest.raises(SourceFormatError, match=r"adapter_model\.safetensors: a symlink to .*, outside"):
+        qhf.load_quantized(out)
+    (out / "eora").unlink()
+    shutil.move(tmp_path / "eora-elsewhere", out / "eora")
     (out / "eora" / "adapter_model.safetensors").unlink()
     with pytest.raises(SourceFormatError, match=r"adapter_model\.safetensors: missing"):
         qhf.load_quantized(out)

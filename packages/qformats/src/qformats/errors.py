@@ -33,3 +33,9 @@ class TranscodeError(QFormatsError, ValueError):
 
 class CheckpointFormatError(QFormatsError, ValueError):
     """A checkpoint file or directory is unreadable, corrupt or refused (names the file)."""
+
+
+class UnsafeFileError(CheckpointFormatError, ConfigError):
+    """A file a reader was pointed at is not a regular file, or resolves outside its directory (refused
+    before it is opened); a :class:`CheckpointFormatError` and a :class:`ConfigError`, so both kinds of
+    reader report it by name."""

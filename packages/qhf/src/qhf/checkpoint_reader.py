@@ -13,8 +13,8 @@ Dense tensors (embeddings, norms, biases) are read lazily as torch tensors by :c
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from .config_view import adapter, algorithm, is_weight_only
 from .errors import MissingFileError, SourceFormatError
 from .quant_config import QuantConfigError, read_quantize_config
 from .source.hf_directory import HFDirectory, open_hf_directory
+from .source.json_files import read_json_file
 from .source.tensor_reader import TensorReader
 
 log = logging.getLogger(__name__)
@@ -40,23 +41,32 @@ CONFIG_FILES = ("quantize_config.json", "quant_config.json")
 
 
 def read_checkpoint_config(directory: Path) -> tuple[QuantizeConfig, str]:
-    """The checkpoint's quantization config (:func:`~qhf.quant_config.read_quantize_config`) and its file."""
+    """The checkpoint's quantization config (:func:`~qhf.quant_config.read_quantize_config`) and its file.
+
+    Files are read through :func:`~qhf.source.json_files.read_json_file` (inside the directory, regular,
+    UTF-8, not nested too deeply: each refused naming the file).
+    """
     for name in CONFIG_FILES:
-        path = directory / name
-        if path.is_file():
-            try:
-                return read_quantize_config(json.loads(path.read_text(encoding="utf-8"))), name
-            except json.JSONDecodeError as exc:
-                raise SourceFormatError(f"{path}: not valid JSON: {exc}") from exc
-    path = directory / "config.json"
-    if path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data.get("quantization_config"), dict):
-            return read_quantize_config(data["quantization_config"]), "config.json"
+        if os.path.lexists(directory / name):
+            return _parsed(read_json_file(directory, name), directory / name), name
+    if os.path.lexists(directory / "config.json"):
+        data = read_json_file(directory, "config.json")
+        if isinstance(data, dict) and isinstance(data.get("quantization_config"), dict):
+            return _parsed(data["quantization_config"], directory / "config.json"), "config.json"
     raise MissingFileError(
         f"{directory}: no quantization config (looked for {', '.join(CONFIG_FILES)} and config.json's "
         "quantization_config); this does not look like a quantized checkpoint"
     )
+
+
+def _parsed(raw: Any, path: Path) -> QuantizeConfig:
+    """``read_quantize_config(raw)``; its errors, and a structure too deep to walk, name ``path``."""
+    try:
+        return read_quantize_config(raw)
+    except QuantConfigError as exc:  # the same error, naming the file it came from
+        raise type(exc)(f"{path}: {exc}") from None
+    except RecursionError:
+        raise SourceFormatError(f"{path}: nested too deeply to read; expected a flat config object") from None
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -277,6 +287,7 @@ def open_quantized_checkpoint(path: str | Path) -> QuantizedCheckpoint:
     if config is None or not is_weight_only(config):  # FP8 / bitsandbytes / GGUF are read by qhf.weight_only
         try:
             modules = Checkpoint(path)
+            modules.require_valid()  # the rules inspect reports, refused by name (qformats' one validation path)
         except QFormatsError as exc:
             if config_error is not None:
                 raise config_error from None  # a malformed config is reported as such first
@@ -289,4 +300,8 @@ def open_quantized_checkpoint(path: str | Path) -> QuantizedCheckpoint:
 
 
 def load_config_json(path: Path) -> dict[str, Any]:
-    return json.loads((path / "config.json").read_text(encoding="utf-8"))
+    """``config.json`` of directory ``path`` as a dict (read with the checks of :func:`read_json_file`)."""
+    data = read_json_file(Path(path), "config.json")
+    if not isinstance(data, dict):
+        raise SourceFormatError(f"{Path(path) / 'config.json'}: expected a JSON object, found {type(data).__name__}")
+    return data

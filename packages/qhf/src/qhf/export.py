@@ -10,7 +10,6 @@ weights are written in ``dtype`` (float16 by default, as the reference's ``hf`` 
 
 from __future__ import annotations
 
-import shutil
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,13 @@ from typing import Any
 import numpy as np
 import torch
 from qformats.checkpoint.publish import staged_directory
+from qformats.checkpoint.side_files import copy_side_files
 from qformats.checkpoint.writer import write_checkpoint_files
+from qformats.errors import QFormatsError
 from qlooper.module_access import linear_features
 
 from .checkpoint_reader import load_config_json, open_quantized_checkpoint
+from .errors import SourceFormatError
 from .save.tensor_stream import TensorEntry, bf16_names, numpy_stream
 from .tokenizer import TOKENIZER_FILES
 
@@ -79,9 +81,10 @@ def export_dense(
             max_shard_size=max_shard_size,
             dtypes=bf16_names(entries),
         )
-        for name in ("generation_config.json", *TOKENIZER_FILES):
-            if (source / name).is_file():
-                shutil.copyfile(source / name, staging / name)
+        try:  # inside the checkpoint directory and regular files only; a failed write names the output file
+            copy_side_files(source, ("generation_config.json", *TOKENIZER_FILES), staging, out)
+        except QFormatsError as exc:
+            raise SourceFormatError(str(exc)) from None
     return out
 
 
@@ -94,7 +97,9 @@ def _adapter_factors(checkpoint: Any) -> dict[str, tuple[torch.Tensor, torch.Ten
         return {}
     from .lora_adapter import read_adapter
 
-    return read_adapter(Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]))
+    return read_adapter(
+        Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]), Path(checkpoint.directory.path)
+    )
 
 
 def _stored_entry(checkpoint: Any, name: str) -> TensorEntry:

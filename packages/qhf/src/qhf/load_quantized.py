@@ -108,7 +108,9 @@ def build_quantized_model(
     if adapter is not None:  # EoRA: the adapter directory the config names, around the quantized modules
         from .lora_adapter import read_adapter, wrap_modules
 
-        factors = read_adapter(Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]))
+        factors = read_adapter(
+            Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]), Path(checkpoint.directory.path)
+        )
         wrap_modules(model, {name: (a.to(dtype), b.to(dtype)) for name, (a, b) in factors.items()})
     if tied:
         model.get_submodule(head.rsplit(".", 1)[0]).weight = model.get_submodule(embed.rsplit(".", 1)[0]).weight

@@ -12,6 +12,7 @@ dtype. In the forward a module computes ``base(x) + (x @ lora_A.weightᵀ) @ lor
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -86,13 +87,18 @@ def write_adapter(
     return directory
 
 
-def read_adapter(directory: Path, rank: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def read_adapter(directory: Path, rank: int, root: Path | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Module name -> (``lora_A.weight`` ``[r, in]``, ``lora_B.weight`` ``[out, r]``) from ``directory``;
-    raises :class:`SourceFormatError` naming the file and the tensor that is missing or malformed."""
+    raises :class:`SourceFormatError` naming the file and the tensor that is missing or malformed. With
+    ``root`` (the checkpoint directory), each file must resolve inside it and be a regular file."""
     from safetensors.torch import load_file
+
+    from .source.json_files import checked_file
 
     weights, config_file = directory / WEIGHTS_FILE, directory / CONFIG_FILE
     for path in (weights, config_file):
+        if root is not None and os.path.lexists(path):
+            checked_file(root, os.path.relpath(path, root))
         if not path.is_file():
             raise SourceFormatError(f"{path}: missing (the checkpoint's adapter names {directory.name!r})")
     config = json.loads(config_file.read_text())

@@ -8,9 +8,13 @@ record it. A tokenizer with none of the three cannot pad a batch: :class:`Tokeni
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from qformats.errors import UnsafeFileError
+from qformats.file_access import contained_file
 
 from .errors import CalibrationError, MissingFileError, TokenizerError
 from .source.remote_code import TRUST_REMOTE_CODE, refuse_remote_code
@@ -34,10 +38,16 @@ def load_tokenizer(path: str | Path) -> Any:
     from transformers import AutoTokenizer
 
     path = Path(path)
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+    present = [name for name in TOKENIZER_FILES if os.path.lexists(path / name)]
+    if not present:
         raise MissingFileError(
             f"{path}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES[:4])}); pass tokenizer= explicitly"
         )
+    for name in present:  # transformers would follow a symlink out of the directory, or block on a FIFO
+        try:
+            contained_file(path, name)
+        except UnsafeFileError as exc:
+            raise TokenizerError(str(exc)) from None
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=TRUST_REMOTE_CODE)
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -6,7 +6,8 @@ When the target cannot hold a module exactly, nothing is written and the error l
 with the reason (what would be lost). With ``--allow-lossy`` those modules are dequantized and
 requantized by round-to-nearest (``qalgos.quantize_rtn``, same bits, group size and symmetry, natural
 group order) and the added error is reported per module; a module the target still cannot hold stops the
-conversion. Dense tensors pass through, the model's config, tokenizer and generation config are copied;
+conversion. Dense tensors pass through, the model's config, tokenizer and generation config are copied into
+the staging directory and published with the weights (a crash never leaves an output without them);
 the quantization config is rewritten for the target by qformats. ``--to mlx`` writes the directory mlx_lm
 loads (:mod:`.mlx_out`); ``--to gguf-file`` one llama.cpp file (:mod:`.gguf_file_out`).
 """
@@ -14,7 +15,6 @@ loads (:mod:`.mlx_out`); ``--to gguf-file`` one llama.cpp file (:mod:`.gguf_file
 from __future__ import annotations
 
 import argparse
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,12 +138,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"convert: {args.path!r} is not a checkpoint directory")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {args.out}: exists and is not an empty directory; choose a new output directory")
+    checkpoint = open_checkpoint(source)
+    checkpoint.require_valid()  # the rules inspect reports, refused by name before anything is written
     if args.to == MLX_TARGET:
         return convert_to_mlx(args, source, out, (*SIDE_FILES, *TOKENIZER_FILES))
-    checkpoint = open_checkpoint(source)
     errors: dict[str, dict[str, Any]] = {}
     try:  # the exact path is qformats' own directory transcoder (nothing is written when a module is refused)
-        report = transcode_checkpoint(source, out, to=args.to, max_shard_size=args.max_shard_size)
+        report = transcode_checkpoint(
+            source, out, to=args.to, max_shard_size=args.max_shard_size, side_files=(*SIDE_FILES, *TOKENIZER_FILES)
+        )
     except TranscodeError:
         refused = refusals(checkpoint, args.to)
         if not refused:
@@ -160,10 +163,8 @@ def run(args: argparse.Namespace) -> int:
             model_config=model_config_without_quantization(source),
             max_shard_size=args.max_shard_size,
             dtypes=dtypes,
+            side_files=(source, (*SIDE_FILES, *TOKENIZER_FILES)),
         )
-    for name in (*SIDE_FILES, *TOKENIZER_FILES):
-        if (source / name).is_file() and not (out / name).exists():
-            shutil.copyfile(source / name, out / name)
     total = len(checkpoint.modules())
     print(f"converted    {source} ({checkpoint.fields.format}) -> {out} ({args.to})")
     print(f"modules      {total - len(errors)} transcoded bit exactly, {len(errors)} requantized (lossy)")

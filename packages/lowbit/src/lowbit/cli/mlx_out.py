@@ -8,7 +8,6 @@ target). Afterwards the tokenizer files and ``generation_config.json`` are copie
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
 from ..errors import UsageError
@@ -26,10 +25,7 @@ def convert_to_mlx(args: argparse.Namespace, source: Path, out: Path, side_files
             "--allow-lossy: --to mlx never requantizes (each module is exact or the export is refused with its "
             "rule); quantize again with an MLX group size (32, 64, 128) and without --desc-act instead"
         )
-    report = export_mlx(source, out, max_shard_size=args.max_shard_size)
-    for name in side_files:
-        if (source / name).is_file() and not (out / name).exists():
-            shutil.copyfile(source / name, out / name)
+    report = export_mlx(source, out, max_shard_size=args.max_shard_size, side_files=side_files)
     written = report.written
     quant = report.quantization
     overrides = sum(isinstance(v, dict) for v in quant.values())

@@ -7,7 +7,7 @@ directory, a llama ``.gguf``) is opened with ``qhf.load`` and fully materialized
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,15 +30,13 @@ def is_quantized_directory(path: Path) -> bool:
     """True when ``path`` is a directory holding a quantization config (see the module docstring)."""
     if not path.is_dir():
         return False
-    if (path / "quantize_config.json").is_file():
+    if os.path.lexists(path / "quantize_config.json"):
         return True
-    config = path / "config.json"
-    if not config.is_file():
+    if not os.path.lexists(path / "config.json"):
         return False
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
+    from qhf.source.json_files import read_json_file
+
+    data = read_json_file(path, "config.json")  # outside the directory, not UTF-8, too deep: refused by name
     return isinstance(data, dict) and isinstance(data.get("quantization_config"), dict)
 
 

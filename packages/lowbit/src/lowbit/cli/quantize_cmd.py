@@ -26,6 +26,7 @@ from .gguf_file_out import is_gguf_path, quantize_to_gguf_file
 from .main import EXIT_STOPPED
 from .output_guard import check_output, output_lock
 from .quantize_flags import qhf_method, quant_config
+from .save_flags import check_save_flags
 
 if TYPE_CHECKING:
     from qhf.summary import QuantizeSummary
@@ -59,6 +60,7 @@ def _check_args(args: argparse.Namespace) -> None:
     check_output(args.out, args.checkpoint_dir, args.source, code_bits)
     if args.ray is not None and args.method == "rtn":
         raise UsageError("--ray: rtn runs no calibration forwards and no spread solves; drop --ray")
+    check_save_flags(args)
     if args.plot is not None:
         from .plots import check_png_path, require_matplotlib
 

@@ -1,9 +1,10 @@
 """An exclusive, non-blocking lock on a checkpoint output directory, held for a whole run.
 
-The lock is ``fcntl.flock`` on a sibling file ``.<name>.lock`` in the directory's parent (not inside the
-directory, which a save replaces as a whole). The kernel releases it when the holder dies, so a crashed
-run never blocks the next one; the file itself stays (it holds only the holder's pid). Locking is
-re-entrant within one process: the CLI holds it for the run and the writer takes it again for the save.
+The lock is ``fcntl.flock`` on a sibling file ``.<name>.lock`` in the resolved directory's parent (not
+inside the directory, which a save replaces as a whole; every alias of one directory names one lock). The
+kernel releases it when the holder dies, so a crashed run never blocks the next one; the file itself stays
+(it holds only the holder's pid). Locking is re-entrant within one process: the CLI holds it for the run
+and the writer takes it again for the save.
 Where ``fcntl`` does not exist (Windows) the lock is skipped with a warning.
 """
 
@@ -31,8 +32,12 @@ _guard = threading.Lock()
 
 
 def lock_path(directory: str | os.PathLike[str]) -> Path:
-    """The lock file of ``directory``: ``<parent>/.<name>.lock``."""
-    target = Path(directory).absolute()
+    """The lock file of ``directory``: ``<parent>/.<name>.lock`` of the resolved path.
+
+    Symlinks are resolved first (the directory itself and its parents), so ``--out link`` and ``--out``
+    the link's target contend for one lock.
+    """
+    target = Path(directory).resolve()
     return target.with_name(f".{target.name}.lock")
 
 

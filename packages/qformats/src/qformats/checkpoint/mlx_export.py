@@ -21,7 +21,7 @@ by :func:`~qformats.checkpoint.writer.write_checkpoint`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,8 +145,11 @@ def _check_source(ck: Checkpoint, source: Path) -> None:
         raise MLXExportError(refusal_message(source, refused, len(ck.modules())), refused)
 
 
-def export_mlx(source: str | Path, target: str | Path, *, max_shard_size: int | str = "4GB") -> MLXExportReport:
-    """Write checkpoint ``source`` as an mlx_lm model directory ``target`` (atomic; see the module docstring).
+def export_mlx(
+    source: str | Path, target: str | Path, *, max_shard_size: int | str = "4GB", side_files: Iterable[str] = ()
+) -> MLXExportReport:
+    """Write checkpoint ``source`` as an mlx_lm model directory ``target`` (atomic; see the module docstring);
+    the ``side_files`` present in ``source`` (tokenizer ...) are published with it.
 
     Raises :class:`MLXExportError` listing every module MLX cannot hold (nothing written), or
     :class:`CheckpointFormatError` for a source that is not a GPTQ/AWQ checkpoint.
@@ -189,5 +192,6 @@ def export_mlx(source: str | Path, target: str | Path, *, max_shard_size: int | 
         model_config=config,
         max_shard_size=max_shard_size,
         dtypes=dtypes,
+        side_files=(root, tuple(side_files)),
     )
     return report

@@ -14,10 +14,12 @@ At every instant the target therefore is the old complete checkpoint or the new 
 file system cannot exchange (not Linux, or ``EINVAL``/``ENOSYS``/``EOPNOTSUPP``), the swap is two
 renames: an ``INCOMPLETE`` marker is first written into the old target (readers refuse a marked
 directory by name), the old target is renamed to ``.<name>.lowbit-old-<uuid>``, the staging directory
-renamed into place, and the old one deleted; the fallback is logged. On any failure before the swap the
-staging directory is deleted and the target is untouched. Leftovers of a crashed earlier save are removed
-under the directory lock: staging directories before the write, old directories (the only copy of the
-old checkpoint when a crash fell between the two fallback renames) once the new one is published.
+renamed into place, and the old one deleted; the fallback is logged. A journal written before the first
+rename and removed after the last step (:mod:`.publish_journal`) lets the next save restore the old
+checkpoint when a crash fell between the two renames, or finish the cleanup. On any failure before the
+swap the staging directory is deleted and the target is untouched. Under the directory lock, before the
+write, the journal is replayed and staging directories of a crashed save are removed; an old directory
+the journal does not account for is never deleted (it may hold the user's files), only named in a warning.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..errors import CheckpointFormatError
 from .directory_lock import directory_lock
 from .durable_files import DIR_MODE, fsync_dir, write_file_durable
 from .fault_points import reach
+from .publish_journal import JOURNAL_TAG, clear_journal, recover, write_journal
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +56,19 @@ def _is_replaced_weight(name: str) -> bool:
     return (name.startswith("model") and name.endswith(".safetensors")) or name == "model.safetensors.index.json"
 
 
+def _is_marker(name: str) -> bool:
+    """The ``INCOMPLETE`` marker, or the temporary it is written through (never carried over)."""
+    return name == INCOMPLETE_MARKER or (name.startswith(f".{INCOMPLETE_MARKER}.") and name.endswith(".tmp"))
+
+
 @contextmanager
 def staged_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield an empty staging directory; publish it over ``target`` when the block ends without error."""
-    target = Path(target).absolute()
-    if target.is_symlink():  # publish at the directory the link points to; the link stays a link
-        target = target.resolve()
+    target = Path(target).resolve()  # publish at the directory a link (or a linked parent) points to
     if target.exists() and not target.is_dir():
         raise CheckpointFormatError(f"{target}: exists and is not a directory; expected a checkpoint directory")
     with directory_lock(target):
+        recover(target, _is_marker, _is_replaced_weight)
         _remove_leftovers(target)
         staging = target.with_name(f".{target.name}{STAGE_TAG}{uuid.uuid4().hex}")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -139,10 +146,12 @@ def _swap_with_marker(staging: Path, target: Path) -> None:
         target,
         INCOMPLETE_MARKER,
     )
+    old = target.with_name(f".{target.name}{OLD_TAG}{uuid.uuid4().hex}")
+    write_journal(target, old, staging)
+    reach("fallback.journaled")
     write_file_durable(target / INCOMPLETE_MARKER, b"an interrupted save was replacing this checkpoint\n")
     fsync_dir(target)
     reach("fallback.marked")
-    old = target.with_name(f".{target.name}{OLD_TAG}{uuid.uuid4().hex}")
     os.rename(target, old)
     reach("fallback.moved_old")
     os.rename(staging, target)
@@ -151,13 +160,15 @@ def _swap_with_marker(staging: Path, target: Path) -> None:
     reach("publish.published")
     _delete_tree(old)
     fsync_dir(target.parent)
+    clear_journal(target)
+    reach("fallback.journal_cleared")
 
 
 def _carry_over(old: Path, staging: Path) -> None:
     """Hard-link the old target's entries the new write does not replace into ``staging``."""
     for entry in sorted(old.iterdir()):
         name = entry.name
-        if name == INCOMPLETE_MARKER or _is_replaced_weight(name) or (staging / name).exists():
+        if _is_marker(name) or _is_replaced_weight(name) or (staging / name).exists():
             continue
         _link_tree(entry, staging / name)
     reach("publish.carried")
@@ -195,14 +206,24 @@ def _delete_tree(path: Path) -> None:
 
 
 def _remove_leftovers(target: Path) -> None:
-    """Delete staging (and, while the target exists, old) directories a crashed save left behind."""
+    """Delete staging directories a crashed save left behind; old directories are only named.
+
+    An old directory the journal did not account for (see :mod:`.publish_journal`) may hold files the
+    user put there, so it is never deleted here.
+    """
     if not target.parent.is_dir():
         return
     prefix = f".{target.name}"
+    journal_temp = f"..{target.name}{JOURNAL_TAG}."
     for entry in target.parent.iterdir():
+        if entry.name.startswith(journal_temp) and entry.name.endswith(".tmp") and entry.is_file():
+            entry.unlink()  # the temporary of a journal whose write was interrupted (no rename happened)
+            continue
         if not entry.name.startswith(prefix) or not entry.is_dir() or entry.is_symlink():
             continue
         tail = entry.name[len(prefix) :]
-        if tail.startswith(STAGE_TAG) or (tail.startswith(OLD_TAG) and target.is_dir()):
+        if tail.startswith(STAGE_TAG):
             log.warning("%s: removing the leftover of an interrupted save", entry)
             shutil.rmtree(entry)
+        elif tail.startswith(OLD_TAG):
+            log.warning("%s: the previous checkpoint of an interrupted save, kept (delete it when done)", entry)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..logical import QuantizedWeight
 from ..violations import Violation
 from .config_files import QuantFields, find_quant_config, read_quant_fields
 from .contained import inside_directory
+from .dense_checks import dense_violations, orphan_violations, unexpected_names
 from .dtypes import SAFETENSORS_DTYPES
 from .family_modules import (
     dims_known,
@@ -37,6 +39,7 @@ from .family_modules import (
 )
 from .modules import ModuleEntry, group_modules, resolve_module, split_name
 from .publish import INCOMPLETE_MARKER
+from .publish_journal import journal_path
 from .safetensors_io import SafetensorsFile
 from .value_checks import layer_count_violation, unknown_tensors, weight_value_violations
 
@@ -77,7 +80,10 @@ class Checkpoint:
                 raise refuse_pickle(root)
             raise CheckpointFormatError(f"{root}: expected a checkpoint directory, found a file")
         if not root.is_dir():
-            raise CheckpointFormatError(f"{root}: no such checkpoint directory")
+            hint = ""
+            if journal_path(root.resolve()).is_file():
+                hint = f" (an interrupted save left {journal_path(root.resolve()).name}: the next save restores it)"
+            raise CheckpointFormatError(f"{root}: no such checkpoint directory{hint}")
         if (root / INCOMPLETE_MARKER).exists():
             raise CheckpointFormatError(
                 f"{root}: holds an {INCOMPLETE_MARKER} marker: a save into it was interrupted, so its files are "
@@ -121,6 +127,7 @@ class Checkpoint:
         return weight_map
 
     def _from_index(self, index: Path) -> dict[str, str]:
+        inside_directory(self.root, index.name)
         try:
             data = json.loads(index.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -136,7 +143,7 @@ class Checkpoint:
         for shard in sorted(set(weight_map.values())):
             if Path(shard).name != shard:
                 raise CheckpointFormatError(f"{index}: shard name {shard!r} must be a plain file name")
-            if not (self.root / shard).is_file():
+            if not os.path.lexists(self.root / shard):
                 raise CheckpointFormatError(f"{index}: shard {shard!r} is listed but missing")
             handle = self._open(shard)
             for tensor, info in handle.tensors.items():
@@ -335,8 +342,11 @@ class Checkpoint:
 
         Besides each module's layout rules and value rules (``VALUE-SCALES``, ``VALUE-SYM-ZEROS``), a
         ``qweight`` under a prefix that a negative dynamic rule keeps dense is reported as
-        ``CONFIG-EXCLUDED`` (the rule id :func:`qformats.validate` uses) and a ``config.json`` layer count
-        that disagrees with the tensors as ``CONFIG-LAYERS`` under the key ``"<config>"``. A VPTQ module
+        ``CONFIG-EXCLUDED`` (the rule id :func:`qformats.validate` uses), a ``config.json`` layer count
+        that disagrees with the tensors as ``CONFIG-LAYERS`` under the key ``"<config>"``, layout tensors
+        without their module's marker as ``LAYOUT-ORPHAN`` under ``"<orphans>"`` and dense tensors with
+        NaN/Inf (or all-zero matrices) as ``VALUE-DENSE`` under the tensor's name
+        (:mod:`.dense_checks`; every dense tensor is read, so its crc32 is verified). A VPTQ module
         whose dims are unknown (see :mod:`.family_modules`) is skipped with a warning.
         """
         found: dict[str, list[Violation]] = {}
@@ -347,6 +357,17 @@ class Checkpoint:
         layers = layer_count_violation(self.root, self.weight_map)
         if layers is not None:
             found["<config>"] = [layers]
+        dense = self.dense_names(strict=False)
+        orphans = orphan_violations(dense, self.modules(), self.excluded_quantized())
+        if orphans:
+            found["<orphans>"] = orphans
+        found.update(dense_violations([n for n in dense if n not in {v.tensor for v in orphans}], self.load))
+        unexpected = unexpected_names(n for n in dense if n not in {v.tensor for v in orphans})
+        if unexpected:
+            self._warn(
+                f"{self.root}: {len(unexpected)} tensor(s) outside every quantized module that no model module "
+                f"holds (not a weight or bias): {', '.join(unexpected[:8])}"
+            )
         for entry in self.modules():
             if is_family(entry.layout) and not dims_known(entry):
                 self._warn(
@@ -364,6 +385,18 @@ class Checkpoint:
             if problems:
                 found[entry.prefix] = problems
         return found
+
+    def require_valid(self) -> None:
+        """Raise :class:`CheckpointFormatError` listing every finding of :meth:`validate` (rule ids included).
+
+        The one validation path of every loader (``qhf.load_quantized``, ``lowbit eval``, ``lowbit convert``,
+        ``export_dense``): the same rules ``inspect`` reports, refused by name.
+        """
+        found = self.validate()
+        if found:
+            lines = [f"{where}: {v}" for where, problems in found.items() for v in problems]
+            shown = "; ".join(lines[:12]) + (f"; ... and {len(lines) - 12} more" if len(lines) > 12 else "")
+            raise CheckpointFormatError(f"{self.root}: {len(lines)} violation(s), refused: {shown}")
 
     def _unpack_unchecked(self, entry: ModuleEntry, data: Mapping[str, np.ndarray]) -> QuantizedWeight:
         """The logical weight without the value checks (the layout's own rules still run)."""

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CheckpointFormatError
+from ..file_access import open_regular
 from .dtypes import (
     DTYPE_RANK,
     SAFETENSORS_DTYPES,
@@ -84,8 +85,8 @@ class SafetensorsFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        size = self.path.stat().st_size
-        with open(self.path, "rb") as fh:
+        with open_regular(self.path) as fh:  # a FIFO or device is refused, never blocked on
+            size = os.fstat(fh.fileno()).st_size
             prefix = fh.read(8)
             if len(prefix) < 8:
                 raise _error(self.path, f"truncated: {size} bytes, shorter than the 8-byte header length")
@@ -194,9 +195,10 @@ class SafetensorsFile:
         if info.nbytes == 0:
             arr = np.zeros(info.shape, dtype=np_dtype)
         else:
-            mm = np.memmap(self.path, dtype=np.uint8, mode="r", offset=info.start, shape=(info.nbytes,))
-            arr = np.array(mm.view(np_dtype).reshape(info.shape), copy=True)
-            del mm
+            with open_regular(self.path) as fh:
+                mm = np.memmap(fh, dtype=np.uint8, mode="r", offset=info.start, shape=(info.nbytes,))
+                arr = np.array(mm.view(np_dtype).reshape(info.shape), copy=True)
+                del mm
         expected = self.checksums.get(name)
         if expected is not None and tensor_crc32(info.dtype, info.shape, arr) != expected:
             raise _error(

@@ -10,7 +10,7 @@ other fields (``dynamic``, ``meta``, ...) are kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -67,9 +67,15 @@ def iter_transcoded(checkpoint: Checkpoint, to: str) -> Iterator[tuple[str, np.n
 
 
 def transcode_checkpoint(
-    source: str | Path, target: str | Path, *, to: str, max_shard_size: int | str = "4GB"
+    source: str | Path,
+    target: str | Path,
+    *,
+    to: str,
+    max_shard_size: int | str = "4GB",
+    side_files: Iterable[str] = (),
 ) -> WriteReport:
-    """Write checkpoint ``source`` re-laid-out as ``to`` into ``target`` (validated, atomic)."""
+    """Write checkpoint ``source`` re-laid-out as ``to`` into ``target`` (validated, atomic); the ``side_files``
+    present in ``source`` (tokenizer, generation config) are published with it."""
     checkpoint = Checkpoint(source)
     _, raw = find_quant_config(Path(source))
     syms = {entry.meta.sym for entry in checkpoint.modules()}
@@ -81,4 +87,5 @@ def transcode_checkpoint(
         quantize_config=config,
         model_config=model_config_without_quantization(Path(source)),
         max_shard_size=max_shard_size,
+        side_files=(Path(source), tuple(side_files)),
     )

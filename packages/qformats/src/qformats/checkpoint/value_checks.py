@@ -14,6 +14,7 @@ kinds of module by name):
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..logical import QuantizedWeight
 from ..violations import Violation
+from .contained import inside_directory
 from .modules import ModuleEntry, split_name
 
 SCALES_RULE = "VALUE-SCALES"
@@ -64,8 +66,9 @@ def unknown_tensors(names: Iterable[str], modules: Iterable[ModuleEntry]) -> lis
 def layer_count_violation(root: Path, names: Iterable[str]) -> Violation | None:
     """``CONFIG-LAYERS`` when ``config.json``'s ``num_hidden_layers`` disagrees with the tensors' layers."""
     path = root / "config.json"
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
+    inside_directory(root, "config.json")  # outside the directory, or not a regular file: refused by name
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):

@@ -32,6 +32,7 @@ from .publish import staged_directory
 from .reader import INDEX_NAME, Checkpoint
 from .safetensors_io import write_safetensors
 from .shard_size import parse_shard_size
+from .side_files import copy_side_files
 
 
 @dataclass
@@ -98,15 +99,18 @@ def write_checkpoint(
     metadata: Mapping[str, object] | None = None,
     dtypes: Mapping[str, str] | None = None,
     validate: bool = True,
+    side_files: tuple[Path, Iterable[str]] | None = None,
 ) -> WriteReport:
     """Write a (quantized or dense) checkpoint atomically; see the module docstring.
 
     ``quantize_config`` ``None`` writes a dense checkpoint (``config.json`` only when ``model_config``
     is given). ``dtypes`` maps tensor names to ``"BF16"`` to store float32 arrays as bfloat16, or to
-    ``"F8_E4M3"`` / ``"F8_E5M2"`` to store uint8 FP8 bit patterns under that dtype.
+    ``"F8_E4M3"`` / ``"F8_E5M2"`` to store uint8 FP8 bit patterns under that dtype. ``side_files``
+    ``(source directory, names)``: files copied from the source into the staging directory, so they are
+    published with the weights (:mod:`.side_files`).
     """
     with staged_directory(directory) as staging:
-        return write_checkpoint_files(
+        report = write_checkpoint_files(
             staging,
             tensors,
             quantize_config=quantize_config,
@@ -116,6 +120,9 @@ def write_checkpoint(
             dtypes=dtypes,
             validate=validate,
         )
+        if side_files is not None:
+            report.files.extend(copy_side_files(Path(side_files[0]), side_files[1], staging, Path(directory)))
+        return report
 
 
 def write_checkpoint_files(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from .pattern_guard import compile_rule_pattern
+from .pattern_guard import checked_name, compile_rule_pattern
 
 NEGATIVE_PREFIX = "-:"
 POSITIVE_PREFIX = "+:"
@@ -38,7 +38,7 @@ class DynamicRule:
     override: Mapping[str, Any] = field(default_factory=dict)
 
     def matches(self, module: str) -> bool:
-        return self.regex.match(module) is not None
+        return self.regex.match(checked_name(module)) is not None
 
 
 def _rule(key: object, value: object) -> DynamicRule:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..file_access import open_regular
 from .aliases import FoldedConfig, fold_aliases
 from .model import QuantizeConfig
 from .serialize import config_to_json
@@ -55,7 +56,8 @@ def config_from_folded(folded: FoldedConfig, *, source: str = "<config>", **fiel
 
 def _load_json(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path) as fh:  # a FIFO or device is refused, never blocked on
+            text = fh.read().decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
@@ -89,11 +91,15 @@ def read_config_file(path: str | os.PathLike[str]) -> QuantizeConfig:
 
 
 def find_config_file(directory: str | os.PathLike[str]) -> Path:
-    """The file a reader uses in ``directory`` (first existing of :data:`CONFIG_FILENAMES`)."""
+    """The file a reader uses in ``directory`` (first existing name of :data:`CONFIG_FILENAMES`).
+
+    A name that exists but is not a regular file (a FIFO, a dangling link) is still the one chosen, so the
+    read refuses it by name rather than silently falling back to the next file.
+    """
     directory = Path(directory)
     for name in CONFIG_FILENAMES:
         candidate = directory / name
-        if candidate.is_file():
+        if os.path.lexists(candidate):
             return candidate
     raise ConfigError(f"{directory}: no quantization config found (looked for {', '.join(CONFIG_FILENAMES)})")
 

@@ -11,7 +11,6 @@ from the in-memory model when materialized there (AWQ may have rescaled norms) e
 from __future__ import annotations
 
 import csv
-import shutil
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -181,6 +180,8 @@ def save_checkpoint(
     from qformats.checkpoint.publish import staged_directory
     from qformats.checkpoint.writer import write_checkpoint_files
 
+    from .side_files import copy_side_files, save_tokenizer
+
     directory = Path(directory)
     packed = packed_tensors(results)
     entries = tensor_entries(source, model, results, packed, dense_dtype)
@@ -199,10 +200,8 @@ def save_checkpoint(
         )
         names = [name for name in written.files if name.endswith(".safetensors")]
         if tokenizer is not None:
-            tokenizer.save_pretrained(str(staging))
-        for name, path in source.extra_files.items():
-            if not (staging / name).exists():
-                shutil.copyfile(path, staging / name)
+            save_tokenizer(tokenizer, staging, directory)
+        copy_side_files(source.extra_files, staging, directory)
         eora = eora_adapter(config)
         if adapters and eora is not None:
             from ..lora_adapter import write_adapter

@@ -9,11 +9,13 @@ Nothing is read from tensors here; :class:`~qhf.source.tensor_reader.TensorReade
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import MissingFileError, SourceFormatError
+from .json_files import checked_file, read_json_file
 from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -39,8 +41,9 @@ def read_config(path: Path) -> Any:
     from transformers import AutoConfig
 
     config_file = path / "config.json"
-    if not config_file.is_file():
+    if not os.path.lexists(config_file):
         raise MissingFileError(f"{path}: config.json is missing (expected a Hugging Face model directory)")
+    read_json_file(path, "config.json")  # inside the directory, a regular file, UTF-8 JSON: else refused by name
     try:
         return AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=TRUST_REMOTE_CODE)
     except (ValueError, KeyError, OSError, json.JSONDecodeError) as exc:
@@ -62,12 +65,9 @@ def _tensor_names(file: Path) -> list[str]:
 
 def _weight_map(path: Path) -> dict[str, Path]:
     index = path / INDEX_NAME
-    if index.is_file():
-        try:
-            data = json.loads(index.read_text(encoding="utf-8"))
-            raw = data["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise SourceFormatError(f"{index}: expected JSON with a 'weight_map' object: {exc}") from exc
+    if os.path.lexists(index):
+        data = read_json_file(path, INDEX_NAME)
+        raw = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(raw, dict) or not raw:
             raise SourceFormatError(f"{index}: 'weight_map' must be a non-empty object of tensor name -> file")
         mapping: dict[str, Path] = {}
@@ -75,13 +75,15 @@ def _weight_map(path: Path) -> dict[str, Path]:
             file = path / str(file_name)
             if Path(str(file_name)).name != str(file_name):
                 raise SourceFormatError(f"{index}: weight_map entry {name!r} names {file_name!r}, not a plain file")
-            if not file.is_file():
+            if not os.path.lexists(file):
                 raise MissingFileError(f"{path}: shard {file_name} (holding {name!r} per {INDEX_NAME}) is missing")
+            checked_file(path, str(file_name))  # inside the directory and a regular file (a FIFO is never opened)
             mapping[name] = file
         return mapping
     single = path / SINGLE_NAME
-    candidates = [single] if single.is_file() else sorted(path.glob("*.safetensors"))
+    candidates = [single] if os.path.lexists(single) else sorted(path.glob("*.safetensors"))
     if len(candidates) == 1:
+        checked_file(path, candidates[0].name)  # inside the directory and a regular file, before it is opened
         return dict.fromkeys(_tensor_names(candidates[0]), candidates[0])
     pickles = sorted(p.name for p in path.iterdir() if p.suffix in _PICKLE_SUFFIXES)
     if pickles:

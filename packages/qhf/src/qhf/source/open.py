@@ -9,6 +9,7 @@ import torch
 from ..errors import MissingFileError
 from .hf_directory import open_hf_directory
 from .opened_source import OpenedSource, open_source_model
+from .quantized_guard import refuse_quantized
 from .tensor_reader import TensorReader
 
 
@@ -23,6 +24,8 @@ def open_source(source: str | Path, dtype: torch.dtype = torch.float32) -> Opene
         from .gguf_source import open_gguf_source
 
         return open_gguf_source(path, dtype)
+    if path.is_dir():
+        refuse_quantized(path)
     directory = open_hf_directory(path)
     reader = TensorReader(directory.weight_map)
     return open_source_model(

@@ -5,6 +5,11 @@ checks byte ranges and names the file in its errors); each tensor is then read w
 straight into a fresh torch tensor of the stored dtype. A memory map would leave every page it touched
 resident (and counted in the process's RSS) for as long as the file stays open; a read leaves only the
 tensor, which the caller frees.
+
+Every read is checked: the tensor's crc32, when the file records them (qformats' writer does), must match
+the bytes read (a flipped byte in ``embed_tokens`` is refused naming the file and tensor), and a floating
+tensor must hold no NaN/Inf (qformats' rule ``VALUE-DENSE``). Files are opened only after qformats'
+regular-file check (a FIFO or device named as a shard is refused, never opened).
 """
 
 from __future__ import annotations
@@ -13,11 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from qformats.checkpoint.safetensors_io import SafetensorsFile, TensorInfo
+from qformats.checkpoint.dense_checks import DENSE_RULE
+from qformats.checkpoint.safetensors_io import SafetensorsFile, TensorInfo, tensor_crc32
 from qformats.errors import CheckpointFormatError
+from qformats.file_access import open_regular
 
 from ..errors import SourceFormatError
 
+_CHECKED_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TORCH_DTYPES = {
     "F64": torch.float64,
     "F32": torch.float32,
@@ -73,17 +81,32 @@ class TensorReader:
 
     def get(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
         file, info = self._info(name)
+        expected = self._files[file].checksums.get(name)
         stored = _TORCH_DTYPES.get(info.dtype)
         if stored is None:
             raise SourceFormatError(f"{file}: tensor {name!r} has dtype {info.dtype}, which torch cannot hold")
         tensor = torch.empty(info.shape, dtype=stored)
         if info.nbytes:
             view = tensor.view(-1).view(torch.uint8).numpy()
-            with open(file, "rb") as handle:
+            try:
+                handle = open_regular(file)  # a file swapped for a FIFO is refused, never blocked on
+            except CheckpointFormatError as exc:
+                raise SourceFormatError(str(exc)) from None
+            with handle:
                 handle.seek(info.start)
                 got = handle.readinto(view.data)
             if got != info.nbytes:
                 raise SourceFormatError(f"{file}: tensor {name!r} is truncated ({got} of {info.nbytes} bytes read)")
+            if expected is not None and tensor_crc32(info.dtype, info.shape, view) != expected:
+                raise SourceFormatError(
+                    f"{file}: tensor {name!r}: dtype, shape or bytes do not match the crc32 recorded when it was "
+                    "written"
+                )
+        if tensor.dtype in _CHECKED_FLOATS and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise SourceFormatError(
+                f"{file}: tensor {name!r}: [{DENSE_RULE}] expected finite values, found {bad} NaN/Inf"
+            )
         if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
             tensor = tensor.to(dtype)
         return tensor
