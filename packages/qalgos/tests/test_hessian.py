@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from qalgos.hessian import HessianAccumulator, add_gram, buffer_tokens
@@ -142,3 +144,50 @@ def test_lower_blocks_equal_a_full_sum_exactly(n: int) -> None:
     assert acc.gram is not None
     if n > 3:
         assert sum(b.numel() for b in acc.gram.blocks.values()) < n * n  # only the lower triangle is kept
+
+
+# The device parameter: "cpu" always; "cuda" only in the gpu nox session (LOWBIT_REQUIRE_CUDA=1), where a
+# machine without CUDA fails instead of skipping.
+DEVICES = ["cpu", *(["cuda"] if os.environ.get("LOWBIT_REQUIRE_CUDA") == "1" else [])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_statistics_accumulate_on_the_activations_device_and_come_back_to_the_cpu(device: str) -> None:
+    g = torch.Generator().manual_seed(5)
+    batches = [torch.randn(3, 700, 300, generator=g) for _ in range(3)]  # 2100 tokens: flushes and a remainder
+    cpu, there = HessianAccumulator(300), HessianAccumulator(300)
+    for x in batches:
+        cpu.add_batch(x)
+        there.add_batch(x.to(device))
+    assert there.gram is not None and there.gram.device.type == device
+    state = there.state_dict()
+    assert state["hessian_sum"].device.type == "cpu" and state["pending"].device.type == "cpu"
+    hessian = there.hessian()
+    assert hessian.device.type == "cpu" and hessian.dtype == torch.float32
+    if device == "cpu":
+        assert torch.equal(hessian, cpu.hessian())
+    else:  # another GEMM: float32 rounding apart
+        assert torch.allclose(hessian, cpu.hessian(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_cpu_state_continues_on_the_activations_device_exactly(device: str) -> None:
+    g = torch.Generator().manual_seed(6)
+    first, second = torch.randn(1500, 260, generator=g), torch.randn(900, 260, generator=g)
+    whole = HessianAccumulator(260)
+    whole.add_batch(first.to(device))
+    saved = whole.state_dict()
+    whole.add_batch(second.to(device))
+    resumed = HessianAccumulator(260)
+    resumed.load_state_dict(saved)  # a CPU state (as a checkpoint holds it)
+    resumed.add_batch(second.to(device))
+    assert torch.equal(resumed.hessian(), whole.hessian())
+    assert torch.equal(resumed.state_dict()["hessian_sum"], whole.state_dict()["hessian_sum"])
+
+
+def test_bfloat16_activations_are_accumulated_in_float32() -> None:
+    x = torch.randn(2, 64, 128, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    acc, ref = HessianAccumulator(128), HessianAccumulator(128)
+    acc.add_batch(x)
+    ref.add_batch(x.float())  # the same values, already float32
+    assert torch.equal(acc.hessian(), ref.hessian())

@@ -9,6 +9,9 @@ a full ``[in, in]`` sum would hold. Buffering makes the products large matmuls (
 alone is a thin one: 3.4x slower per token for ``in`` = 5632 here). Chunk boundaries depend only on token
 counts, never on batch sizes' timing or the thread count, and a state dict carries the unflushed rows, so
 a resumed accumulator continues exactly where it stopped.
+
+The buffer and the sum live on the device of the activations (the first batch's; a CUDA layer's Hessian
+accumulates on the GPU); :meth:`HessianAccumulator.hessian` and the state dict are CPU tensors.
 """
 
 from __future__ import annotations
@@ -83,6 +86,15 @@ class LowerGram:
             offset += size
         return blocks
 
+    @property
+    def device(self) -> torch.device:
+        """Where the blocks live."""
+        return self.blocks[0, 0].device
+
+    def to(self, device: torch.device) -> LowerGram:
+        """This sum on ``device`` (itself when it is there already; the values are copied exactly)."""
+        return self if self.device == device else LowerGram.from_full(self.full().to(device))
+
     def _size(self, k: int) -> int:
         return self.edges[k + 1] - self.edges[k]
 
@@ -104,7 +116,7 @@ class LowerGram:
 
     def full(self) -> torch.Tensor:
         """The whole float64 sum ``[n, n]`` (a new tensor)."""
-        out = torch.empty(self.n, self.n, dtype=torch.float64, device=self.blocks[0, 0].device)
+        out = torch.empty(self.n, self.n, dtype=torch.float64, device=self.device)
         self.scaled_into(out, 1.0)
         return out
 
@@ -157,8 +169,7 @@ class HessianAccumulator:
             return 0
         if not bool(torch.isfinite(flat).all()):
             raise ShapeError("x: activations contain NaN or infinity")
-        if self._buffer is None:
-            self._buffer = self._new_buffer()
+        self._place(flat.device)
         capacity = self._buffer.shape[0]
         start = 0
         while start < tokens:
@@ -171,9 +182,19 @@ class HessianAccumulator:
         self.nsamples += tokens
         return tokens
 
-    def _new_buffer(self) -> torch.Tensor:
-        """The float32 token buffer ``[buffer_tokens(in), in]`` (contents undefined)."""
-        return torch.empty(buffer_tokens(self.in_features), self.in_features)
+    def _new_buffer(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The float32 token buffer ``[buffer_tokens(in), in]`` on ``device`` (contents undefined)."""
+        return torch.empty(buffer_tokens(self.in_features), self.in_features, device=device)
+
+    def _place(self, device: torch.device) -> None:
+        """Buffer and sum on ``device`` (the activations'): made there, or moved there exactly (a resumed
+        accumulator's CPU state continuing on a GPU)."""
+        if self.gram is not None:
+            self.gram = self.gram.to(device)
+        if self._buffer is None:
+            self._buffer = self._new_buffer(device)
+        elif self._buffer.device != device:
+            self._buffer = self._buffer.to(device)
 
     def _flush(self) -> None:
         if self._buffered and self._buffer is not None and self.gram is not None:
@@ -181,16 +202,16 @@ class HessianAccumulator:
         self._buffered = 0
 
     def hessian(self) -> torch.Tensor:
-        """``2/N * sum x xᵀ`` as float32 ``[in, in]`` (zeros when no token was seen).
+        """``2/N * sum x xᵀ`` as float32 ``[in, in]`` on the CPU (zeros when no token was seen).
 
-        Formed block by block, so no float64 temporary of the full size is made."""
+        Formed block by block on the sum's device, so no float64 temporary of the full size is made."""
         self._check_live()
         self._flush()
-        out = torch.zeros(self.in_features, self.in_features, dtype=torch.float32)
         if self.nsamples == 0 or self.gram is None:
-            return out
+            return torch.zeros(self.in_features, self.in_features, dtype=torch.float32)
+        out = torch.zeros(self.in_features, self.in_features, dtype=torch.float32, device=self.gram.device)
         self.gram.scaled_into(out, 2.0 / self.nsamples)
-        return out
+        return out.cpu()
 
     def release(self) -> None:
         """Free the sum and the buffer (after the last solve that needs them); later calls raise StateError."""
@@ -201,15 +222,15 @@ class HessianAccumulator:
 
     def state_dict(self) -> dict[str, torch.Tensor | int]:
         """``{"hessian_sum": float64 [in, in], "pending": float32 [k, in], "nsamples": int, "in_features": int}``
-        (copies; ``pending`` holds the k tokens not yet added to the sum)."""
+        (CPU copies; ``pending`` holds the k tokens not yet added to the sum)."""
         self._check_live()
         pending = (
-            self._buffer[: self._buffered].clone()
+            self._buffer[: self._buffered].cpu().clone()
             if self._buffer is not None
             else torch.zeros(0, self.in_features, dtype=torch.float32)
         )
         return {
-            "hessian_sum": self.gram.full() if self.gram is not None else torch.zeros(0, dtype=torch.float64),
+            "hessian_sum": self.gram.full().cpu() if self.gram is not None else torch.zeros(0, dtype=torch.float64),
             "pending": pending,
             "nsamples": self.nsamples,
             "in_features": self.in_features,
@@ -245,6 +266,6 @@ class HessianAccumulator:
         self._released = False
         self._buffer, self._buffered = None, 0
         if pending is not None and pending.shape[0]:
-            self._buffer = self._new_buffer()
+            self._buffer = self._new_buffer(self.gram.device)
             self._buffer[: pending.shape[0]].copy_(pending)
             self._buffered = int(pending.shape[0])
