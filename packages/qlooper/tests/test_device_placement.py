@@ -27,7 +27,8 @@ DEVICES = ["cpu", *(["cuda"] if os.environ.get("LOWBIT_REQUIRE_CUDA") == "1" els
 
 def _run(lockstep: bool = True, **options):
     model = ToyDecoder()
-    run = quantize_model(model, DENSE, toy_calibration(), SPEC, "gptq", options=LoopOptions(lockstep=lockstep, **options))
+    options = LoopOptions(lockstep=lockstep, **options)
+    run = quantize_model(model, DENSE, toy_calibration(), SPEC, "gptq", options=options)
     return model, run
 
 
@@ -71,7 +72,7 @@ def test_a_device_gives_the_default_numbers(default_runs, device: str, lockstep:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_bfloat16_forwards_keep_float32_statistics_and_masters(default_runs, device: str) -> None:
-    ref_model, ref = default_runs[True]
+    ref = default_runs[True][1]
     source = ToyDecoder().state_dict()
     model, run = _run(True, device=device, compute_dtype="bfloat16")
     assert _where(model) == {("cpu", torch.float32)}
@@ -187,7 +188,8 @@ def test_compute_dtype_choices_and_refusals() -> None:
     with pytest.raises(DeviceError, match=r"--compute-dtype: expected one of float32, bfloat16, float16, found 'int8'"):
         resolve_compute_dtype("int8", argument="--compute-dtype")
     with pytest.raises(ProcessorError, match=r"compute_dtype=bfloat16: method 'awq'"):
-        quantize_model(ToyDecoder(), DENSE, toy_calibration(), SPEC, "awq", options=LoopOptions(compute_dtype="bfloat16"))
+        options = LoopOptions(compute_dtype="bfloat16")
+        quantize_model(ToyDecoder(), DENSE, toy_calibration(), SPEC, "awq", options=options)
     with pytest.raises(ProcessorError, match=r"only the in-process executor"):
         options = LoopOptions(compute_dtype="bfloat16", executor=LocalShardExecutor(2))
         quantize_model(ToyDecoder(), DENSE, toy_calibration(), SPEC, "gptq", options=options)

@@ -115,6 +115,7 @@ class QuantModel:
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import quantize_model
+        from qlooper.devices import DeviceError, resolve_compute_dtype, resolve_device
         from qlooper.kernels import kernel_replacer
         from qlooper.loop import LoopOptions
 
@@ -129,12 +130,12 @@ class QuantModel:
         from .spec_from_config import quant_spec
         from .weight_only import with_mixture
 
-        from qlooper.devices import DeviceError, resolve_compute_dtype, resolve_device
-
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
         if executor is not None and device is not None:
-            raise DeviceError(f"device={device!r}: an executor runs the layers where its workers are; leave device unset")
+            raise DeviceError(
+                f"device={device!r}: an executor runs the layers where its workers are; leave device unset"
+            )
         run_device = resolve_device(device, argument="device")
         run_dtype = resolve_compute_dtype(compute_dtype, argument="compute_dtype")
         run_cache = resolve_device(cache_device, argument="cache_device")
