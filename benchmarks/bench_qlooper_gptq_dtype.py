@@ -11,6 +11,7 @@ largest relative difference of a module's GPTQ loss. The CPU is named (model nam
 ``amx_bf16`` flags): bfloat16 forwards are fast only where the CPU has bfloat16 instructions.
 
     python benchmarks/bench_qlooper_gptq_dtype.py [--layers 2] [--rows 8] [--length 512] [--dtypes float32,bfloat16]
+        [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -90,19 +91,22 @@ def worker(args: argparse.Namespace) -> None:
             mark.update(wall=wall, cpu=cpu)
             spent.update(accumulate=0.0, solve=0.0)
 
-    options = LoopOptions(compute_dtype=args.dtype, extensions=(Times(),), finalizer_workers=1)
+    options = LoopOptions(compute_dtype=args.dtype, device=args.device, extensions=(Times(),), finalizer_workers=1)
     run = quantize_model(model, definition, calibration, QuantSpec(bits=4, group_size=128), "gptq", options=options)
     codes = {name: done.weight.codes for name, done in run.modules.items()}
     np.savez(args.out, **codes)
     losses = {row.module: row.loss for row in run.report}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    Path(f"{args.out}.json").write_text(json.dumps({"layers": layers, "losses": losses, "peak": peak}))
+    gpu_peak = torch.cuda.max_memory_allocated() if args.device.startswith("cuda") else 0
+    record = {"layers": layers, "losses": losses, "peak": peak, "gpu_peak": gpu_peak}
+    Path(f"{args.out}.json").write_text(json.dumps(record))
 
 
 def run_dtype(dtype: str, args: argparse.Namespace, work: Path) -> tuple[dict[str, Any], Path]:
     out = work / f"{dtype}.npz"
     cmd = [sys.executable, str(HERE), "--worker", "--dtype", dtype, "--out", str(out),
-           "--layers", str(args.layers), "--rows", str(args.rows), "--length", str(args.length)]  # fmt: skip
+           "--layers", str(args.layers), "--rows", str(args.rows), "--length", str(args.length),
+           "--device", args.device]  # fmt: skip
     subprocess.run(cmd, check=True)
     return json.loads(Path(f"{out}.json").read_text()), out
 
@@ -113,6 +117,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--device", default="cpu", help="where the layers compute (cpu, cuda[:N]; default: cpu)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -125,6 +130,9 @@ def main() -> None:
 
     dtypes = args.dtypes.split(",")
     print(f"CPU    {cpu_line()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if args.device.startswith("cuda"):
+        name = torch.cuda.get_device_name(torch.device(args.device))
+        print(f"GPU    {name} (the layers compute there; the column solves run on the CPU)")
     print(f"shape  Llama-3-8B layer (hidden 4096, MLP 14336, 32/8 heads), {args.layers} layers, random weights; "
           f"GPTQ 4-bit g128; {args.rows} x {args.length} calibration tokens; lockstep")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,12 +146,13 @@ def main() -> None:
                 print(f"| {dtype} | {i} | {t['wall']:.1f} | {t['cpu']:.1f} | {t['accumulate']:.1f} | "
                       f"{t['solve']:.1f} | {rest:.1f} |")  # fmt: skip
         print()
-        print("| compute dtype | peak RSS GiB | wall s, all layers | CPU s, all layers | CPU ratio to the first |")
-        print("| --- | --- | --- | --- | --- |")
+        print("| compute dtype | peak RSS GiB | peak GPU GiB | wall s, all layers | CPU s, all layers | CPU ratio |")
+        print("| --- | --- | --- | --- | --- | --- |")
         base_cpu = sum(t["cpu"] for t in results[dtypes[0]][0]["layers"])
         for dtype, (data, _) in results.items():
             wall, cpu = sum(t["wall"] for t in data["layers"]), sum(t["cpu"] for t in data["layers"])
-            print(f"| {dtype} | {data['peak'] / 2**30:.2f} | {wall:.1f} | {cpu:.1f} | {cpu / base_cpu:.2f} |")
+            gpu = f"{data['gpu_peak'] / 2**30:.2f}" if data.get("gpu_peak") else "-"
+            print(f"| {dtype} | {data['peak'] / 2**30:.2f} | {gpu} | {wall:.1f} | {cpu:.1f} | {cpu / base_cpu:.2f} |")
         first, (ref_data, ref_out) = dtypes[0], results[dtypes[0]]
         ref_codes = np.load(ref_out)
         for dtype in dtypes[1:]:
