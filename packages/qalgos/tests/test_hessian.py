@@ -6,7 +6,7 @@ import os
 
 import pytest
 import torch
-from qalgos.hessian import HessianAccumulator, add_gram, buffer_tokens
+from qalgos.hessian import GRAM_MIN_BLOCK, HessianAccumulator, add_gram, buffer_tokens
 from qalgos.hessian_inverse import cholesky_with_inverse, damp_candidates, damped_inverse
 
 
@@ -127,7 +127,7 @@ def test_reverse_in_place_equals_flip_of_both_axes(n: int, chunk: int, monkeypat
     assert torch.equal(matrix, want)
 
 
-@pytest.mark.parametrize("n", [3, 600, 1100])
+@pytest.mark.parametrize("n", [3, 600, 2100])
 def test_lower_blocks_equal_a_full_sum_exactly(n: int) -> None:
     """Keeping only the lower-triangle blocks gives, bit for bit, the Hessian a full [in, in] sum gives."""
     gen = torch.Generator().manual_seed(n)
@@ -142,7 +142,7 @@ def test_lower_blocks_equal_a_full_sum_exactly(n: int) -> None:
     assert torch.equal(acc.hessian(), expected)
     assert torch.equal(acc.state_dict()["hessian_sum"], full)
     assert acc.gram is not None
-    if n > 3:
+    if n >= 2 * GRAM_MIN_BLOCK:  # narrower inputs are one block
         assert sum(b.numel() for b in acc.gram.blocks.values()) < n * n  # only the lower triangle is kept
 
 
@@ -191,3 +191,17 @@ def test_bfloat16_activations_are_accumulated_in_float32() -> None:
     acc.add_batch(x)
     ref.add_batch(x.float())  # the same values, already float32
     assert torch.equal(acc.hessian(), ref.hessian())
+
+
+@pytest.mark.parametrize("n", [576, 1536, 2100])
+def test_the_block_width_never_changes_the_sum(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocked products equal the full float32 product bit for bit, so GRAM_MIN_BLOCK is a speed choice only."""
+    from qalgos import hessian
+
+    x = torch.randn(1024, n, generator=torch.Generator().manual_seed(n))
+    full = (x.T @ x).to(torch.float64)
+    for width in (256, 512, 1024):
+        monkeypatch.setattr(hessian, "GRAM_MIN_BLOCK", width)
+        gram = hessian.LowerGram(n)
+        gram.add(x)
+        assert torch.equal(gram.full(), full), width
