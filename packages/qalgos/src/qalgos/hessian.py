@@ -174,12 +174,12 @@ class HessianAccumulator:
             return 0
         if not bool(torch.isfinite(flat).all()):
             raise ShapeError("x: activations contain NaN or infinity")
-        self._place(flat.device)
-        capacity = self._buffer.shape[0]
+        buffer = self._place(flat.device)
+        capacity = buffer.shape[0]
         start = 0
         while start < tokens:
             take = min(tokens - start, capacity - self._buffered)
-            self._buffer[self._buffered : self._buffered + take].copy_(flat[start : start + take])
+            buffer[self._buffered : self._buffered + take].copy_(flat[start : start + take])
             self._buffered += take
             start += take
             if self._buffered == capacity:
@@ -191,15 +191,16 @@ class HessianAccumulator:
         """The float32 token buffer ``[buffer_tokens(in), in]`` on ``device`` (contents undefined)."""
         return torch.empty(buffer_tokens(self.in_features), self.in_features, device=device)
 
-    def _place(self, device: torch.device) -> None:
+    def _place(self, device: torch.device) -> torch.Tensor:
         """Buffer and sum on ``device`` (the activations'): made there, or moved there exactly (a resumed
-        accumulator's CPU state continuing on a GPU)."""
+        accumulator's CPU state continuing on a GPU). Returns the buffer."""
         if self.gram is not None:
             self.gram = self.gram.to(device)
         if self._buffer is None:
             self._buffer = self._new_buffer(device)
         elif self._buffer.device != device:
             self._buffer = self._buffer.to(device)
+        return self._buffer
 
     def _flush(self) -> None:
         if self._buffered and self._buffer is not None and self.gram is not None:

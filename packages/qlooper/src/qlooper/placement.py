@@ -135,6 +135,8 @@ class LayerPlacement:
                     param.data = moved.original if self.dtype is not None else param.data.to(moved.original.device)
             else:
                 current = moved.module._buffers[moved.key]
-                keep = self.dtype is not None or current is None
-                moved.module._buffers[moved.key] = moved.original if keep else current.to(moved.original.device)
+                if self.dtype is not None or current is None:
+                    moved.module._buffers[moved.key] = moved.original
+                else:
+                    moved.module._buffers[moved.key] = current.to(moved.original.device)
         self._moved, self._by_tensor = [], {}
