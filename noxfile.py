@@ -170,6 +170,35 @@ def ray(session: nox.Session) -> None:
     session.run("python", "benchmarks/scaling_cost_model.py", str(times))
 
 
+# The tests the gpu session runs: the device-parametrized lifecycle and kernel tests (their "cuda" case is collected
+# only with LOWBIT_REQUIRE_CUDA=1, which this session sets).
+GPU_TESTS = (
+    "packages/qalgos/tests/test_hessian.py",
+    "packages/qlooper/tests/test_device_placement.py",
+    "packages/qkernels/tests/test_selection.py",
+    "packages/qhf/tests/test_device.py",
+    "packages/qhf/tests/test_lifecycle.py",
+    "packages/lowbit/tests/test_device_flags.py",
+)
+
+
+@nox.session(python=PYTHON)
+def gpu(session: nox.Session) -> None:
+    """Optional, not in ``tests`` nor CI: the device-parametrized tests with their ``cuda`` case on a CUDA torch.
+
+    Needs ``LOWBIT_CONSTRAINTS`` pointing at a constraints file that pins a CUDA build of torch (or set to an
+    empty string to let pip choose); fails, never skips, when CUDA is not available in the installed torch.
+    """
+    if os.environ.get("LOWBIT_CONSTRAINTS") is None:
+        session.error("gpu: set LOWBIT_CONSTRAINTS to a constraints file pinning a CUDA torch ('' lets pip choose)")
+    session.env.setdefault("OMP_NUM_THREADS", "2")
+    session.env["LOWBIT_REQUIRE_CUDA"] = "1"
+    _install_packages(session, list(PACKAGES), {**{n: "test" for n in PACKAGES}, "qkernels": "test,triton"})
+    session.run("python", "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else "
+                "f'gpu: torch {torch.__version__} sees no CUDA device')")  # fmt: skip
+    _pytest(session, *GPU_TESTS)
+
+
 REFERENCE = "gptqmodel==7.7.0"
 RUFF = "ruff==0.17.6"  # linters pinned: a new release must not fail CI by itself
 MYPY = "mypy==2.4.1"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
-from qalgos.hessian import HessianAccumulator, add_gram, buffer_tokens
+from qalgos.hessian import GRAM_MIN_BLOCK, HessianAccumulator, add_gram, buffer_tokens
 from qalgos.hessian_inverse import cholesky_with_inverse, damp_candidates, damped_inverse
 
 
@@ -125,7 +127,7 @@ def test_reverse_in_place_equals_flip_of_both_axes(n: int, chunk: int, monkeypat
     assert torch.equal(matrix, want)
 
 
-@pytest.mark.parametrize("n", [3, 600, 1100])
+@pytest.mark.parametrize("n", [3, 600, 2100])
 def test_lower_blocks_equal_a_full_sum_exactly(n: int) -> None:
     """Keeping only the lower-triangle blocks gives, bit for bit, the Hessian a full [in, in] sum gives."""
     gen = torch.Generator().manual_seed(n)
@@ -140,5 +142,66 @@ def test_lower_blocks_equal_a_full_sum_exactly(n: int) -> None:
     assert torch.equal(acc.hessian(), expected)
     assert torch.equal(acc.state_dict()["hessian_sum"], full)
     assert acc.gram is not None
-    if n > 3:
+    if n >= 2 * GRAM_MIN_BLOCK:  # narrower inputs are one block
         assert sum(b.numel() for b in acc.gram.blocks.values()) < n * n  # only the lower triangle is kept
+
+
+# The device parameter: "cpu" always; "cuda" only in the gpu nox session (LOWBIT_REQUIRE_CUDA=1), where a
+# machine without CUDA fails instead of skipping.
+DEVICES = ["cpu", *(["cuda"] if os.environ.get("LOWBIT_REQUIRE_CUDA") == "1" else [])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_statistics_accumulate_on_the_activations_device_and_come_back_to_the_cpu(device: str) -> None:
+    g = torch.Generator().manual_seed(5)
+    batches = [torch.randn(3, 700, 300, generator=g) for _ in range(3)]  # 2100 tokens: flushes and a remainder
+    cpu, there = HessianAccumulator(300), HessianAccumulator(300)
+    for x in batches:
+        cpu.add_batch(x)
+        there.add_batch(x.to(device))
+    assert there.gram is not None and there.gram.device.type == device
+    state = there.state_dict()
+    assert state["hessian_sum"].device.type == "cpu" and state["pending"].device.type == "cpu"
+    hessian = there.hessian()
+    assert hessian.device.type == "cpu" and hessian.dtype == torch.float32
+    if device == "cpu":
+        assert torch.equal(hessian, cpu.hessian())
+    else:  # another GEMM: float32 rounding apart
+        assert torch.allclose(hessian, cpu.hessian(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_cpu_state_continues_on_the_activations_device_exactly(device: str) -> None:
+    g = torch.Generator().manual_seed(6)
+    first, second = torch.randn(1500, 260, generator=g), torch.randn(900, 260, generator=g)
+    whole = HessianAccumulator(260)
+    whole.add_batch(first.to(device))
+    saved = whole.state_dict()
+    whole.add_batch(second.to(device))
+    resumed = HessianAccumulator(260)
+    resumed.load_state_dict(saved)  # a CPU state (as a checkpoint holds it)
+    resumed.add_batch(second.to(device))
+    assert torch.equal(resumed.hessian(), whole.hessian())
+    assert torch.equal(resumed.state_dict()["hessian_sum"], whole.state_dict()["hessian_sum"])
+
+
+def test_bfloat16_activations_are_accumulated_in_float32() -> None:
+    x = torch.randn(2, 64, 128, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    acc, ref = HessianAccumulator(128), HessianAccumulator(128)
+    acc.add_batch(x)
+    ref.add_batch(x.float())  # the same values, already float32
+    assert torch.equal(acc.hessian(), ref.hessian())
+
+
+@pytest.mark.parametrize("n", [576, 1536, 2100])
+def test_the_block_width_never_changes_the_sum(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocked products equal the full float32 product bit for bit, so GRAM_MIN_BLOCK is a speed choice only."""
+    from qalgos import hessian
+
+    x = torch.randn(1024, n, generator=torch.Generator().manual_seed(n))
+    full = (x.T @ x).to(torch.float64)
+    for width in (256, 512, 1024):
+        monkeypatch.setattr(hessian, "GRAM_MIN_BLOCK", width)
+        gram = hessian.LowerGram(n)
+        gram.add(x)
+        assert torch.equal(gram.full(), full), width

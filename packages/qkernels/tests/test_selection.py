@@ -1,5 +1,6 @@
 """Selection: AUTO order, explanations, refusals of explicit backends, errors listing every reason."""
 
+import os
 import sys
 
 import pytest
@@ -10,6 +11,7 @@ from qkernels import (
     KernelInputError,
     QKernelsError,
     UnsupportedContractError,
+    get_backend,
     probe,
     quant_linear_from_weight,
     registered_backends,
@@ -141,3 +143,17 @@ def test_weight_structure_moves_auto_to_the_next_backend() -> None:
         assert "not all of size 32" in rejected.reasons[0]
     with pytest.raises(BackendRefusedError):
         quant_linear_from_weight(odd, "gptq_v2", backend="aten_int4", dtype=torch.bfloat16)
+
+
+# "cpu" always; "cuda" only in the gpu nox session (LOWBIT_REQUIRE_CUDA=1), where a host without CUDA fails.
+DEVICES = ["cpu", *(["cuda"] if os.environ.get("LOWBIT_REQUIRE_CUDA") == "1" else [])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_auto_picks_a_backend_of_the_device_it_is_given(device: str) -> None:
+    for fmt, method in (("gptq_v2", "gptq"), ("gemm", "awq")):
+        chosen = select(contract(method=method, fmt=fmt), device, torch.float16, explain=True)
+        assert chosen.target.kind == device and not chosen.target.emulated
+        assert device in get_backend(chosen.backend).CAPS.devices, chosen.explain()
+        if device == "cuda":  # a compiled Triton kernel, not the torch reference
+            assert chosen.backend.startswith("triton"), chosen.explain()

@@ -74,6 +74,8 @@ def main() -> int:
             processor = EoRAProcessor(GPTQProcessor(spec), 4)
         if method == "paroquant":  # a small optimisation budget: the resume path is what is tested
             processor = ParoQuantProcessor(PARO_SPEC)
+        if method == "gptq-bf16":  # GPTQ with bfloat16 layer forwards (LoopOptions.compute_dtype)
+            processor, options.compute_dtype = "gptq", "bfloat16"
         fmt = {"gptq+eora": "gptq", "paroquant": "paroquant"}.get(method)
         run = quantize_model(
             ToyDecoder(), DENSE, toy_calibration(), spec, processor, format=fmt, checkpoint=config, options=options

@@ -5,10 +5,18 @@ buffer's product ``xᵀx`` is formed in float32 (like the reference) and added t
 unscaled in float64, with the token count kept separately; so many batches do not lose precision. The sum
 is symmetric, so only its lower-triangle blocks are stored (:class:`LowerGram`: 10/16 of ``[in, in]`` with
 four blocks a side, 95 MiB less for ``in`` = 5632); the float32 Hessian mirrors them, value for value what
-a full ``[in, in]`` sum would hold. Buffering makes the products large matmuls (a 256-token batch
+a full ``[in, in]`` sum would hold. Blocks are at least ``GRAM_MIN_BLOCK`` = 1024 columns wide: narrower
+blocks made the products slower than one full ``xᵀx`` (``in`` = 1536: 339 ms for the ten 384-wide blocks, 209
+ms for the one full product, per 4096 tokens on 2 cores), so inputs under 2048 form one full product (their
+sums are small). A block's float32 values equal the full product's bit for bit (the GEMM's reduction over
+tokens does not depend on the output tiling; ``test_hessian`` holds it), so the block width never changes a
+result. Buffering makes the products large matmuls (a 256-token batch
 alone is a thin one: 3.4x slower per token for ``in`` = 5632 here). Chunk boundaries depend only on token
 counts, never on batch sizes' timing or the thread count, and a state dict carries the unflushed rows, so
 a resumed accumulator continues exactly where it stopped.
+
+The buffer and the sum live on the device of the activations (the first batch's; a CUDA layer's Hessian
+accumulates on the GPU); :meth:`HessianAccumulator.hessian` and the state dict are CPU tensors.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import torch
 from .errors import ShapeError, StateError
 
 GRAM_BLOCKS = 4
-GRAM_MIN_BLOCK = 256
+GRAM_MIN_BLOCK = 1024
 BUFFER_BYTES = 64 * 1024 * 1024
 MAX_BUFFER_TOKENS = 4096
 MIN_BUFFER_TOKENS = 256
@@ -83,6 +91,15 @@ class LowerGram:
             offset += size
         return blocks
 
+    @property
+    def device(self) -> torch.device:
+        """Where the blocks live."""
+        return self.blocks[0, 0].device
+
+    def to(self, device: torch.device) -> LowerGram:
+        """This sum on ``device`` (itself when it is there already; the values are copied exactly)."""
+        return self if self.device == device else LowerGram.from_full(self.full().to(device))
+
     def _size(self, k: int) -> int:
         return self.edges[k + 1] - self.edges[k]
 
@@ -104,7 +121,7 @@ class LowerGram:
 
     def full(self) -> torch.Tensor:
         """The whole float64 sum ``[n, n]`` (a new tensor)."""
-        out = torch.empty(self.n, self.n, dtype=torch.float64, device=self.blocks[0, 0].device)
+        out = torch.empty(self.n, self.n, dtype=torch.float64, device=self.device)
         self.scaled_into(out, 1.0)
         return out
 
@@ -157,13 +174,12 @@ class HessianAccumulator:
             return 0
         if not bool(torch.isfinite(flat).all()):
             raise ShapeError("x: activations contain NaN or infinity")
-        if self._buffer is None:
-            self._buffer = self._new_buffer()
-        capacity = self._buffer.shape[0]
+        buffer = self._place(flat.device)
+        capacity = buffer.shape[0]
         start = 0
         while start < tokens:
             take = min(tokens - start, capacity - self._buffered)
-            self._buffer[self._buffered : self._buffered + take].copy_(flat[start : start + take])
+            buffer[self._buffered : self._buffered + take].copy_(flat[start : start + take])
             self._buffered += take
             start += take
             if self._buffered == capacity:
@@ -171,9 +187,20 @@ class HessianAccumulator:
         self.nsamples += tokens
         return tokens
 
-    def _new_buffer(self) -> torch.Tensor:
-        """The float32 token buffer ``[buffer_tokens(in), in]`` (contents undefined)."""
-        return torch.empty(buffer_tokens(self.in_features), self.in_features)
+    def _new_buffer(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The float32 token buffer ``[buffer_tokens(in), in]`` on ``device`` (contents undefined)."""
+        return torch.empty(buffer_tokens(self.in_features), self.in_features, device=device)
+
+    def _place(self, device: torch.device) -> torch.Tensor:
+        """Buffer and sum on ``device`` (the activations'): made there, or moved there exactly (a resumed
+        accumulator's CPU state continuing on a GPU). Returns the buffer."""
+        if self.gram is not None:
+            self.gram = self.gram.to(device)
+        if self._buffer is None:
+            self._buffer = self._new_buffer(device)
+        elif self._buffer.device != device:
+            self._buffer = self._buffer.to(device)
+        return self._buffer
 
     def _flush(self) -> None:
         if self._buffered and self._buffer is not None and self.gram is not None:
@@ -181,16 +208,16 @@ class HessianAccumulator:
         self._buffered = 0
 
     def hessian(self) -> torch.Tensor:
-        """``2/N * sum x xᵀ`` as float32 ``[in, in]`` (zeros when no token was seen).
+        """``2/N * sum x xᵀ`` as float32 ``[in, in]`` on the CPU (zeros when no token was seen).
 
-        Formed block by block, so no float64 temporary of the full size is made."""
+        Formed block by block on the sum's device, so no float64 temporary of the full size is made."""
         self._check_live()
         self._flush()
-        out = torch.zeros(self.in_features, self.in_features, dtype=torch.float32)
         if self.nsamples == 0 or self.gram is None:
-            return out
+            return torch.zeros(self.in_features, self.in_features, dtype=torch.float32)
+        out = torch.zeros(self.in_features, self.in_features, dtype=torch.float32, device=self.gram.device)
         self.gram.scaled_into(out, 2.0 / self.nsamples)
-        return out
+        return out.cpu()
 
     def release(self) -> None:
         """Free the sum and the buffer (after the last solve that needs them); later calls raise StateError."""
@@ -201,15 +228,15 @@ class HessianAccumulator:
 
     def state_dict(self) -> dict[str, torch.Tensor | int]:
         """``{"hessian_sum": float64 [in, in], "pending": float32 [k, in], "nsamples": int, "in_features": int}``
-        (copies; ``pending`` holds the k tokens not yet added to the sum)."""
+        (CPU copies; ``pending`` holds the k tokens not yet added to the sum)."""
         self._check_live()
         pending = (
-            self._buffer[: self._buffered].clone()
+            self._buffer[: self._buffered].cpu().clone()
             if self._buffer is not None
             else torch.zeros(0, self.in_features, dtype=torch.float32)
         )
         return {
-            "hessian_sum": self.gram.full() if self.gram is not None else torch.zeros(0, dtype=torch.float64),
+            "hessian_sum": self.gram.full().cpu() if self.gram is not None else torch.zeros(0, dtype=torch.float64),
             "pending": pending,
             "nsamples": self.nsamples,
             "in_features": self.in_features,
@@ -245,6 +272,6 @@ class HessianAccumulator:
         self._released = False
         self._buffer, self._buffered = None, 0
         if pending is not None and pending.shape[0]:
-            self._buffer = self._new_buffer()
+            self._buffer = self._new_buffer(self.gram.device)
             self._buffer[: pending.shape[0]].copy_(pending)
             self._buffered = int(pending.shape[0])

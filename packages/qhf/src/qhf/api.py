@@ -80,6 +80,9 @@ class QuantModel:
         lockstep: bool = True,
         lockstep_budget: int | Literal["auto"] | None = "auto",
         executor: Any = None,
+        device: str | torch.device | None = None,
+        compute_dtype: str | torch.dtype = "float32",
+        cache_device: str | torch.device = "cpu",
     ) -> QuantizeSummary:
         """Quantize every linear of every decoder layer, layer by layer; returns the run's
         :class:`~qhf.summary.QuantizeSummary` (also kept as ``self.summary``; qlooper's run as ``self.run``).
@@ -100,9 +103,19 @@ class QuantModel:
         ``executor``: where the forwards and solves run (qlooper ``LoopOptions.executor``, e.g. a
         ``qlooper.ray_executor.RayExecutor``; same numbers as one process); None runs in this process. The
         summary's ``executor`` says which ran and names any worker that was lost and replaced.
+        ``device``: where each decoder layer runs its forwards and Hessian statistics (qlooper
+        ``LoopOptions.device``; None: ``cuda`` when ``torch.cuda.is_available()``, else ``cpu``); the layer is moved
+        there for its work and back to the CPU after, packed results and the in-memory quantized modules are on
+        the CPU. ``compute_dtype``: the layer forwards' dtype (``"float32"``, the default and the checkpoints'
+        reference numbers; ``"bfloat16"`` / ``"float16"``: faster forwards where the hardware has them, statistics
+        and solves still float32; part of resume identity; GPTQ only). ``cache_device``: where the calibration
+        cache (every batch's layer inputs) is kept. A device that does not exist, or a dtype not offered, raises
+        qlooper's ``DeviceError`` (naming the argument, the value and what is available) before any work; the
+        summary's ``compute`` records the three.
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import quantize_model
+        from qlooper.devices import DeviceError, resolve_compute_dtype, resolve_device
         from qlooper.kernels import kernel_replacer
         from qlooper.loop import LoopOptions
 
@@ -119,6 +132,13 @@ class QuantModel:
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
+        if executor is not None and device is not None:
+            raise DeviceError(
+                f"device={device!r}: an executor runs the layers where its workers are; leave device unset"
+            )
+        run_device = resolve_device(device, argument="device")
+        run_dtype = resolve_compute_dtype(compute_dtype, argument="compute_dtype")
+        run_cache = resolve_device(cache_device, argument="cache_device")
         preflight(self.config, self.source)
         modules = layer_modules(self.source) if algorithm(self.config) == "gguf" else []
         self.config = with_mixture(self.config, modules, self.source.num_layers)  # q_k_m: -> dynamic
@@ -162,6 +182,9 @@ class QuantModel:
             progress=progress,
             executor=executor,
             layer_loader=loader,
+            device=run_device if executor is None else None,
+            compute_dtype=run_dtype,
+            cache_device=str(run_cache),
         )
         # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
         # created there would be captured too and grow with every replay, so caching is off meanwhile.
@@ -208,6 +231,11 @@ class QuantModel:
             # GPTAQ / FOEM: the GPTQ variant and its terms
             algorithm={"name": variant[0], **variant[1]} if variant is not None else None,
             executor=executor.describe() if executor is not None else None,
+            compute={
+                "device": str(run_device) if executor is None else "where the executor runs",
+                "compute_dtype": str(run_dtype).removeprefix("torch."),
+                "cache_device": str(run_cache),
+            },
         )
         return self.summary
 

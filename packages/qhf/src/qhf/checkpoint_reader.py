@@ -135,29 +135,37 @@ class QuantizedCheckpoint:
             raise SourceFormatError(f"{self.directory.path}: module {module!r}: {exc}") from None
 
     def build_module(
-        self, module: str, in_features: int, out_features: int, *, backend: str, dtype: torch.dtype
+        self,
+        module: str,
+        in_features: int,
+        out_features: int,
+        *,
+        backend: str,
+        dtype: torch.dtype,
+        device: str | torch.device = "cpu",
     ) -> torch.nn.Module:
-        """The qkernels module of quantized ``module``: ``quant_linear`` for registry layouts,
-        ``weight_only_linear`` for FP8 / bitsandbytes / GGUF checkpoints and for QQQ / ParoQuant / VPTQ / EXL3
-        modules."""
+        """The qkernels module of quantized ``module`` on ``device`` (qkernels selects a backend that serves
+        it): ``quant_linear`` for registry layouts, ``weight_only_linear`` for FP8 / bitsandbytes / GGUF
+        checkpoints and for QQQ / ParoQuant / VPTQ / EXL3 modules."""
         if is_weight_only(self.config):
             from .weight_only import weight_only_module
 
             tensors = self.weight_only_tensors(module)
             return weight_only_module(
-                self.config, tensors, in_features, out_features, backend=backend, dtype=dtype, module=module
-            )
+                self.config, tensors, in_features, out_features, backend=backend, dtype=dtype, module=module,
+                device=device,
+            )  # fmt: skip
         from qkernels import quant_linear, weight_only_linear
 
         if is_family(self.entry(module).layout):  # QQQ / ParoQuant / VPTQ / EXL3
             family, arrays, fields = self.weight_only_inputs(module, in_features, out_features)
             return weight_only_linear(
                 family, arrays, in_features=in_features, out_features=out_features, config=fields,
-                backend=backend, dtype=dtype,
+                backend=backend, device=device, dtype=dtype,
             )  # fmt: skip
 
         fmt, tensors, meta = self.kernel_inputs(module, in_features, out_features)
-        return quant_linear(fmt, tensors, meta, backend=backend, dtype=dtype)
+        return quant_linear(fmt, tensors, meta, backend=backend, device=device, dtype=dtype)
 
     def entry(self, module: str) -> ModuleEntry:
         """The qformats module entry (layout key, metadata, tensor names) of quantized ``module``."""

@@ -53,7 +53,7 @@ class QuantizedCausalLM:
 
     def generate_text(self, prompt: str, max_new_tokens: int = 32) -> str:
         """Greedy continuation of ``prompt`` (decoded, prompt excluded)."""
-        ids = self.tokenizer(prompt, return_tensors="pt")
+        ids = self.tokenizer(prompt, return_tensors="pt").to(self.model.device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         out = self.model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
         return str(self.tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
@@ -70,13 +70,16 @@ def build_quantized_model(
     backend: str = AUTO,
     dtype: torch.dtype = torch.float32,
     shared: Callable[[str], torch.Tensor | None] | None = None,
+    device: str | torch.device = "cpu",
 ) -> tuple[nn.Module, dict[str, str]]:
     """The model with qkernels modules for every stored quantized module; returns (model, backends).
 
     The skeleton's fused experts are unfused first (as when quantizing), so per-expert modules match.
 
     ``shared(name)`` may return a tensor already proven bit-identical to the stored one (verify-after-save
-    uses it to avoid a second copy of the embeddings); ``None`` reads the file.
+    uses it to avoid a second copy of the embeddings); ``None`` reads the file. ``device``: where the model
+    runs (the quantized modules are built there, qkernels picking a backend for that device; the dense
+    tensors are moved there after reading).
     """
     config = checkpoint.directory.config
     model = meta_skeleton(config, dtype)
@@ -87,7 +90,7 @@ def build_quantized_model(
         if not checkpoint.is_quantized(name):
             continue
         dense = model.get_submodule(name)
-        module = checkpoint.build_module(name, *linear_features(dense), backend=backend, dtype=dtype)
+        module = checkpoint.build_module(name, *linear_features(dense), backend=backend, dtype=dtype, device=device)
         _install(model, name, module)
         selection = getattr(module, "selection", None)
         backends[name] = str(getattr(selection, "backend", type(module).__name__))
@@ -117,17 +120,29 @@ def build_quantized_model(
     for buffer_name, buffer in model.named_buffers():
         if buffer.device.type == "meta":
             raise SourceFormatError(f"buffer {buffer_name!r} was left on the meta device")
+    if torch.device(device).type != "cpu":
+        model.to(device)  # the dense tensors (the quantized modules are there already)
     return model.eval(), backends
 
 
 def load_quantized(
-    path: str | Path, backend: str = AUTO, *, dtype: torch.dtype = torch.float32, tokenizer: Any = None
+    path: str | Path,
+    backend: str = AUTO,
+    *,
+    dtype: torch.dtype = torch.float32,
+    tokenizer: Any = None,
+    device: str | torch.device = "cpu",
 ) -> QuantizedCausalLM:
-    """Load a quantized checkpoint directory for inference (see the module docstring)."""
+    """Load a quantized checkpoint directory for inference (see the module docstring). ``device``: ``cpu``
+    (default), ``cuda`` or ``cuda:N`` (qkernels' Triton kernels serve the modules on a GPU); a device this
+    machine lacks raises qlooper's ``DeviceError`` naming it and the available ones before anything is read."""
+    from qlooper.devices import resolve_device
+
     from .tokenizer import load_tokenizer
 
+    target = resolve_device(device, argument="device")
     checkpoint = open_quantized_checkpoint(path)
-    model, backends = build_quantized_model(checkpoint, backend=backend, dtype=dtype)
+    model, backends = build_quantized_model(checkpoint, backend=backend, dtype=dtype, device=target)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)
     return QuantizedCausalLM(model, tokenizer, checkpoint.config, Path(path), backends)

@@ -60,7 +60,8 @@ class QuantizeSummary:
       largest decoder layer's parameter bytes; ``lockstep_skipped``: layer name -> why it ran per-group
       forwards;
     * ``adapter``: the EoRA adapter settings and its ``modules`` count; ``algorithm``: GPTAQ/FOEM's name and
-      terms; ``executor``: the executor's own description (None: this process);
+      terms; ``executor``: the executor's own description (None: this process); ``compute``: where the layers
+      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded);
     * set by ``save``: ``dense_dtype`` (of the non-quantized tensors), ``saved`` (:class:`SavedCheckpoint`),
       ``verification`` (the reload-and-compare report as a dict, or ``"skipped (verify=False)"``).
     """
@@ -85,6 +86,7 @@ class QuantizeSummary:
     adapter: Mapping[str, Any] | None = None
     algorithm: Mapping[str, Any] | None = None
     executor: Mapping[str, Any] | None = None
+    compute: Mapping[str, str] | None = None
     dense_dtype: str | None = None
     saved: SavedCheckpoint | None = None
     verification: Mapping[str, Any] | str | None = None
@@ -124,6 +126,7 @@ class QuantizeSummary:
             "adapter": _plain(self.adapter),
             "algorithm": _plain(self.algorithm),
             "executor": _plain(self.executor),
+            "compute": _plain(self.compute),
             "dense_dtype": self.dense_dtype,
             "saved": self.saved.report_dict() if self.saved is not None else None,
             "verification": _plain(self.verification),

@@ -167,9 +167,10 @@ def weight_only_module(
     backend: str,
     dtype: torch.dtype,
     module: str | None = None,
+    device: str | torch.device = "cpu",
 ) -> torch.nn.Module:
     """A qkernels module for one stored weight-only module (``tensors`` may include ``bias``; ``module``: its
-    name, which picks its GGUF type under ``dynamic`` overrides)."""
+    name, which picks its GGUF type under ``dynamic`` overrides) on ``device``."""
     from qkernels import weight_only_linear
 
     return weight_only_linear(
@@ -178,6 +179,7 @@ def weight_only_module(
         in_features=in_features,
         out_features=out_features,
         backend=backend,
+        device=device,
         dtype=dtype,
         **kernel_options(settings, module),
     )

@@ -29,21 +29,25 @@ CACHE_KWARGS = frozenset({"past_key_values", "past_key_value", "layer_past", "us
 """Layer keyword arguments that carry or request a KV cache; dropped from the captured kwargs."""
 
 
-def to_device(value: Any, device: torch.device, memo: dict[int, Any] | None = None) -> Any:
-    """``value`` with every tensor (in tuples, lists, dicts) detached and moved to ``device``.
+def to_device(
+    value: Any, device: torch.device | None, memo: dict[int, Any] | None = None, *, dtype: torch.dtype | None = None
+) -> Any:
+    """``value`` with every tensor (in tuples, lists, dicts) detached and moved to ``device`` (None: where it
+    is); with ``dtype``, floating-point tensors are also cast to it (integer and bool tensors keep theirs).
 
     With ``memo`` (object id -> moved value), an object met again is moved once and shared.
     """
     if memo is not None and id(value) in memo:
         return memo[id(value)]
     if isinstance(value, torch.Tensor):
-        moved: Any = value.detach().to(device)
+        cast = dtype if dtype is not None and value.is_floating_point() else None
+        moved: Any = value.detach().to(device=device, dtype=cast)
     elif isinstance(value, tuple):
-        moved = tuple(to_device(v, device, memo) for v in value)
+        moved = tuple(to_device(v, device, memo, dtype=dtype) for v in value)
     elif isinstance(value, list):
-        moved = [to_device(v, device, memo) for v in value]
+        moved = [to_device(v, device, memo, dtype=dtype) for v in value]
     elif isinstance(value, dict):
-        moved = {k: to_device(v, device, memo) for k, v in value.items()}
+        moved = {k: to_device(v, device, memo, dtype=dtype) for k, v in value.items()}
     else:
         return value
     if memo is not None:

@@ -1,7 +1,9 @@
 """What identifies a quantization run for resume: source weights, calibration, config, plan, versions.
 
 A checkpoint written under one identity is only ever resumed under an equal identity; qcheckpoint
-compares the top-level fields and names the ones that differ.
+compares the top-level fields and names the ones that differ. A compute dtype other than float32
+(``LoopOptions.compute_dtype``) is part of it (``loop.compute_dtype``: it changes the numbers); the compute
+device and the executor are not (a run may resume on another device).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import nn
 
 from .calibration import CalibrationSet
 from .definition import ModelDefinition
+from .devices import resolve_compute_dtype
 from .plan import LoopPlan
 from .processors.base import Processor
 
@@ -84,6 +87,9 @@ def build_identity(
         "pack_dtype": options.pack_dtype,
         "fallback": _jsonable(options.fallback),
     }
+    compute_dtype = resolve_compute_dtype(getattr(options, "compute_dtype", None), argument="compute_dtype")
+    if compute_dtype != torch.float32:  # it changes the numbers; float32 (the default) keeps older identities
+        loop_config["compute_dtype"] = str(compute_dtype).removeprefix("torch.")
     return {
         "version": IDENTITY_VERSION,
         "source": options.source_identity or source_fingerprint(model),

@@ -35,12 +35,14 @@ from .allocator import release_free_memory
 from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
+from .devices import resolve_compute_dtype, resolve_device
 from .errors import ProcessorError
 from .executor import InProcessExecutor
 from .finalize import FinalizedModule, finalize_module
 from .input_cache import InputCache
 from .layer_loader import LayerLoader, call_loader
 from .lockstep import auto_budget, lockstep_forward, lockstep_supported, parked_bytes
+from .placement import LayerPlacement
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
 from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, first_tensor
 from .report import ModuleReport, Progress, notes_text
@@ -73,7 +75,16 @@ class LoopOptions:
       after the layer's replay; a returned module replaces the dense one in the model.
     * ``fallback``: qalgos ``FallbackPolicy`` for modules that saw too few tokens (MoE experts).
     * ``progress``: print a progress bar with time estimates to stderr.
-    * ``cache_device``: where captured layer inputs are stored.
+    * ``cache_device``: where captured layer inputs are stored (the replayed outputs go back there).
+    * ``device``: where each calibrated layer computes (:mod:`qlooper.placement`): the layer is moved there for
+      its forwards and statistics (GPTQ's Hessian accumulates on it) and moved back when done; a name or
+      ``torch.device`` checked by :func:`qlooper.devices.resolve_device` before any work. None: the layers
+      compute where they are (the default; nothing is moved).
+    * ``compute_dtype``: the dtype of the layer forwards (``"float32"``, ``"bfloat16"``, ``"float16"`` or a
+      ``torch.dtype``; None: float32, the layer's own dtypes, nothing cast). Statistics and solves stay
+      float32 and solves read the source weights (:class:`~qlooper.placement.LayerPlacement`); the numbers
+      change with it, so a compute dtype other than float32 is part of checkpoint identity. Only processors
+      with ``supports_compute_dtype = True`` (GPTQ) and the in-process executor take one.
     * ``extensions``: objects with optional ``on_start(context)``/``on_boundary(boundary)`` called by the loop.
     * ``executor``: where forwards and solves run (:mod:`qlooper.executor`); None is the in-process
       :class:`~qlooper.executor.InProcessExecutor`. A sharded executor (e.g. ``qlooper.ray_executor``) gives
@@ -96,6 +107,8 @@ class LoopOptions:
     fallback: FallbackPolicy = field(default_factory=FallbackPolicy)
     progress: bool = False
     cache_device: str = "cpu"
+    device: str | torch.device | None = None
+    compute_dtype: str | torch.dtype | None = None
     extensions: tuple[Any, ...] = ()
     source_identity: str | None = None
     executor: Any = None
@@ -156,7 +169,27 @@ class LayerLoop:
         self.state = LoopState(plan=plan, layers=layers, cache=None)
         self.total_tokens = 0
         self._auto_budget: int | None = None
+        self._placement = LayerPlacement(nn.Module(), None, None)  # the current layer's (set per layer)
         self.executor = options.executor if options.executor is not None else InProcessExecutor()
+        self.device = resolve_device(options.device, argument="device") if options.device is not None else None
+        self.compute_dtype = resolve_compute_dtype(options.compute_dtype, argument="compute_dtype")
+        self._check_placement()
+
+    def _check_placement(self) -> None:
+        """Refuse, before any work, a compute dtype the processor or a device the executor cannot take."""
+        moved = self.device is not None or self.compute_dtype != torch.float32
+        if moved and not isinstance(self.executor, InProcessExecutor):
+            raise ProcessorError(
+                f"device={self.device} / compute_dtype={self.compute_dtype}: only the in-process executor moves or "
+                f"casts layers; executor {getattr(self.executor, 'name', type(self.executor).__name__)!r} runs them "
+                "where they are (leave device and compute_dtype unset with it)"
+            )
+        if self.compute_dtype != torch.float32 and not getattr(self.processor, "supports_compute_dtype", False):
+            raise ProcessorError(
+                f"compute_dtype={str(self.compute_dtype).removeprefix('torch.')}: method "
+                f"{self.processor.method!r} runs its layer forwards in the model's dtype only (a compute dtype "
+                "is supported by gptq)"
+            )
 
     def run(self, calibration: CalibrationSet | None) -> LoopState:
         """Start extensions, capture (when needed), process every step from the cursor, wait for finalizers.
@@ -324,7 +357,8 @@ class LayerLoop:
             ctx.batch, ctx.mask = -1, None
             release_free_memory()  # the forwards' freed temporaries, before the solve's large matrices
             self._mark_fallbacks(ctx, [group])
-            solved.extend(self.processor.process(ctx, group))
+            with self._placement.solving(group.modules):
+                solved.extend(self.processor.process(ctx, group))
             release_free_memory()  # the solve's freed work matrices, before the batches resume
 
         return lockstep_forward(ctx.layer, cache, groups, observe, solve)
@@ -345,21 +379,30 @@ class LayerLoop:
         modules = {m.full_name: m for g in groups for m in g.modules}
         solved: list[ModuleResult] = []
         lockstep = self._lockstep(name, groups)
+        placement = LayerPlacement(layer, self.device, self.compute_dtype)
+        self._placement = placement
         with torch.no_grad():
             self.processor.start_layer(ctx)
             if self.processor.needs_calibration:
-                self.executor.begin_layer(position, name, layer)
-            if lockstep:
-                state.cache = self._run_lockstep(ctx, groups, solved)
-            else:
-                for unit in self._units(groups):
-                    if self.processor.needs_calibration:
-                        self._capture(ctx, unit)
-                    for group in unit:
-                        solved += self.processor.process(ctx, group)
-            solved += self.processor.end_layer(ctx)
-            if self.processor.needs_calibration and state.cache is not None and not lockstep:
-                state.cache = self.executor.replay(layer, state.cache)
+                placement.enter()  # after start_layer: a processor may read the layer as loaded there
+            try:
+                if self.processor.needs_calibration:
+                    self.executor.begin_layer(position, name, layer)
+                if lockstep:
+                    state.cache = self._run_lockstep(ctx, groups, solved)
+                else:
+                    for unit in self._units(groups):
+                        if self.processor.needs_calibration:
+                            self._capture(ctx, unit)
+                        for group in unit:
+                            with placement.solving(group.modules):
+                                solved += self.processor.process(ctx, group)
+                with placement.solving(list(modules.values())):
+                    solved += self.processor.end_layer(ctx)
+                if self.processor.needs_calibration and state.cache is not None and not lockstep:
+                    state.cache = self.executor.replay(layer, state.cache)
+            finally:
+                placement.exit()
         for ext in self.extensions.extensions:  # the solved dense layer, before finalizers replace modules
             hook = getattr(ext, "on_layer_done", None)
             if hook is not None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import NonFiniteResultError, UsageError
+from .device_flags import flag_device
 from .model_loading import backend_counts, generate_text, load_for_eval
 
 
@@ -35,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 0:
         raise UsageError(f"--max-new-tokens: expected 0 or more, found {args.max_new_tokens}")
     text = _read_text(args.text) if args.text is not None else None
+    device = flag_device(args.device, "--device")
     start = time.perf_counter()
-    loaded = load_for_eval(args.path, backend=args.backend)
+    loaded = load_for_eval(args.path, backend=args.backend, device=device)
     load_seconds = time.perf_counter() - start
     result = qhf.evaluate(loaded.model, loaded.tokenizer, text, window=args.window, max_windows=args.max_windows)
     if not math.isfinite(result.perplexity):
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         "path": str(args.path),
         "kind": loaded.kind,
         "backends": backend_counts(loaded.backends),
+        "device": str(device),
         "text": text_name,
         **result.as_dict(),
         "load_seconds": round(load_seconds, 2),

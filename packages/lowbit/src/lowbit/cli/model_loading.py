@@ -40,18 +40,18 @@ def is_quantized_directory(path: Path) -> bool:
     return isinstance(data, dict) and isinstance(data.get("quantization_config"), dict)
 
 
-def load_for_eval(path: str | Path, *, backend: str = "auto") -> LoadedModel:
-    """The model at ``path`` ready to run (see the module docstring)."""
+def load_for_eval(path: str | Path, *, backend: str = "auto", device: Any = "cpu") -> LoadedModel:
+    """The model at ``path`` ready to run on ``device`` (see the module docstring)."""
     import qhf
 
     target = Path(path)
     if not target.exists():
         raise UsageError(f"{str(target)!r} does not exist (expected a checkpoint directory, HF directory or .gguf)")
     if is_quantized_directory(target):
-        loaded = qhf.load_quantized(target, backend=backend)
+        loaded = qhf.load_quantized(target, backend=backend, device=device)
         return LoadedModel(loaded.model, loaded.tokenizer, "quantized", dict(loaded.backends))
     opened = qhf.load(target)
-    model = opened.source.materialize_all()
+    model = opened.source.materialize_all().to(device)
     return LoadedModel(model.eval(), opened.tokenizer, "dense", {})
 
 
@@ -59,7 +59,7 @@ def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int) 
     """Greedy continuation of ``prompt`` (decoded, prompt excluded)."""
     import torch
 
-    encoded = tokenizer(prompt, return_tensors="pt")
+    encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with torch.no_grad():
         out = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)

@@ -12,6 +12,7 @@ from .. import __version__
 
 METHODS = ("gptq", "awq", "rtn", "qqq", "paroquant", "fp8", "nf4", "gguf")
 DENSE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # qhf.save.dense_dtype.DTYPE_CHOICES (not imported here)
+COMPUTE_DTYPE_NAMES = ("float32", "bfloat16", "float16")  # qlooper.devices.COMPUTE_DTYPES (not imported here)
 QUICKSTART_OUT = "lowbit-quickstart/smollm2-135m-gptq-4bit"
 
 
@@ -156,6 +157,21 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run checkpointed in --checkpoint-dir")
     p.add_argument("--backend", default="auto", help="qkernels backend of the in-memory modules (default: auto)")
     p.add_argument(
+        "--device",
+        default=None,
+        metavar="cpu|cuda[:N]",
+        help="where each layer runs its forwards and statistics (default: cuda when available, else cpu)",
+    )
+    p.add_argument(
+        "--compute-dtype",
+        choices=COMPUTE_DTYPE_NAMES,
+        default="float32",
+        help="dtype of the layer forwards (gptq only; statistics and solves stay float32; default: float32)",
+    )
+    p.add_argument(
+        "--cache-device", default="cpu", metavar="cpu|cuda[:N]", help="where calibration inputs are kept (default: cpu)"
+    )
+    p.add_argument(
         "--ray",
         default=None,
         metavar="ADDRESS|local",
@@ -220,6 +236,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", default="The Python interpreter", help="prompt of the short generation")
     p.add_argument("--max-new-tokens", type=int, default=24, help="tokens generated (0: no generation)")
     p.add_argument("--backend", default="auto", help="qkernels backend for quantized checkpoints")
+    p.add_argument("--device", default="cpu", metavar="cpu|cuda[:N]", help="where the model runs (default: cpu)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

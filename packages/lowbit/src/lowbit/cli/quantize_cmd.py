@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedRequestError, UsageError
 from .calibration_input import calibration_rows
+from .device_flags import check_compute_flags
 from .gguf_file_out import is_gguf_path, quantize_to_gguf_file
 from .main import EXIT_STOPPED
 from .output_guard import check_output, output_lock
@@ -61,6 +62,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.ray is not None and args.method == "rtn":
         raise UsageError("--ray: rtn runs no calibration forwards and no spread solves; drop --ray")
     check_save_flags(args)
+    check_compute_flags(args)
     if args.plot is not None:
         from .plots import check_png_path, require_matplotlib
 
@@ -222,6 +224,9 @@ def _run(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             backend=args.backend,
             executor=executor,
+            device=args.device,
+            compute_dtype=args.compute_dtype,
+            cache_device=args.cache_device,
         )
     except ResumePolicyError as exc:
         hint = (

@@ -27,6 +27,8 @@ from .gptq import GPTQProcessor
 class GPTAQProcessor(GPTQProcessor):
     """GPTQ processor whose tasks are GPTAQ accumulators (see the module docstring)."""
 
+    supports_compute_dtype = False  # not measured with a compute dtype: float32 forwards only
+
     spread_solves = False
 
     def __init__(self, spec: QuantSpec, terms: AsymmetricSpec) -> None:

@@ -34,6 +34,9 @@ class GPTQProcessor:
     #: whether ``ctx.solve_map`` (a sharded executor) may run the solves (a subclass with extra per-module
     #: state solves inline)
     spread_solves = True
+    #: whether ``LoopOptions.compute_dtype`` may run the layer forwards in bfloat16 / float16 (the Hessian is
+    #: accumulated in float32 from whatever dtype the activations have; solves read the float32 masters)
+    supports_compute_dtype = True
 
     def __init__(self, spec: QuantSpec) -> None:
         self.spec = spec

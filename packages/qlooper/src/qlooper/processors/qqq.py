@@ -25,6 +25,8 @@ from .gptq import GPTQProcessor
 class QQQProcessor(GPTQProcessor):
     """GPTQ processor whose tasks are QQQ solves (see the module docstring)."""
 
+    supports_compute_dtype = False  # not measured with a compute dtype: float32 forwards only
+
     method = "qqq"
     spread_solves = False
 
