@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .model_loading import backend_counts, generate_text
-from .report_tables import describe_source, human_bytes, path_bytes
+from .report_tables import describe_source, generation_text, human_bytes, path_bytes
 
 if TYPE_CHECKING:
     from qhf.summary import QuantizeSummary
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"plan         gptq {args.bits}-bit group {args.group_size}; "
         f"calibration {args.samples} documentation + {args.samples} self-generated rows x {args.length} tokens "
-        "(qhf's default mixture); "
+        "(qhf's default mixture; generated rows beyond its generation budget are documentation blocks); "
         f"perplexity over {args.eval_windows} windows of {args.window} tokens",
         flush=True,
     )
@@ -149,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
             "calibration": calibration_seconds,
             "quantize": clock.phases["quantize"],
         }
-    print(f"[3/{steps}] quantized {summary.modules} modules; saving to {out}", flush=True)
+    print(
+        f"[3/{steps}] quantized {summary.modules} modules; saving to {out} (write, then reload and compare)", flush=True
+    )
     summary = qm.save(out)
     clock.lap("save + verify")
     del qm
@@ -172,6 +174,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  model          {model_path.name} ({params / 1e6:.1f}M parameters)")
     print(f"  method         gptq {args.bits}-bit, group {args.group_size}, format gptq")
     print(f"  calibration    {_calibration_line(summary)}")
+    generated = (
+        generation_text(dict(summary.calibration_source)) if isinstance(summary.calibration_source, Mapping) else None
+    )
+    if generated is not None:
+        print(f"  generation     {generated}")
     print(f"  perplexity     before {before.perplexity:.3f} -> after {after.perplexity:.3f} ({text})")
     print(
         f"  size           before {human_bytes(path_bytes(model_path))} on disk ({human_bytes(params * 4)} dense "
