@@ -11,7 +11,7 @@ from conftest import run_lowbit
 def _quantize(tiny_llama: Path, out: Path):
     return run_lowbit(
         "quantize", str(tiny_llama), "--out", str(out), "--method", "gptq", "--group-size", "32",
-        "--samples", "16", "--length", "32",
+        "--samples", "96", "--length", "16",
     )  # fmt: skip
 
 
@@ -20,26 +20,26 @@ def test_quantize_prints_a_line_per_phase_and_reuses_the_cached_rows(tiny_llama:
     assert first.returncode == 0, first.stderr
     err = first.stderr
     assert "\r" not in err  # lines, not a carriage-return bar: stderr is not a terminal here
-    budget = re.search(r"calibration: generation budget: (\d+) of 16 self-generated rows fit 10%", err)
+    budget = re.search(r"calibration: generation budget: (\d+) of 96 self-generated rows fit 10%", err)
     assert budget is not None
     granted = int(budget.group(1))
-    assert 0 < granted < 16
-    announced = f"calibration: generating {granted} rows x 32 tokens ("
+    assert 0 < granted < 96
+    announced = f"calibration: generating {granted} rows x 16 tokens ("
     assert announced in err and "decode steps; estimate after the first step)" in err
     assert err.index(announced) < err.index("calibration: first step took")  # said before it starts
     assert re.search(r"calibration: first step took [\d.]+s: estimate \d+s for the generation", err)
-    assert re.search(rf"calibration: generating: {granted}/{granted} rows, step 31/31, elapsed [\d.]+s, eta", err)
+    assert re.search(rf"calibration: generating: {granted}/{granted} rows, step 15/15, elapsed [\d.]+s, eta", err)
     layers = re.findall(r"\] (\d)/2 layers  elapsed [\d.]+s  eta [\d.?]+s?", err)
     assert layers == ["1", "2"]
     assert "save: writing and verifying 14 quantized modules to" in err
     assert re.search(r"save: done, elapsed [\d.]+s", err)
     assert err.index("calibration: first step took") < err.index("1/2 layers") < err.index("save: writing")
-    assert f"generation   {granted} of 16 requested self-generated rows (budget 10%)" in first.stdout
+    assert f"generation   {granted} of 96 requested self-generated rows (budget 10%)" in first.stdout
     assert "cache miss" in first.stdout
 
     second = _quantize(tiny_llama, tmp_path / "b")
     assert second.returncode == 0, second.stderr
-    assert f"calibration: {granted} self-generated rows x 32 tokens from the cache (" in second.stderr
+    assert f"calibration: {granted} self-generated rows x 16 tokens from the cache (" in second.stderr
     assert "calibration: first step took" not in second.stderr and "cache hit" in second.stdout
     saved = [(tmp_path / d / "quant_log.csv").read_text() for d in ("a", "b")]
     assert saved[0].splitlines()[0] == saved[1].splitlines()[0]

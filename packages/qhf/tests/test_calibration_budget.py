@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 from qhf.calibration import DefaultCalibration, build_mixture
-from qhf.calibration.budget import CALIBRATION_PASSES, DECODE_PENALTY, ModelSize, plan_generation
+from qhf.calibration.budget import (
+    CALIBRATION_PASSES,
+    DECODE_PENALTY,
+    STEP_OVERHEAD_ROWS,
+    ModelSize,
+    generation_cost,
+    plan_generation,
+)
 from qhf.corpus import bundled_docs
 from qhf.errors import CalibrationError
 from qhf.tokenizer import token_blocks
@@ -25,20 +32,23 @@ def model():
 
 
 def test_the_rule_is_the_documented_formula() -> None:
-    budget = plan_generation(16, 32, 256, SMOLLM2, 0.10)
+    per_row_token = DECODE_PENALTY * (SMOLLM2.decoder_parameters + SMOLLM2.head_parameters)
+    assert generation_cost(16, 256, 16, SMOLLM2) == 255 * per_row_token * (16 + STEP_OVERHEAD_ROWS)
+    assert generation_cost(20, 256, 16, SMOLLM2) == 255 * per_row_token * (16 + 4 + 2 * STEP_OVERHEAD_ROWS)
+    assert generation_cost(0, 256, 16, SMOLLM2) == 0.0
+    quick = plan_generation(16, 32, 256, SMOLLM2, 0.10)  # the quickstart's 16 + 16 rows x 256
     quantize = CALIBRATION_PASSES * SMOLLM2.decoder_parameters * 32 * 256
-    row = DECODE_PENALTY * (SMOLLM2.decoder_parameters + SMOLLM2.head_parameters) * 255
-    assert budget.granted == math.floor(0.10 * quantize / row) == 2  # the quickstart's 16 + 16 rows x 256
-    assert budget.requested == 16 and budget.quantize_cost == quantize and budget.row_cost == row
-    assert budget.granted * row <= 0.10 * quantize < (budget.granted + 1) * row
-    assert "2 of 16 self-generated rows fit 10%" in str(budget.reason)
-    assert plan_generation(128, 256, 256, SMOLLM2, 0.10).granted == 16  # quantize()'s default 128 + 128
+    assert quick.quantize_cost == quantize and quick.allowed == 0.10 * quantize
+    assert quick.granted == 0 and generation_cost(1, 256, 16, SMOLLM2) > quick.allowed
+    assert "0 of 16 self-generated rows fit 10%" in str(quick.reason) and "one row alone costs" in str(quick.reason)
+    default = plan_generation(128, 256, 256, SMOLLM2, 0.10)  # quantize()'s default 128 + 128
+    assert default.granted == 16
+    assert generation_cost(16, 256, 16, SMOLLM2) <= default.allowed < generation_cost(17, 256, 16, SMOLLM2)
 
 
 def test_everything_fits_a_large_share_and_nothing_fits_share_zero() -> None:
-    assert (
-        plan_generation(4, 8, 64, SMOLLM2, 1.0).granted == 4 and plan_generation(4, 8, 64, SMOLLM2, 1.0).reason is None
-    )
+    everything = plan_generation(4, 400, 64, SMOLLM2, 1.0)
+    assert everything.granted == 4 and everything.reason is None
     none = plan_generation(4, 8, 64, SMOLLM2, 0.0)
     assert none.granted == 0 and "0 of 4" in str(none.reason)
 
@@ -62,13 +72,13 @@ def test_model_size_counts_decoder_and_head_from_shapes_only() -> None:
 
 def test_budgeted_fills_the_rest_with_documentation_and_keeps_the_row_count(model, tokenizer) -> None:
     size = ModelSize.of(model, "model.layers")
-    config, budget = DefaultCalibration(batch_size=4, prompts=("", "The")).budgeted(16, 32, size)
-    assert budget is not None and 0 < budget.granted < 16
-    assert (config.documentation_rows, config.self_generated_rows) == (32 - budget.granted, budget.granted)
+    config, budget = DefaultCalibration(batch_size=4, prompts=("", "The")).budgeted(64, 16, size)
+    assert budget is not None and 0 < budget.granted < 64
+    assert (config.documentation_rows, config.self_generated_rows) == (128 - budget.granted, budget.granted)
     mixed = build_mixture(model, tokenizer, config, budget=budget)
-    assert len(mixed.rows) == 32 and all(len(r) == 32 for r in mixed.rows)
-    blocks = token_blocks(tokenizer, bundled_docs("calibration").texts, count=32 - budget.granted, length=32)
-    assert [list(r) for r in mixed.rows[: 32 - budget.granted]] == blocks  # the old 16 blocks, then the fill
+    assert len(mixed.rows) == 128 and all(len(r) == 16 for r in mixed.rows)
+    blocks = token_blocks(tokenizer, bundled_docs("calibration").texts, count=128 - budget.granted, length=16)
+    assert [list(r) for r in mixed.rows[: 128 - budget.granted]] == blocks  # the old 64 blocks, then the fill
     assert mixed.meta["generation_budget"] == budget.as_meta()
     again = build_mixture(model, tokenizer, config, budget=budget)
     assert again.rows == mixed.rows and again.meta == mixed.meta  # deterministic: no clock in the decision

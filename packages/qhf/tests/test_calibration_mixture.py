@@ -86,18 +86,18 @@ def test_quantize_default_records_the_mixture_in_summary_and_saved_config(tmp_pa
 
     qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
     size = ModelSize.of(qm.model, qm.source.definition.layers_path)
-    summary = qm.quantize(samples=16, length=32)  # no calibration given: the default mixture
+    summary = qm.quantize(samples=96, length=16)  # no calibration given: the default mixture
     source = summary.calibration_source
-    budget = plan_generation(16, 32, 32, size, 0.10)
-    assert 0 < budget.granted < 16  # the tiny model's budget grants some rows, not all
+    budget = plan_generation(96, 192, 16, size, 0.10)
+    assert 0 < budget.granted < 96  # the tiny model's budget grants some rows, not all
     # every documentation block a documentation-only run would use, the generated rows the budget grants and
     # documentation blocks for the rest: the row count stays
-    assert source["self_generated_rows"] == budget.granted and source["samples"] == 32
-    assert source["documentation_rows"] == 32 - budget.granted
+    assert source["self_generated_rows"] == budget.granted and source["samples"] == 192
+    assert source["documentation_rows"] == 192 - budget.granted
     assert source["generation_budget"] == {**budget.as_meta()} and source["generation_budget"]["reason"]
     assert source["cache"] == "miss"
     assert summary.calibration is not None
-    assert summary.calibration.rows == 32 and summary.calibration.tokens == 32 * 32
+    assert summary.calibration.rows == 192 and summary.calibration.tokens == 192 * 16
     assert source["generation_seconds"] >= 0 and summary.calibration_seconds >= source["generation_seconds"]
     qm.save(tmp_path / "q")
     config = json.loads((tmp_path / "q" / "config.json").read_text())
@@ -111,7 +111,7 @@ def test_quantize_default_records_the_mixture_in_summary_and_saved_config(tmp_pa
     assert reloaded.config.bits == 4 and "calibration" not in reloaded.config.settings
 
     again = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
-    second = again.quantize(samples=16, length=32).calibration_source
+    second = again.quantize(samples=96, length=16).calibration_source
     assert second["cache"] == "hit" and second["tokens_sha256"] == source["tokens_sha256"]
     assert second["generation_seconds"] == 0.0
 

@@ -9,13 +9,17 @@ parameters costs P multiply-adds):
   :data:`CALIBRATION_PASSES` times (the input capture and the replay after the layer is quantized):
   ``CALIBRATION_PASSES x decoder_parameters x rows x length``. The Hessians and solves come on top, so this
   is a lower bound and the budget a conservative one;
-* one generated row: ``length - 1`` decode steps through the decoder *and* the output head, each a
-  one-token-per-row forward that runs :data:`DECODE_PENALTY` times slower per parameter-token than a
-  calibration forward (small matrix products, a KV cache read per step):
-  ``DECODE_PENALTY x (decoder_parameters + head_parameters) x (length - 1)``.
+* generation: ``length - 1`` decode steps per batch of up to ``batch_size`` rows, each a one-token-per-row
+  forward through the decoder *and* the output head. A step's cost is
+  ``DECODE_PENALTY x (decoder_parameters + head_parameters) x (rows in the batch + STEP_OVERHEAD_ROWS)``: per
+  row it runs slower than a calibration forward (:data:`DECODE_PENALTY`), and every step has a fixed part
+  (kernel launches, per-layer work, KV cache bookkeeping) that costs about :data:`STEP_OVERHEAD_ROWS` rows'
+  worth whatever the batch: 2 rows of 256 tokens cost more than half of 16 rows.
 
-The rows granted are ``min(requested, floor(share x quantization / row))``; the rest of the requested rows
-are filled with further blocks of the bundled documentation, so the row count stays.
+The rows granted are the most rows, up to the requested ones, whose generation costs at most
+``share x quantization``; the rest of the requested rows are filled with further blocks of the bundled
+documentation, so the row count stays. With the fixed part of a step, small models at short calibration
+(e.g. the quickstart's 16 + 16 rows) get none: a single row would already cost more than the share.
 """
 
 from __future__ import annotations
@@ -32,10 +36,13 @@ from ..errors import CalibrationError
 GENERATION_SHARE = 0.10
 #: Decoder passes over every calibration token during quantization (input capture, replay).
 CALIBRATION_PASSES = 2
-#: Cost of a decode step's parameter-token relative to a calibration forward's: 2.3 measured on SmolLM2-135M
-#: float32 (batch 16 decode against one-row 128-token forwards, one thread, same process), rounded up
+#: Cost of a decode step's parameter-token per row, relative to a calibration forward's, and the fixed part of
+#: a step in rows: SmolLM2-135M float32, one thread, decoded 108 tokens/s at batch 16 and 144 at batch 32
+#: (steps of 0.148 s and 0.223 s: 0.0047 s per row + 0.073 s, about 16 rows' worth), and a batch-16 row-token
+#: cost 2.3 times a one-row 128-token forward's (same process), hence 2.3 x 16 / 32 = 1.15, rounded up
 #: (see docs/calibration.md, "The generation budget").
-DECODE_PENALTY = 2.5
+DECODE_PENALTY = 1.25
+STEP_OVERHEAD_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -58,14 +65,15 @@ class ModelSize:
 
 @dataclass(frozen=True)
 class GenerationBudget:
-    """The budget's decision: ``granted`` of ``requested`` rows of ``length`` tokens; the costs in
-    parameter-tokens; ``reason`` says why fewer rows than requested were granted (None when all fit)."""
+    """The budget's decision: ``granted`` of ``requested`` rows; ``quantize_cost`` and ``allowed`` (the share of
+    it generation may take) in parameter-tokens; ``reason`` says why fewer rows than requested were granted
+    (None when all fit)."""
 
     requested: int
     granted: int
     share: float
     quantize_cost: float
-    row_cost: float
+    allowed: float
     reason: str | None
 
     def as_meta(self) -> dict[str, Any]:
@@ -74,34 +82,47 @@ class GenerationBudget:
             "requested": self.requested,
             "granted": self.granted,
             "share": self.share,
-            "rule": f"rows x {DECODE_PENALTY:g} x (decoder + head) x (length - 1) <= share x "
-            f"{CALIBRATION_PASSES} x decoder x calibration rows x length",
+            "rule": f"sum over batches of (length - 1) x {DECODE_PENALTY:g} x (decoder + head) x (batch rows + "
+            f"{STEP_OVERHEAD_ROWS}) <= share x {CALIBRATION_PASSES} x decoder x calibration rows x length",
             "reason": self.reason,
         }
 
 
-def plan_generation(requested: int, total_rows: int, length: int, size: ModelSize, share: float) -> GenerationBudget:
-    """The rows of ``length`` tokens that fit ``share`` of the quantization cost of ``total_rows`` rows.
+def generation_cost(rows: int, length: int, batch_size: int, size: ModelSize) -> float:
+    """Parameter-tokens of generating ``rows`` rows of ``length`` tokens in batches of ``batch_size`` (the module
+    docstring's step cost, summed over ``length - 1`` steps of every batch); 0 for no rows."""
+    full, last = divmod(rows, batch_size)
+    batches = [batch_size] * full + ([last] if last else [])
+    per_row_token = DECODE_PENALTY * (size.decoder_parameters + size.head_parameters)
+    return float(sum((length - 1) * per_row_token * (b + STEP_OVERHEAD_ROWS) for b in batches))
+
+
+def plan_generation(
+    requested: int, total_rows: int, length: int, size: ModelSize, share: float, batch_size: int = 16
+) -> GenerationBudget:
+    """The most generated rows (up to ``requested``) of ``length`` tokens, in batches of ``batch_size``, whose
+    generation fits ``share`` of the quantization cost of ``total_rows`` rows.
 
     ``requested`` >= 0 generated rows, ``total_rows`` >= 1 calibration rows in all, ``length`` >= 2 tokens per
-    row, ``share`` in [0, 1]. Raises :class:`CalibrationError` naming a value out of range.
+    row, ``share`` in [0, 1], ``batch_size`` >= 1. Raises :class:`CalibrationError` naming a value out of range.
     """
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
         raise CalibrationError(f"default calibration: generation_share: expected a number in [0, 1], found {share!r}")
-    if requested < 0 or total_rows < 1 or length < 2:
+    if requested < 0 or total_rows < 1 or length < 2 or batch_size < 1:
         raise CalibrationError(
-            f"generation budget: expected requested >= 0, total_rows >= 1, length >= 2, found "
-            f"{requested=}, {total_rows=}, {length=}"
+            f"generation budget: expected requested >= 0, total_rows >= 1, length >= 2, batch_size >= 1, found "
+            f"{requested=}, {total_rows=}, {length=}, {batch_size=}"
         )
     quantize_cost = float(CALIBRATION_PASSES * size.decoder_parameters * total_rows * length)
-    row_cost = float(DECODE_PENALTY * (size.decoder_parameters + size.head_parameters) * (length - 1))
-    fit = math.floor(share * quantize_cost / row_cost) if row_cost > 0 else requested
-    granted = min(requested, fit)
+    allowed = share * quantize_cost
+    granted = 0
+    while granted < requested and generation_cost(granted + 1, length, batch_size, size) <= allowed:
+        granted += 1
     reason = None
     if granted < requested:
+        one = generation_cost(1, length, batch_size, size) / quantize_cost
         reason = (
             f"{granted} of {requested} self-generated rows fit {share:.0%} of the estimated quantization cost "
-            f"(a generated row costs {row_cost / quantize_cost:.1%} of it); the other {requested - granted} rows "
-            "are documentation blocks"
+            f"(one row alone costs {one:.1%} of it); the other {requested - granted} rows are documentation blocks"
         )
-    return GenerationBudget(requested, granted, float(share), quantize_cost, row_cost, reason)
+    return GenerationBudget(requested, granted, float(share), quantize_cost, allowed, reason)

@@ -71,7 +71,9 @@ class DefaultCalibration:
         if self.self_generated_rows is not None or self.generation_share is None:
             return config, None
         docs, requested = config.split()
-        budget = plan_generation(requested, docs + requested, int(config.length or 0), size, self.generation_share)
+        budget = plan_generation(
+            requested, docs + requested, int(config.length or 0), size, self.generation_share, self.batch_size
+        )
         fill = requested - budget.granted
         return replace(config, documentation_rows=docs + fill, self_generated_rows=budget.granted), budget
 

@@ -122,10 +122,12 @@ class SampleCache:
         try:
             entry = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return self._reject(f"unreadable ({exc})")
+            self._reject(f"unreadable ({exc})")
+            return None
         problem = self._check(entry)
         if problem is not None:
-            return self._reject(problem)
+            self._reject(problem)
+            return None
         rows = tuple(tuple(int(t) for t in row) for row in entry["rows"])
         return CachedRows(rows, int(entry["drawn_tokens"]), self.path)
 
@@ -148,7 +150,6 @@ class SampleCache:
 
     def _reject(self, why: str) -> None:
         log.warning("calibration cache: ignoring %s: %s; the rows are generated again", self.path, why)
-        return None
 
     def store(self, rows: tuple[tuple[int, ...], ...], drawn_tokens: int) -> Path:
         """Write the entry atomically (temporary file + rename in the cache directory); returns its path."""
