@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from qhf.calibration import DefaultCalibration, build_mixture

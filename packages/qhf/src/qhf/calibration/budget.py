@@ -24,7 +24,6 @@ documentation, so the row count stays. With the fixed part of a step, small mode
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
