@@ -55,13 +55,16 @@ def test_quiet_prints_no_progress(tiny_llama: Path, tmp_path: Path) -> None:
     assert "save:" not in result.stderr
 
 
-def test_quickstart_says_when_no_generated_row_fits_the_budget(tiny_llama: Path, tmp_path: Path) -> None:
-    result = run_lowbit(
-        "quickstart", "--model", str(tiny_llama), "--out", str(tmp_path / "r"), "--gguf-out", "none",
-        "--samples", "2", "--length", "32", "--window", "32", "--eval-windows", "1", "--max-new-tokens", "0",
-    )  # fmt: skip
+def test_quickstart_keeps_its_generated_rows_and_prints_the_phases(tiny_llama: Path, tmp_path: Path) -> None:
+    args = ["--gguf-out", "none", "--samples", "2", "--length", "32", "--window", "32", "--eval-windows", "1"]
+    result = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(tmp_path / "r"), *args)
     assert result.returncode == 0, result.stderr
-    assert "calibration: generation budget: 0 of 2 self-generated rows fit 10%" in result.stderr
-    assert "calibration: no self-generated rows (skipped: none fit the generation budget)" in result.stderr
+    assert "generation budget" not in result.stderr  # the quickstart keeps its rows: no budget
+    assert "calibration: generating 2 rows x 32 tokens (" in result.stderr
+    assert re.search(r"calibration: generating: 2/2 rows, step 31/31, elapsed [\d.]+s, eta", result.stderr)
     assert re.search(r"\] 2/2 layers  elapsed [\d.]+s  eta", result.stderr)
-    assert "  generation     0 of 2 requested self-generated rows (budget 10%)" in result.stdout
+    assert "  generation     cache miss" in result.stdout
+    again = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(tmp_path / "s"), *args)
+    assert again.returncode == 0, again.stderr
+    assert "calibration: 2 self-generated rows x 32 tokens from the cache (" in again.stderr
+    assert "  generation     cache hit" in again.stdout
