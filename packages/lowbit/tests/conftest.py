@@ -117,3 +117,11 @@ def quantized(tiny_llama: Path, calibration_text: Path, tmp_path_factory: pytest
 
 
 RunLowbit = Callable[..., Ran]
+
+
+@pytest.fixture(autouse=True)
+def calibration_cache(tmp_path_factory, monkeypatch):
+    """Every test's calibration cache lives in a temporary directory, never in the real ~/.cache."""
+    root = tmp_path_factory.mktemp("lowbit-cache")
+    monkeypatch.setenv("LOWBIT_CACHE_DIR", str(root))
+    return root / "calibration"

@@ -31,3 +31,11 @@ def tiny_dirs(tmp_path_factory, tokenizer):
         return cache[model_type]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def calibration_cache(tmp_path_factory, monkeypatch):
+    """Every test's calibration cache lives in a temporary directory, never in the real ~/.cache."""
+    root = tmp_path_factory.mktemp("lowbit-cache")
+    monkeypatch.setenv("LOWBIT_CACHE_DIR", str(root))
+    return root / "calibration"

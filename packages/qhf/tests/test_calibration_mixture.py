@@ -82,23 +82,38 @@ def test_too_little_documentation_is_an_error_not_a_silent_shortfall(tokenizer) 
 
 
 def test_quantize_default_records_the_mixture_in_summary_and_saved_config(tmp_path, tiny_dirs) -> None:
+    from qhf.calibration.budget import ModelSize, plan_generation
+
     qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
-    summary = qm.quantize(samples=4, length=32)  # no calibration given: the default mixture
+    size = ModelSize.of(qm.model, qm.source.definition.layers_path)
+    summary = qm.quantize(samples=96, length=16)  # no calibration given: the default mixture
     source = summary.calibration_source
-    # every documentation block a documentation-only run would use, plus as many generated rows
-    assert source["documentation_rows"] == 4 and source["self_generated_rows"] == 4 and source["samples"] == 8
+    budget = plan_generation(96, 192, 16, size, 0.10)
+    assert 0 < budget.granted < 96  # the tiny model's budget grants some rows, not all
+    # every documentation block a documentation-only run would use, the generated rows the budget grants and
+    # documentation blocks for the rest: the row count stays
+    assert source["self_generated_rows"] == budget.granted and source["samples"] == 192
+    assert source["documentation_rows"] == 192 - budget.granted
+    assert source["generation_budget"] == {**budget.as_meta()} and source["generation_budget"]["reason"]
+    assert source["cache"] == "miss"
     assert summary.calibration is not None
-    assert summary.calibration.rows == 8 and summary.calibration.tokens == 8 * 32
+    assert summary.calibration.rows == 192 and summary.calibration.tokens == 192 * 16
     assert source["generation_seconds"] >= 0 and summary.calibration_seconds >= source["generation_seconds"]
     qm.save(tmp_path / "q")
     config = json.loads((tmp_path / "q" / "config.json").read_text())
     recorded = config["quantization_config"]["meta"]["calibration"]
-    assert recorded == {k: v for k, v in source.items() if k != "generation_seconds"}
+    assert recorded == {k: v for k, v in source.items() if k not in ("generation_seconds", "cache")}
     assert json.loads((tmp_path / "q" / "quantize_config.json").read_text())["meta"]["calibration"] == recorded
     report = json.loads((tmp_path / "q" / "quant_report.json").read_text())
     assert report["summary"]["calibration_source"]["generation_seconds"] == source["generation_seconds"]
+    assert report["summary"]["calibration_source"]["cache"] == "miss"
     reloaded = qhf.load_quantized(tmp_path / "q")  # the extra meta does not disturb reading the config back
     assert reloaded.config.bits == 4 and "calibration" not in reloaded.config.settings
+
+    again = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32})
+    second = again.quantize(samples=96, length=16).calibration_source
+    assert second["cache"] == "hit" and second["tokens_sha256"] == source["tokens_sha256"]
+    assert second["generation_seconds"] == 0.0
 
 
 def test_quantize_takes_a_configured_mixture_and_it_is_reproducible(tiny_dirs) -> None:

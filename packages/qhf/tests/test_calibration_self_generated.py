@@ -109,3 +109,15 @@ def test_meta_device_model_is_refused(tokenizer) -> None:
         meta = AutoModelForCausalLM.from_config(tiny_config("llama"))
     with pytest.raises(CalibrationError, match="meta"):
         generate_samples(meta, tokenizer, _settings())
+
+
+def test_progress_lines_give_a_first_estimate_and_one_line_per_batch(model, tokenizer, capsys) -> None:
+    generate_samples(model, tokenizer, _settings(count=4, batch_size=2), progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("calibration: first step took") and "estimate" in lines[0]
+    batches = [line for line in lines if line.startswith("calibration: generating: ")]
+    assert [b.split(", step")[0] for b in batches] == [
+        "calibration: generating: 2/4 rows",
+        "calibration: generating: 4/4 rows",
+    ]
+    assert all("elapsed" in b and "eta" in b for b in batches) and "\r" not in "".join(lines)

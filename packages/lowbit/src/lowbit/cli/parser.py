@@ -195,7 +195,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-verify", action="store_true", help="skip reloading and comparing the saved checkpoint")
     p.add_argument("--plot", default=None, metavar="PNG", help="write a PNG of per-module loss (needs matplotlib)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress lines (calibration, layers, save) on stderr")
 
 
 def _add_inspect(sub: argparse._SubParsersAction) -> None:

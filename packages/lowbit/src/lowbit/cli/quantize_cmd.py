@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 from .report_tables import (
     PER_LAYER_HEADERS,
     describe_source,
+    generation_text,
     human_bytes,
     path_bytes,
     per_layer_rows,
@@ -158,6 +159,19 @@ def run(args: argparse.Namespace) -> int:
     return _run_directory(args)
 
 
+def _save(qm: Any, args: argparse.Namespace) -> QuantizeSummary:
+    """``qm.save`` with a phase line before and after on stderr (unless ``--quiet``)."""
+    quiet = args.quiet
+    what = "writing and verifying" if not args.no_verify else "writing"
+    if not quiet:
+        print(f"save: {what} {len(qm.results or {})} quantized modules to {args.out}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype)
+    if not quiet:
+        print(f"save: done, elapsed {time.perf_counter() - start:.1f}s", file=sys.stderr, flush=True)
+    return summary
+
+
 def _run_directory(args: argparse.Namespace) -> int:
     _check_args(args)
     with output_lock(args.out):
@@ -246,13 +260,20 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if executor is not None:
             executor.close()
-    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype)
+    summary = _save(qm, args)
     rows = _module_rows(qm)
     print()
     print(render_table(PER_LAYER_HEADERS, per_layer_rows(rows)))
     print()
     if calibrated:
         print(f"calibration  {_describe_calibration(summary, described)}")
+        generated = (
+            generation_text(dict(summary.calibration_source))
+            if isinstance(summary.calibration_source, Mapping)
+            else None
+        )
+        if generated is not None:
+            print(f"generation   {generated}")
     if summary.resumed_from:
         print(f"resumed      from plan step {summary.resumed_from} ({args.checkpoint_dir})")
     lost = (summary.executor or {}).get("lost_workers") or []

@@ -87,9 +87,26 @@ def per_layer_rows(module_rows: Iterable[ModuleReport]) -> list[list[Any]]:
 
 
 def describe_source(source: dict[str, Any], limit: int = 240) -> str:
-    """qhf's ``calibration_source`` record as one line (hashes left out, cut at ``limit`` characters)."""
-    text = ", ".join(f"{k}={v}" for k, v in source.items() if "sha256" not in str(k))
+    """qhf's ``calibration_source`` record as one line (hashes, the generation budget and the cache left out:
+    :func:`generation_text` says those; cut at ``limit`` characters)."""
+    skipped = ("generation_budget", "cache")
+    text = ", ".join(f"{k}={v}" for k, v in source.items() if "sha256" not in str(k) and k not in skipped)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def generation_text(source: dict[str, Any]) -> str | None:
+    """The generated rows' story in one line: the budget's decision (with its reason) and the cache state;
+    None when the record has neither (the caller's own data, or the documentation alone asked for)."""
+    budget, cache = source.get("generation_budget"), source.get("cache")
+    parts = []
+    if isinstance(budget, dict):
+        granted, requested = budget.get("granted"), budget.get("requested")
+        parts.append(f"{granted} of {requested} requested self-generated rows (budget {budget.get('share'):.0%})")
+        if budget.get("reason"):
+            parts.append(str(budget["reason"]))
+    if cache is not None:
+        parts.append(f"cache {cache}")
+    return "; ".join(parts) or None
 
 
 PER_LAYER_HEADERS = ("layer", "modules", "loss", "tokens", "damp", "fallbacks", "seconds")

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class CalibrationInput:
     """``prepared``: qlooper's ``CalibrationData`` (rows, batches, masks); ``source``: ``"user"`` or the default
-    mixture's record with its ``generation_seconds`` (the summary's ``calibration_source``); ``record``: the
+    mixture's record with its ``generation_seconds`` and ``cache`` (``"hit"``: the generated rows came from the
+    calibration cache; ``"miss"``: generated and stored; ``"off"``; None: no generated rows), the summary's
+    ``calibration_source``; ``record``: the
     default mixture's record for ``meta.calibration`` (None for the caller's data); ``tokenizer_note``: what
     :func:`~qhf.tokenizer.ensure_padding` changed to pad batches, if anything."""
 
@@ -46,17 +48,17 @@ def calibration_input(
     from qlooper.calibration import prepare_calibration
 
     from .mixture import DefaultCalibration
-    from .source_default import default_calibration
+    from .source_default import default_calibration, size_of
 
     record: dict[str, Any] | None = None
     used: dict[str, Any] | str = "user"
     if data is None or isinstance(data, DefaultCalibration):
         if tokenizer is None:
             raise StateError("quantize: the default calibration text needs a tokenizer; pass tokenizer= to load")
-        config = (data or DefaultCalibration()).resolved(samples, length)
-        mixed = default_calibration(source, tokenizer, config, progress=progress)
+        config, budget = (data or DefaultCalibration()).budgeted(samples, length, size_of(source))
+        mixed = default_calibration(source, tokenizer, config, progress=progress, budget=budget)
         data = [list(row) for row in mixed.rows]
-        used = {**mixed.meta, "generation_seconds": round(mixed.generation_seconds, 3)}
+        used = {**mixed.meta, "generation_seconds": round(mixed.generation_seconds, 3), "cache": mixed.cache}
         record = dict(mixed.meta)
     note = None
     if batch_size > 1:  # batches of unequal rows are padded: the tokenizer must be able to

@@ -21,7 +21,6 @@ Sequences are generated ``batch_size`` at a time with a KV cache; all rows of a 
 from __future__ import annotations
 
 import inspect
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from torch import nn
 
 from ..errors import CalibrationError
 from ..tokenizer import encode
+from .generation_progress import GenerationProgress
 
 #: Short openers in many registers (narrative, letters, news, science, law, recipes, dialogue, poetry,
 #: code, lists). They steer the first tokens only; the model writes the rest. "" is BOS alone.
@@ -205,10 +205,12 @@ def _generate_batch(
     settings: GenerationSettings,
     banned: torch.Tensor,
     device: torch.device,
+    on_step: Callable[[], None] | None = None,
 ) -> list[list[int]]:
     """Rows (len(openers) lists of ``settings.length`` ids); row ``r`` draws position ``j`` from the uniform
     ``torch.rand(length, generator=generators[r], dtype=float64)[j]``, so a row depends on its generator
-    and its own logits only, not on its neighbours in the batch."""
+    and its own logits only, not on its neighbours in the batch. ``on_step()`` is called after every
+    decode step (``length - 1`` per batch)."""
     length = settings.length
     tokens = torch.full((len(openers), length), -1, dtype=torch.long)
     for r, opener in enumerate(openers):
@@ -232,6 +234,8 @@ def _generate_batch(
             probs = torch.softmax(logits / settings.temperature, dim=-1)
             tokens[draw, position] = nucleus_draw(probs, settings.top_p, uniforms[draw, position]).cpu()
         feed = tokens[:, position : position + 1].to(device)
+        if on_step is not None:
+            on_step()
     return tokens.tolist()
 
 
@@ -245,8 +249,9 @@ def generate_samples(
 ) -> GeneratedSamples:
     """Sample ``settings.count`` sequences from ``model`` (a transformers causal LM with real weights).
 
-    ``progress`` prints one line per batch to stderr (sequences done, tokens/s, estimated time left);
-    ``on_progress(done, total, elapsed_seconds)`` is called after every batch as well.
+    ``progress`` prints lines to stderr (:class:`~qhf.calibration.generation_progress.GenerationProgress`:
+    the first estimate after the first decode step, then elapsed and estimated time left at least every
+    10 s and after every batch); ``on_progress(done, total, elapsed_seconds)`` is called after every batch.
     """
     settings.validate()
     start = time.perf_counter()
@@ -270,6 +275,8 @@ def generate_samples(
     model.eval()
     rows: list[tuple[int, ...]] = []
     drawn = 0
+    batches = -(-settings.count // settings.batch_size)
+    lines = GenerationProgress(settings.count, batches, settings.length - 1) if progress else None
     try:
         with torch.inference_mode():
             for first in range(0, settings.count, settings.batch_size):
@@ -277,21 +284,19 @@ def generate_samples(
                 batch_openers = [openers[i % len(openers)] for i in index]
                 gens = [torch.Generator().manual_seed(settings.seed * 1_000_003 + i) for i in index]
                 for row, opener in zip(
-                    _generate_batch(model, batch_openers, gens, settings, banned, device), batch_openers, strict=True
+                    _generate_batch(
+                        model, batch_openers, gens, settings, banned, device, lines.step if lines else None
+                    ),
+                    batch_openers,
+                    strict=True,
                 ):
                     rows.append(tuple(row))
                     drawn += len(row) - len(opener)
                 elapsed = time.perf_counter() - start
                 if on_progress is not None:
                     on_progress(len(rows), settings.count, elapsed)
-                if progress:
-                    rate = drawn / elapsed if elapsed > 0 else 0.0
-                    left = elapsed / len(rows) * (settings.count - len(rows))
-                    sys.stderr.write(
-                        f"self-generated calibration: {len(rows)}/{settings.count} sequences  "
-                        f"{rate:.0f} tokens/s  elapsed {elapsed:.1f}s  eta {left:.1f}s\n"
-                    )
-                    sys.stderr.flush()
+                if lines is not None:
+                    lines.batch(len(rows))
     finally:
         model.train(was_training)
     return GeneratedSamples(tuple(rows), time.perf_counter() - start, drawn, settings)
