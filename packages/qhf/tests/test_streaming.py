@@ -52,8 +52,9 @@ def _quantized(src: Path, config: dict, **kwargs) -> qhf.QuantModel:
     [
         ({"method": "gptq", "bits": 4, "group_size": 32}, "40KB"),
         ({"method": "awq", "bits": 4, "group_size": 32}, "4GB"),
+        ({"method": "fp8", "weight_block_size": [32, 32]}, "4GB"),
     ],
-    ids=["gptq-sharded", "awq"],
+    ids=["gptq-sharded", "awq", "fp8"],
 )
 def test_streaming_writes_the_in_memory_bytes(tmp_path, source, config, shard) -> None:
     memory = _quantized(source, config)

@@ -113,7 +113,8 @@ class QuantModel:
         ``spill_dir``, default the system temp directory, removed with this object) and sent back to meta, so
         peak memory is flat in depth; :meth:`save` reads the spill and writes the same bytes. ``"auto"``
         streams when the decoder layers take more than :data:`qhf.resources.STREAM_ABOVE_BYTES` in the compute
-        dtype (``lowbit quantize`` passes ``"auto"``). Before calibration or any layer the run's peak RAM (and,
+        dtype (``lowbit quantize`` passes ``"auto"``); a run with an EoRA adapter keeps the model in memory
+        (``False`` is refused for it). Before calibration or any layer the run's peak RAM (and,
         streaming, the spill's disk bytes) is estimated and a machine that cannot hold it is refused
         (:class:`~qhf.errors.InsufficientResourcesError`, :mod:`qhf.resources`).
         """
@@ -130,17 +131,18 @@ class QuantModel:
             replacer_hooks,
             weight_only_processor,
         )
+        from .resources import check_run, wants_streaming
         from .spec_from_config import quant_spec
         from .weight_only import with_mixture
-
-        from .resources import check_run, wants_streaming
 
         if self.results is not None:
             raise StateError("quantize: this model is already quantized; load the source again to re-run")
         preflight(self.config, self.source)
         streaming = wants_streaming(self.source, keep_in_memory)
-        if streaming and adapter(self.config) is not None:
-            raise StateError("quantize: an EoRA adapter run keeps the model in memory; pass keep_in_memory=True")
+        if streaming and adapter(self.config) is not None:  # its verify wraps whole-model modules
+            if keep_in_memory != AUTO:
+                raise StateError("quantize: an EoRA adapter run keeps the model in memory; pass keep_in_memory=True")
+            streaming = False
         spill = SpillArea.create(spill_dir) if streaming else None
         tokens = samples * length * (2 if calibration is None else 1) if needs_calibration(self.config) else 0
         check_run(self.source, self.config, tokens, streaming, spill.root if spill is not None else None)

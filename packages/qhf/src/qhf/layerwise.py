@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from qlooper.loop import install_module
@@ -45,7 +45,7 @@ LayerFill = Callable[[str, LayerSwap], None]
 def layerwise_logits(model: nn.Module, layers_path: str, fill: LayerFill, ids: torch.Tensor) -> torch.Tensor:
     """float32 logits ``[batch, tokens, vocab]`` of ``model(input_ids=ids)`` with each decoder layer under
     ``layers_path`` filled just before its forward and released just after (module docstring)."""
-    layers = model.get_submodule(layers_path)
+    layers = cast(nn.ModuleList, model.get_submodule(layers_path))
     swaps: dict[str, LayerSwap] = {}
     handles = []
 

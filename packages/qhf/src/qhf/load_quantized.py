@@ -112,7 +112,7 @@ def build_quantized_model(
 
     materialize_names(model, wanted, read, dtype)
     adapter = eora_adapter(checkpoint.config)
-    if adapter is not None and skip_prefix is None:  # EoRA: the adapter directory the config names, around the quantized modules
+    if adapter is not None and skip_prefix is None:  # EoRA: the adapter directory the config names, around them
         from .lora_adapter import read_adapter, wrap_modules
 
         factors = read_adapter(Path(checkpoint.directory.path) / adapter["path"], int(adapter["rank"]))

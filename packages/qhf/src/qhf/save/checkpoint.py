@@ -30,7 +30,7 @@ from ..errors import SourceFormatError
 from ..live_tensors import live_tensor
 from ..results import QuantizedModules
 from ..source.opened_source import OpenedSource
-from ..spill import SpillArea
+from ..spill import SpillArea, SpilledTensor
 from ..summary import QuantizeSummary
 from ..weight_only import fp8_storage_dtypes
 from .quant_log import REPORT_COLUMNS, log_rows
@@ -74,6 +74,27 @@ def _stored_as(source: OpenedSource, name: str, dtype: torch.dtype) -> torch.Ten
     return source.stored(name).to(dtype)
 
 
+def _held_entry(
+    source: OpenedSource,
+    name: str,
+    dense_dtype: torch.dtype | None,
+    live: torch.Tensor | None,
+    spill: SpillArea | None,
+    spilled: SpilledTensor | None,
+) -> TensorEntry:
+    """The entry of a tensor held in memory (``live``) or in the spill area (``spilled``), in ``dense_dtype``
+    when floating (None: its stored dtype)."""
+    if live is not None:
+        held, numel, load = live.dtype, live.numel(), partial(_detached_as, live)
+    elif spill is not None and spilled is not None:
+        held, numel, load = spilled.dtype, spilled.numel, partial(_spilled_as, spill, name)
+    else:
+        raise SourceFormatError(f"tensor {name!r}: neither in memory nor spilled")
+    dtype = (dense_dtype or source.stored_dtype(name)) if held.is_floating_point else held
+    size = numel * torch.empty((), dtype=dtype).element_size()
+    return TensorEntry(name, size, partial(load, dtype), dtype == torch.bfloat16)
+
+
 def tensor_entries(
     source: OpenedSource,
     model: nn.Module,
@@ -97,13 +118,7 @@ def tensor_entries(
         live = live_tensor(model, name)
         spilled = spill.dense_index.get(name) if spill is not None and live is None else None
         if live is not None or spilled is not None:
-            floating = live.is_floating_point() if live is not None else spilled.dtype.is_floating_point
-            held = live.dtype if live is not None else spilled.dtype
-            dtype = (dense_dtype or source.stored_dtype(name)) if floating else held
-            numel = live.numel() if live is not None else spilled.numel
-            size = numel * torch.empty((), dtype=dtype).element_size()
-            load = partial(_detached_as, live, dtype) if live is not None else partial(_spilled_as, spill, name, dtype)
-            entries.append(TensorEntry(name, size, load, dtype == torch.bfloat16))
+            entries.append(_held_entry(source, name, dense_dtype, live, spill, spilled))
             continue
         stored = source.stored_dtype(name)
         if dense_dtype is None or not stored.is_floating_point or stored == dense_dtype:
