@@ -15,6 +15,7 @@ area and sends the layer back to meta. Peak memory is then flat in depth: the ba
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,7 @@ class SourceLayerLoader:
     base_released: bool = False
     finished: dict[str, FinalizedModule] = field(default_factory=dict)
     spilled_layers: set[int] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # finalizer threads add to finished
 
     def load(self, index: int, name: str, layer: nn.Module) -> None:
         expected = self.source.layer_prefix(index)
@@ -92,7 +94,8 @@ class SourceLayerLoader:
 
     def collect(self, name: str, dense: nn.Module, done: FinalizedModule) -> None:
         """The streaming run's ``replace_module``: record ``done`` (on a finalizer thread), replace nothing."""
-        self.finished[name] = done
+        with self._lock:
+            self.finished[name] = done
 
     def spill_layer(self, index: int) -> None:
         """Write layer ``index``'s finished modules and its other materialized tensors (compute dtype) to the
@@ -100,7 +103,8 @@ class SourceLayerLoader:
         if self.spill is None or index in self.spilled_layers:
             return
         prefix = self.source.layer_prefix(index) + "."
-        modules = [done for module, done in self.finished.items() if module.startswith(prefix)]
+        with self._lock:
+            modules = [done for module, done in self.finished.items() if module.startswith(prefix)]
         quantized = {f"{done.name}.weight" for done in modules}
         dense = {}
         for tensor_name in self.source.tensor_names():
@@ -119,8 +123,9 @@ class SourceLayerLoader:
         spill every layer not spilled yet."""
         if self.spill is None:
             return
-        for name, done in modules.items():
-            self.finished.setdefault(name, done)
+        with self._lock:
+            for name, done in modules.items():
+                self.finished.setdefault(name, done)
         for index in range(self.source.num_layers):
             self.spill_layer(index)
 
