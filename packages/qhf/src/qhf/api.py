@@ -26,6 +26,7 @@ from .perplexity import PerplexityResult, evaluate
 from .quant_config import read_quantize_config
 from .results import QuantizedModules
 from .source import OpenedSource, open_source
+from .spill import SpillArea
 from .summary import CalibrationStats, QuantizeSummary, SavedCheckpoint
 from .tokenizer import encode, load_gguf_tokenizer, load_tokenizer
 
@@ -56,6 +57,9 @@ class QuantModel:
         self.summary: QuantizeSummary | None = None
         self._calibration_source: dict[str, Any] | str | None = None
         self._tokenizer_note: str | None = None
+        #: A streaming run's spill area (:mod:`qhf.spill`); None when the quantized model is in memory.
+        self.spill: SpillArea | None = None
+        self._replacer: Any = None
 
     @property
     def settings(self) -> QuantizeConfig:
@@ -83,6 +87,8 @@ class QuantModel:
         device: str | torch.device | None = None,
         compute_dtype: str | torch.dtype = "float32",
         cache_device: str | torch.device = "cpu",
+        keep_in_memory: bool | Literal["auto"] = True,
+        spill_dir: str | Path | None = None,
     ) -> QuantizeSummary:
         """Quantize every linear of every decoder layer, layer by layer; returns the run's
         :class:`~qhf.summary.QuantizeSummary` (also kept as ``self.summary``; qlooper's run as ``self.run``).
@@ -112,6 +118,17 @@ class QuantModel:
         cache (every batch's layer inputs) is kept. A device that does not exist, or a dtype not offered, raises
         qlooper's ``DeviceError`` (naming the argument, the value and what is available) before any work; the
         summary's ``compute`` records the three.
+
+        ``keep_in_memory``: True (the default) keeps the quantized model in memory (its linears qkernels modules:
+        :meth:`perplexity` and generation work after quantize; memory grows with depth). False streams: each
+        finished layer is written to a spill area (:mod:`qhf.spill`, a ``qhf-spill-*`` directory under
+        ``spill_dir``, default the system temp directory, removed with this object) and sent back to meta, so
+        peak memory is flat in depth; :meth:`save` reads the spill and writes the same bytes. ``"auto"``
+        streams when the decoder layers take more than :data:`qhf.resources.STREAM_ABOVE_BYTES` in the compute
+        dtype (``lowbit quantize`` passes ``"auto"``); a run with an EoRA adapter keeps the model in memory
+        (``False`` is refused for it). Before calibration or any layer the run's peak RAM (and,
+        streaming, the spill's disk bytes) is estimated and a machine that cannot hold it is refused
+        (:class:`~qhf.errors.InsufficientResourcesError`, :mod:`qhf.resources`).
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import quantize_model
@@ -127,6 +144,7 @@ class QuantModel:
             replacer_hooks,
             weight_only_processor,
         )
+        from .resources import check_run, wants_streaming
         from .spec_from_config import quant_spec
         from .weight_only import with_mixture
 
@@ -140,6 +158,14 @@ class QuantModel:
         run_dtype = resolve_compute_dtype(compute_dtype, argument="compute_dtype")
         run_cache = resolve_device(cache_device, argument="cache_device")
         preflight(self.config, self.source)
+        streaming = wants_streaming(self.source, keep_in_memory)
+        if streaming and adapter(self.config) is not None:  # its verify wraps whole-model modules
+            if keep_in_memory != AUTO:
+                raise StateError("quantize: an EoRA adapter run keeps the model in memory; pass keep_in_memory=True")
+            streaming = False
+        spill = SpillArea.create(spill_dir) if streaming else None
+        tokens = samples * length * (2 if calibration is None else 1) if needs_calibration(self.config) else 0
+        check_run(self.source, self.config, tokens, streaming, spill.root if spill is not None else None)
         modules = layer_modules(self.source) if algorithm(self.config) == "gguf" else []
         self.config = with_mixture(self.config, modules, self.source.num_layers)  # q_k_m: -> dynamic
         start = time.perf_counter()
@@ -166,19 +192,21 @@ class QuantModel:
             if is_weight_only(config)
             else make_quant_processor(config, spec)
         )
-        loader = SourceLayerLoader(self.source)
+        loader = SourceLayerLoader(self.source, spill)
 
         def adapter_for(name: str) -> Any:
             return getattr(processor, "adapters", {}).get(name)
+
+        replacer = kernel_replacer(
+            backend, dtype=self.source.dtype, **replacer_hooks(config, self.source.dtype, adapter_for)
+        )
 
         options = LoopOptions(
             true_sequential=is_weight_only(config) or bool(setting(config, "true_sequential")),
             lockstep=lockstep,
             lockstep_budget=lockstep_budget,
             pack_dtype=config.pack_dtype,
-            replace_module=kernel_replacer(
-                backend, dtype=self.source.dtype, **replacer_hooks(config, self.source.dtype, adapter_for)
-            ),
+            replace_module=loader.collect if streaming else replacer,
             progress=progress,
             executor=executor,
             layer_loader=loader,
@@ -202,10 +230,12 @@ class QuantModel:
                 checkpoint=checkpoint,
                 options=options,
             )
+            loader.spill_rest(run.modules)  # layers a resumed run restored
         finally:
             model_config.use_cache = use_cache
             self.source.materialize_base()  # released while the layers were quantized
             release_free_memory()
+        self.spill, self._replacer = spill, replacer
         self.run = run
         self.results = run.modules
         eora, variant = adapter(config), solver_variant(config)
@@ -258,8 +288,15 @@ class QuantModel:
 
         The files are written and verified in a staging directory and swapped in atomically only when
         the verification passed: a failed save or verification leaves ``directory`` as it was.
+
+        After a streaming run (``quantize(keep_in_memory=False)``) the tensors are read from the spill area one
+        at a time and written in the same order (the same bytes as the in-memory run); verify re-reads each
+        module from the spill and runs both probe forwards one layer at a time (:mod:`qhf.verify`). A save
+        whose estimated checkpoint bytes exceed the free disk at ``directory`` is refused before writing
+        (:class:`~qhf.errors.InsufficientResourcesError`).
         """
         from .lora_adapter import round_adapters
+        from .resources import check_save
         from .save.checkpoint import save_checkpoint, write_report
         from .save.dense_dtype import dtype_name, resolve_dense_dtype, round_to_dense_dtype
         from .verify import raise_on_failure, verify_checkpoint
@@ -270,6 +307,7 @@ class QuantModel:
         report = self.run.report
         start = time.perf_counter()
         directory = Path(directory)
+        check_save(self.source, self.config, directory)
         dense_dtype = resolve_dense_dtype(self.source, dtype)
         quantized_weights = {f"{name}.weight" for name in self.results}
         dense_names = [n for n in self.source.tensor_names() if n not in quantized_weights]
@@ -288,7 +326,15 @@ class QuantModel:
             )
             if verify:
                 verified = verify_checkpoint(
-                    staging, self.model, results, self.source.stored, self.probe_ids(), dtype=self.source.dtype
+                    staging,
+                    self.model,
+                    results,
+                    self.source.stored,
+                    self.probe_ids(),
+                    dtype=self.source.dtype,
+                    spill=self.spill,
+                    expected_logits=self._spilled_logits(dense_dtype),
+                    layers_path=self.source.definition.layers_path,
                 )
                 self.summary = replace(summary, saved=saved, verification=verified.as_dict())
                 write_report(staging, results, report, self.summary)
@@ -311,8 +357,20 @@ class QuantModel:
             dense_dtype=dense_dtype,
             adapters=adapters,
             before_publish=verify_staged,
+            spill=self.spill,
         )
         return self.summary
+
+    def _spilled_logits(self, dense_dtype: torch.dtype) -> Any:
+        """A streaming run's expected probe logits, ``ids -> [1, tokens, vocab]`` float32, computed one layer at a
+        time from the spill (:func:`qhf.verify_streaming.spilled_logits`); None when the model is in memory."""
+        spill, results = self.spill, self.results
+        if spill is None or results is None:
+            return None
+        from .verify_streaming import spilled_logits
+
+        source, replacer = self.source, self._replacer
+        return lambda ids: spilled_logits(source, results, spill, replacer, dense_dtype, ids)
 
     def probe_ids(self, count: int = 48) -> list[int]:
         """A fixed probe input: the first ``count`` tokens of the evaluation slice (or fixed ids)."""
@@ -333,7 +391,13 @@ class QuantModel:
     def perplexity(
         self, text: str | None = None, *, window: int = 512, max_windows: int | None = None
     ) -> PerplexityResult:
-        """Perplexity of the in-memory model on ``text`` (default: the evaluation slice of the bundled docs)."""
+        """Perplexity of the in-memory model on ``text`` (default: the evaluation slice of the bundled docs).
+        A streaming run (``keep_in_memory=False``) has no in-memory model: evaluate the saved checkpoint."""
+        if self.spill is not None:
+            raise StateError(
+                "perplexity: this run streamed its layers to disk (keep_in_memory=False); save() it and evaluate "
+                "qhf.load_quantized(directory), or quantize with keep_in_memory=True"
+            )
         return evaluate(self.model, self.tokenizer, text, window=window, max_windows=max_windows)
 
 

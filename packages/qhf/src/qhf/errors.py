@@ -37,3 +37,8 @@ class VerificationError(QHFError, RuntimeError):
 
 class StateError(QHFError, RuntimeError):
     """An API call came in the wrong order (e.g. ``save`` before ``quantize``)."""
+
+
+class InsufficientResourcesError(QHFError, MemoryError):
+    """A run the machine cannot hold (estimated RAM or output disk above what is available), refused before any
+    work; the message states the estimate and what is available."""

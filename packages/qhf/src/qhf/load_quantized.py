@@ -71,6 +71,7 @@ def build_quantized_model(
     dtype: torch.dtype = torch.float32,
     shared: Callable[[str], torch.Tensor | None] | None = None,
     device: str | torch.device = "cpu",
+    skip_prefix: str | None = None,
 ) -> tuple[nn.Module, dict[str, str]]:
     """The model with qkernels modules for every stored quantized module; returns (model, backends).
 
@@ -79,7 +80,9 @@ def build_quantized_model(
     ``shared(name)`` may return a tensor already proven bit-identical to the stored one (verify-after-save
     uses it to avoid a second copy of the embeddings); ``None`` reads the file. ``device``: where the model
     runs (the quantized modules are built there, qkernels picking a backend for that device; the dense
-    tensors are moved there after reading).
+    tensors are moved there after reading). ``skip_prefix`` (e.g.
+    ``"model.layers."``): modules and tensors under it stay on meta (a streaming verify fills the decoder layers
+    one at a time, :mod:`qhf.verify_streaming`); an EoRA adapter is then not wrapped.
     """
     config = checkpoint.directory.config
     model = meta_skeleton(config, dtype)
@@ -87,7 +90,7 @@ def build_quantized_model(
     backends: dict[str, str] = {}
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     for name in names:
-        if not checkpoint.is_quantized(name):
+        if not checkpoint.is_quantized(name) or (skip_prefix is not None and name.startswith(skip_prefix)):
             continue
         dense = model.get_submodule(name)
         module = checkpoint.build_module(name, *linear_features(dense), backend=backend, dtype=dtype, device=device)
@@ -95,7 +98,11 @@ def build_quantized_model(
         selection = getattr(module, "selection", None)
         backends[name] = str(getattr(selection, "backend", type(module).__name__))
     tied = tied_output(config)
-    wanted = [n for n in meta_parameters(model) if not (tied and n == head)]
+    wanted = [
+        n
+        for n in meta_parameters(model)
+        if not (tied and n == head) and not (skip_prefix is not None and n.startswith(skip_prefix))
+    ]
     absent = [n for n in wanted if n not in checkpoint.reader]
     if absent:
         raise SourceFormatError(
@@ -108,7 +115,7 @@ def build_quantized_model(
 
     materialize_names(model, wanted, read, dtype)
     adapter = eora_adapter(checkpoint.config)
-    if adapter is not None:  # EoRA: the adapter directory the config names, around the quantized modules
+    if adapter is not None and skip_prefix is None:  # EoRA: the adapter directory the config names, around them
         from .lora_adapter import read_adapter, wrap_modules
 
         factors = read_adapter(
@@ -118,7 +125,7 @@ def build_quantized_model(
     if tied:
         model.get_submodule(head.rsplit(".", 1)[0]).weight = model.get_submodule(embed.rsplit(".", 1)[0]).weight
     for buffer_name, buffer in model.named_buffers():
-        if buffer.device.type == "meta":
+        if buffer.device.type == "meta" and not (skip_prefix is not None and buffer_name.startswith(skip_prefix)):
             raise SourceFormatError(f"buffer {buffer_name!r} was left on the meta device")
     if torch.device(device).type != "cpu":
         model.to(device)  # the dense tensors (the quantized modules are there already)

@@ -6,11 +6,17 @@ Decoder layers stay on the meta device until the loop starts them: :class:`Sourc
 (before any capture forward or weight-only solve), and each finished linear is replaced by a qkernels module
 built from its packed tensors, which drops the dense weight. Peak memory is then the base modules, one dense
 layer (a few while finalizers catch up), the calibration cache and the packed layers done so far.
+
+Streaming (a :class:`~qhf.spill.SpillArea` given to the loader, ``QuantModel.quantize(keep_in_memory=False)``):
+finished modules are not replaced; ``release`` writes the layer's modules and its other tensors to the spill
+area and sends the layer back to meta. Peak memory is then flat in depth: the base modules, one dense layer
+(a few while finalizers catch up) and the calibration cache.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,10 +24,13 @@ from torch import nn
 
 from .config_view import adapter, algorithm, is_weight_only, solver_variant
 from .errors import QHFError
+from .live_tensors import live_tensor
 from .source.opened_source import OpenedSource
+from .spill import SpillArea
 
 if TYPE_CHECKING:
     from qformats.config import QuantizeConfig
+    from qlooper.finalize import FinalizedModule
 
 
 def make_quant_processor(settings: QuantizeConfig, spec: Any) -> Any:
@@ -53,13 +62,20 @@ class SourceLayerLoader:
     The first ``load`` comes after the loop captured the first layer's inputs, so the modules outside the
     decoder layers (embeddings, final norm, lm_head) are released then; the caller materializes them again
     after the loop (:meth:`OpenedSource.materialize_base`). ``peak_layer_bytes``: the most bytes one layer read.
-    ``release`` keeps the layer: it is part of the quantized model in memory (its linears already replaced
-    by qkernels modules, its norms still needed).
+
+    Without ``spill``, ``release`` keeps the layer: it is part of the quantized model in memory (its linears
+    already replaced by qkernels modules, its norms still needed). With ``spill`` (streaming), :meth:`collect`
+    is the loop's ``replace_module`` (it records each finished module and replaces nothing) and ``release``
+    spills the layer (:meth:`spill_layer`) and sends it back to meta.
     """
 
     source: OpenedSource
+    spill: SpillArea | None = None
     peak_layer_bytes: int = 0
     base_released: bool = False
+    finished: dict[str, FinalizedModule] = field(default_factory=dict)
+    spilled_layers: set[int] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # finalizer threads add to finished
 
     def load(self, index: int, name: str, layer: nn.Module) -> None:
         expected = self.source.layer_prefix(index)
@@ -72,7 +88,46 @@ class SourceLayerLoader:
         self.peak_layer_bytes = max(self.peak_layer_bytes, loaded)
 
     def release(self, index: int, name: str, layer: nn.Module) -> None:
-        """Nothing to release (class docstring)."""
+        """Streaming: spill layer ``index`` and send it to meta; else nothing (class docstring)."""
+        if self.spill is not None:
+            self.spill_layer(index)
+
+    def collect(self, name: str, dense: nn.Module, done: FinalizedModule) -> None:
+        """The streaming run's ``replace_module``: record ``done`` (on a finalizer thread), replace nothing."""
+        with self._lock:
+            self.finished[name] = done
+
+    def spill_layer(self, index: int) -> None:
+        """Write layer ``index``'s finished modules and its other materialized tensors (compute dtype) to the
+        spill area, drop the modules' arrays (qlooper ``FinalizedModule.spill``) and send the layer to meta."""
+        if self.spill is None or index in self.spilled_layers:
+            return
+        prefix = self.source.layer_prefix(index) + "."
+        with self._lock:
+            modules = [done for module, done in self.finished.items() if module.startswith(prefix)]
+        quantized = {f"{done.name}.weight" for done in modules}
+        dense = {}
+        for tensor_name in self.source.tensor_names():
+            if tensor_name.startswith(prefix) and tensor_name not in quantized:
+                value = live_tensor(self.source.model, tensor_name)
+                if value is not None:
+                    dense[tensor_name] = value
+        self.spill.write_dense(prefix.rstrip("."), dense)
+        for done in modules:
+            done.spill(self.spill.modules_root)
+        self.source.release_layer(index)
+        self.spilled_layers.add(index)
+
+    def spill_rest(self, modules: dict[str, FinalizedModule]) -> None:
+        """After the run: record ``modules`` (a resumed run restores finished layers without the loader) and
+        spill every layer not spilled yet."""
+        if self.spill is None:
+            return
+        with self._lock:
+            for name, done in modules.items():
+                self.finished.setdefault(name, done)
+        for index in range(self.source.num_layers):
+            self.spill_layer(index)
 
 
 def replacer_hooks(settings: QuantizeConfig, dtype: torch.dtype, adapter_for: Any = None) -> dict[str, Any]:

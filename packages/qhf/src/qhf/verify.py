@@ -6,11 +6,17 @@ in-memory (or source) tensor in the stored dtype; (3) logits of a probe input th
 model agree with the in-memory model within ``atol`` (both run the same kernels on the same machine).
 The reloaded model's quantized modules are always built from the files; float32 tensors that check (2)
 proved bit-identical are shared with the in-memory model instead of being read a second time.
+
+A streaming run (``QuantModel.quantize(keep_in_memory=False)``) has no quantized model in memory: ``spill``
+(its :class:`~qhf.spill.SpillArea`) is then given and (1) decodes each module's logical weight from its spill
+file, one module at a time; (2) compares released layers' tensors with the spilled ones; (3) computes both
+probe logits one decoder layer at a time (``expected_logits``: from the spill, the reloaded: from the files;
+:mod:`qhf.verify_streaming`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +29,9 @@ from torch import nn
 from .checkpoint_reader import open_quantized_checkpoint
 from .config_view import is_weight_only
 from .errors import VerificationError
+from .live_tensors import live_tensor
 from .results import QuantizedModules
+from .spill import SpillArea
 
 
 @dataclass
@@ -53,14 +61,12 @@ class VerificationReport:
         }
 
 
-def _live(model: nn.Module, name: str) -> torch.Tensor | None:
-    module_name, _, pname = name.rpartition(".")
-    try:
-        module = model.get_submodule(module_name) if module_name else model
-    except AttributeError:
-        return None
-    value = module._parameters.get(pname) if pname in module._parameters else module._buffers.get(pname)
-    return None if value is None or value.device.type == "meta" else value
+def _expected_tensor(model: nn.Module, spill: SpillArea | None, name: str) -> torch.Tensor | None:
+    """The in-memory tensor ``name``, else (streaming) the spilled one, else None (the source's is expected)."""
+    value = live_tensor(model, name)
+    if value is None and spill is not None:
+        value = spill.dense(name)
+    return value
 
 
 def verify_checkpoint(
@@ -72,12 +78,16 @@ def verify_checkpoint(
     *,
     atol: float = 1e-3,
     dtype: torch.dtype = torch.float32,
+    spill: SpillArea | None = None,
+    expected_logits: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    layers_path: str = "model.layers",
 ) -> VerificationReport:
     """Run the three checks; ``stored(name)`` gives a non-quantized tensor as the source stores it.
 
     ``dtype``: the in-memory model's compute dtype; the reloaded model is built in it, so both run the
     same kernels on the same activations (a bfloat16 model against a float32 reload differs by the
-    rounding of 30 layers, not by what was saved)."""
+    rounding of 30 layers, not by what was saved). Streaming (module docstring): ``spill``,
+    ``expected_logits(ids)`` (float32 ``[1, tokens, vocab]``) and the decoder layers' ``layers_path``."""
     from qlooper.allocator import release_free_memory
 
     from .load_quantized import build_quantized_model
@@ -85,7 +95,7 @@ def verify_checkpoint(
     report = VerificationReport()
     checkpoint = open_quantized_checkpoint(directory)
     for name, result in results.items():
-        weight = result.weight
+        weight = result.logical()  # decoded from the spill file when the run streamed
         try:
             if is_weight_only(checkpoint.config):  # FP8 / bitsandbytes / GGUF logical objects
                 back = checkpoint.weight_only_logical(name, *linear_features(model.get_submodule(name)))
@@ -100,32 +110,43 @@ def verify_checkpoint(
             diff = float(np.abs(back.dequantize() - weight.dequantize()).max())
             report.problems.append(f"{name}: saved dequantized weight differs (max abs diff {diff:.3g})")
         report.modules_checked += 1
+        del weight, back
     quantized_prefixes = tuple(n + "." for n in results)
     identical: dict[str, torch.Tensor] = {}  # in-memory tensors proven equal to the saved ones
     for name in checkpoint.reader.names():
         if name.startswith(quantized_prefixes) and not name.endswith(".bias"):
             continue
         saved = checkpoint.reader.get(name)
-        live = _live(model, name)
+        live = _expected_tensor(model, spill, name)
         expected = live.detach().to(saved.dtype) if live is not None else stored(name)
         if name.endswith(".bias") and name.startswith(quantized_prefixes):
             expected = expected.to(saved.dtype)
         if tuple(saved.shape) != tuple(expected.shape) or not torch.equal(saved, expected.to(saved.dtype)):
             report.problems.append(f"{name}: saved tensor differs from the in-memory one")
         elif live is not None and live.dtype == saved.dtype == torch.float32:
-            identical[name] = live.detach()
+            if spill is None or name not in spill.dense_index:  # a spilled tensor was read for this check only
+                identical[name] = live.detach()
         report.tensors_checked += 1
         del saved
     ids = torch.tensor([list(probe_ids)], dtype=torch.long)
-    with torch.no_grad():
-        mine = model(input_ids=ids, use_cache=False).logits.float()
-    release_free_memory()  # what the comparisons above freed, before a second model is built
-    reloaded, backends = build_quantized_model(checkpoint, dtype=dtype, shared=identical.get)
-    for backend in backends.values():
-        report.backends[backend] = report.backends.get(backend, 0) + 1
     report.probe_tokens = ids.shape[1]
-    with torch.no_grad():
-        theirs = reloaded(input_ids=ids, use_cache=False).logits.float()
+    if spill is not None:
+        from .verify_streaming import reloaded_logits
+
+        if expected_logits is None:
+            raise VerificationError("verify_checkpoint: a streaming run's verify needs expected_logits")
+        mine = expected_logits(ids)
+        release_free_memory()
+        theirs = reloaded_logits(checkpoint, layers_path, dtype, identical.get, ids, report.backends)
+    else:
+        with torch.no_grad():
+            mine = model(input_ids=ids, use_cache=False).logits.float()
+        release_free_memory()  # what the comparisons above freed, before a second model is built
+        reloaded, backends = build_quantized_model(checkpoint, dtype=dtype, shared=identical.get)
+        for backend in backends.values():
+            report.backends[backend] = report.backends.get(backend, 0) + 1
+        with torch.no_grad():
+            theirs = reloaded(input_ids=ids, use_cache=False).logits.float()
     report.max_logit_diff = float((mine - theirs).abs().max())
     if not report.max_logit_diff <= atol:
         report.problems.append(f"probe logits differ by {report.max_logit_diff:.3g} (> atol {atol})")

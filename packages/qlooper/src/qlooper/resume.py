@@ -63,10 +63,11 @@ def _layer_bundle(state: dict[str, torch.Tensor], finalized: dict[str, Finalized
         if not name.startswith(prefix):
             continue
         arrays = {f"{name}|packed|{k}": v for k, v in done.tensors().items()}
-        if done.bias is not None:
-            arrays[f"{name}|bias"] = done.bias
+        bias = done.bias_array()
+        if bias is not None:
+            arrays[f"{name}|bias"] = bias
         logical: dict[str, np.ndarray] = {}
-        tree = encode_logical(done.weight, f"{name}|logical", logical)
+        tree = encode_logical(done.logical(), f"{name}|logical", logical)  # re-read when spilled
         arrays.update(logical)
         tensors.update({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()})
         meta[name] = {"format": done.format, "seconds": done.seconds, "logical": tree}

@@ -6,7 +6,9 @@ before and after, wall time and where the result is. With ``--checkpoint-dir`` t
 qcheckpoint generation at layer boundaries; Ctrl-C or SIGTERM stops at the next boundary (qlooper's
 cooperative stop) and the message gives the exact command that resumes it. Before any model is loaded,
 ``--out`` is checked (:mod:`lowbit.cli.output_guard`: separate from ``--checkpoint-dir``, writable, enough
-free space) and locked for the run.
+free space) and locked for the run. The run passes ``keep_in_memory="auto"`` to qhf: a model whose decoder
+layers exceed 2 GiB in the compute dtype streams each finished layer to a ``qhf-spill-*`` directory beside
+``--out`` (removed at the end), so peak memory stays flat in depth (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -241,6 +243,8 @@ def _run(args: argparse.Namespace) -> int:
             device=args.device,
             compute_dtype=args.compute_dtype,
             cache_device=args.cache_device,
+            keep_in_memory="auto",  # large models stream their finished layers to a spill beside --out
+            spill_dir=Path(args.out).absolute().parent,
         )
     except ResumePolicyError as exc:
         hint = (

@@ -3,9 +3,11 @@
 Contents: weight shards (+ index), ``config.json`` with ``quantization_config``, ``quantize_config.json``
 (the same dict), ``generation_config.json`` and tokenizer files carried over from the source, and the
 per-module report (``quant_log.csv`` and ``quant_report.json``). Quantized modules are written with the
-layout tensors the loop packed (qlooper ``FinalizedModule.tensors()``) under ``<module>.<tensor>``; every
-other tensor is taken
-from the in-memory model when materialized there (AWQ may have rescaled norms) else from the source file.
+layout tensors the loop packed (qlooper ``FinalizedModule.tensors()``, read from the spill file one module at a
+time when a streaming run spilled them) under ``<module>.<tensor>``; every other tensor is taken from the
+in-memory model when materialized there (AWQ may have rescaled norms), else from a streaming run's spill area
+(:mod:`qhf.spill`), else from the source file. Either way the same tensors go to the writer in the same order,
+so a streaming run's checkpoint is byte-identical to the in-memory one.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from torch import nn
 from ..checkpoint_config import checkpoint_dict
 from ..config_view import adapter as eora_adapter
 from ..config_view import is_weight_only
+from ..errors import SourceFormatError
+from ..live_tensors import live_tensor
 from ..results import QuantizedModules
 from ..source.opened_source import OpenedSource
+from ..spill import SpillArea, SpilledTensor
 from ..summary import QuantizeSummary
 from ..weight_only import fp8_storage_dtypes
 from .quant_log import REPORT_COLUMNS, log_rows
@@ -32,6 +37,7 @@ from .tensor_stream import TensorEntry, bf16_names, numpy_stream, write_atomic_j
 
 if TYPE_CHECKING:
     from qformats.config import QuantizeConfig
+    from qlooper.finalize import FinalizedModule
     from qlooper.report import ModuleReport
 
 _CONFIG_DROP = ("_attn_implementation", "_attn_implementation_autoset", "attn_implementation")
@@ -39,22 +45,22 @@ _CONFIG_DROP = ("_attn_implementation", "_attn_implementation_autoset", "attn_im
 
 def packed_tensors(results: QuantizedModules) -> dict[str, dict[str, np.ndarray]]:
     """Module name -> its layout tensors as the loop packed them (``qweight``, ``qzeros``, ``scales``,
-    ``g_idx`` ...; a weight-only method's own, e.g. FP8 ``weight`` + ``weight_scale_inv``)."""
+    ``g_idx`` ...; a weight-only method's own, e.g. FP8 ``weight`` + ``weight_scale_inv``); every module's
+    tensors at once (spilled ones read back): :func:`save_checkpoint` streams them instead."""
     return {name: result.tensors() for name, result in results.items()}
 
 
-def _model_param(model: nn.Module, name: str) -> torch.Tensor | None:
-    module_name, _, pname = name.rpartition(".")
-    try:
-        module = model.get_submodule(module_name) if module_name else model
-    except AttributeError:
-        return None
-    value: torch.Tensor | None = module._parameters.get(pname)
+def _module_tensor(result: FinalizedModule, key: str) -> np.ndarray:
+    """Layout tensor ``key`` of a finished module (a loader called at write time; re-read when spilled)."""
+    return result.tensors()[key]
+
+
+def _spilled_as(spill: SpillArea, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """The spilled tensor ``name`` in ``dtype`` (a loader called at write time)."""
+    value = spill.dense(name)
     if value is None:
-        value = module._buffers.get(pname)
-    if value is None or value.device.type == "meta":
-        return None
-    return value
+        raise SourceFormatError(f"spill area {spill.root}: tensor {name!r} is not there")
+    return value.to(dtype)
 
 
 def _detached_as(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -67,30 +73,51 @@ def _stored_as(source: OpenedSource, name: str, dtype: torch.dtype) -> torch.Ten
     return source.stored(name).to(dtype)
 
 
+def _held_entry(
+    source: OpenedSource,
+    name: str,
+    dense_dtype: torch.dtype | None,
+    live: torch.Tensor | None,
+    spill: SpillArea | None,
+    spilled: SpilledTensor | None,
+) -> TensorEntry:
+    """The entry of a tensor held in memory (``live``) or in the spill area (``spilled``), in ``dense_dtype``
+    when floating (None: its stored dtype)."""
+    if live is not None:
+        held, numel, load = live.dtype, live.numel(), partial(_detached_as, live)
+    elif spill is not None and spilled is not None:
+        held, numel, load = spilled.dtype, spilled.numel, partial(_spilled_as, spill, name)
+    else:
+        raise SourceFormatError(f"tensor {name!r}: neither in memory nor spilled")
+    dtype = (dense_dtype or source.stored_dtype(name)) if held.is_floating_point else held
+    size = numel * torch.empty((), dtype=dtype).element_size()
+    return TensorEntry(name, size, partial(load, dtype), dtype == torch.bfloat16)
+
+
 def tensor_entries(
     source: OpenedSource,
     model: nn.Module,
     results: QuantizedModules,
-    packed: dict[str, dict[str, np.ndarray]],
     dense_dtype: torch.dtype | None = None,
+    spill: SpillArea | None = None,
 ) -> list[TensorEntry]:
     """Every tensor of the checkpoint, in the source's (sorted) name order, with lazy loaders.
 
     ``dense_dtype``: the dtype of every floating non-quantized tensor (None: each one's stored dtype).
+    ``spill``: a streaming run's spill area, read for tensors of released layers.
     """
     entries: list[TensorEntry] = []
     for name in source.tensor_names():
         module_name, _, pname = name.rpartition(".")
         if module_name in results and pname == "weight":
-            for key, array in packed[module_name].items():
-                entries.append(TensorEntry(f"{module_name}.{key}", int(array.nbytes), partial(np.asarray, array)))
+            result = results[module_name]
+            for key, nbytes in result.tensor_nbytes().items():
+                entries.append(TensorEntry(f"{module_name}.{key}", nbytes, partial(_module_tensor, result, key)))
             continue
-        live = _model_param(model, name)
-        if live is not None:
-            dtype = (dense_dtype or source.stored_dtype(name)) if live.is_floating_point() else live.dtype
-            size = live.numel() * torch.empty((), dtype=dtype).element_size()
-            bf16 = dtype == torch.bfloat16
-            entries.append(TensorEntry(name, size, partial(_detached_as, live, dtype), bf16))
+        live = live_tensor(model, name)
+        spilled = spill.dense_index.get(name) if spill is not None and live is None else None
+        if live is not None or spilled is not None:
+            entries.append(_held_entry(source, name, dense_dtype, live, spill, spilled))
             continue
         stored = source.stored_dtype(name)
         if dense_dtype is None or not stored.is_floating_point or stored == dense_dtype:
@@ -158,6 +185,7 @@ def save_checkpoint(
     dense_dtype: torch.dtype | None = None,
     adapters: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
     before_publish: Callable[[Path, list[Path]], None] | None = None,
+    spill: SpillArea | None = None,
 ) -> list[Path]:
     """Write the checkpoint (see the module docstring); returns the weight shard paths (in ``directory``).
 
@@ -169,6 +197,7 @@ def save_checkpoint(
     (:mod:`qhf.save.dense_dtype`; None keeps each tensor's stored dtype and the source config's value).
     ``adapters``: module name -> (``lora_A.weight`` ``[r, in]``, ``lora_B.weight`` ``[out, r]``) of an EoRA
     run, written to the config's adapter directory (:mod:`qhf.lora_adapter`).
+    ``spill``: a streaming run's spill area (:mod:`qhf.spill`), read one tensor at a time.
 
     Everything -- weights and both config files through qformats' checkpoint writer (size-bounded shards
     and the index, every quantized module validated against its layout), tokenizer, carried-over files
@@ -183,8 +212,7 @@ def save_checkpoint(
     from .side_files import copy_side_files, save_tokenizer
 
     directory = Path(directory)
-    packed = packed_tensors(results)
-    entries = tensor_entries(source, model, results, packed, dense_dtype)
+    entries = tensor_entries(source, model, results, dense_dtype, spill)
     model_config = config_dict(source, config, dense_dtype, calibration)
     quantization = model_config.pop("quantization_config")
     with staged_directory(directory) as staging:
@@ -195,7 +223,7 @@ def save_checkpoint(
             model_config=model_config,
             max_shard_size=max_shard_size,
             metadata={"quantizer": quantization["meta"]["quantizer"][0]},
-            dtypes={**bf16_names(entries), **fp8_storage_dtypes(config, list(packed))},
+            dtypes={**bf16_names(entries), **fp8_storage_dtypes(config, list(results))},
             validate=not is_weight_only(config),  # qformats' layouts do not describe these families; verify reads them
         )
         names = [name for name in written.files if name.endswith(".safetensors")]
