@@ -31,7 +31,7 @@ from qalgos.fallback import FallbackPolicy
 from qformats.layouts.registry import get_layout
 from torch import nn
 
-from .allocator import release_free_memory
+from .allocator import pin_mmap_threshold, release_free_memory
 from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
@@ -205,6 +205,7 @@ class LayerLoop:
 
     def _run(self, calibration: CalibrationSet | None) -> LoopState:
         state = self.state
+        pin_mmap_threshold()  # large tensors in their own mappings: peak memory flat in depth (qlooper.allocator)
         if self.processor.needs_calibration:
             if calibration is None:
                 raise ProcessorError(f"method {self.processor.method!r} needs calibration data; none was given")
