@@ -25,7 +25,6 @@ import functools
 import os
 from collections.abc import Callable
 
-
 #: ``mallopt``'s parameter number for the mmap threshold (glibc's ``M_MMAP_THRESHOLD``).
 M_MMAP_THRESHOLD = -3
 #: Bytes from which glibc serves an allocation with its own mapping once pinned (glibc's initial default).
