@@ -5,7 +5,8 @@ A random-weight model of ``--shape`` (:mod:`scale_models`: ``llama3-8b`` or ``qw
 (``--methods``: GPTQ 4-bit g128 and/or AWQ 4-bit g128, each tool at its defaults otherwise) from the same
 ``--rows`` x ``--length`` seeded token ids, loaded in the same ``--dtype``, each in its own subprocess with
 ``--threads`` torch threads. GPT-QModel runs at its defaults (disk offload of finished modules on), lowbit at
-its defaults (layers streamed from the source files). Each worker records, per decoder layer, the wall and
+its defaults with streaming on (``keep_in_memory=False``: what ``lowbit quantize`` chooses for the whole model;
+finished layers spilled to disk, layers read from the source files one at a time). Each worker records, per decoder layer, the wall and
 process-CPU seconds from the layer's first forward to the next layer's (the last: to the end of ``quantize``),
 and at the end: ``quantize`` and ``save`` seconds, peak RSS (``ru_maxrss``), and the bytes the process read
 and wrote (``/proc/self/io``: ``rchar``/``wchar`` count every read/write call, ``read_bytes``/``write_bytes``
@@ -89,10 +90,12 @@ class LayerClock:
 def run_lowbit(model_dir: Path, method: str, rows: list[list[int]], dtype: Any, out: Path) -> dict[str, Any]:
     import qhf
 
+    out.parent.mkdir(parents=True, exist_ok=True)
     qm = qhf.load(model_dir, {"method": method, "bits": 4, "group_size": 128}, dtype=dtype)
     clock = LayerClock(qm.source.model.model.layers)
     start = (time.perf_counter(), time.process_time())
-    qm.quantize(calibration=rows)
+    # streaming, as `lowbit quantize` does for the whole model (its layers exceed qhf's 2 GiB "auto" bound)
+    qm.quantize(calibration=rows, keep_in_memory=False, spill_dir=out.parent)
     end = (time.perf_counter(), time.process_time())
     qm.save(out)
     saved = time.perf_counter()
