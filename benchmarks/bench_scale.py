@@ -6,9 +6,10 @@ A random-weight model of ``--shape`` (:mod:`scale_models`: ``llama3-8b`` or ``qw
 ``--rows`` x ``--length`` seeded token ids, loaded in the same ``--dtype``, each in its own subprocess with
 ``--threads`` torch threads. GPT-QModel runs at its defaults (disk offload of finished modules on), lowbit at
 its defaults with streaming on (``keep_in_memory=False``: what ``lowbit quantize`` chooses for the whole model;
-finished layers spilled to disk, layers read from the source files one at a time). Each worker records, per decoder layer, the wall and
-process-CPU seconds from the layer's first forward to the next layer's (the last: to the end of ``quantize``),
-and at the end: ``quantize`` and ``save`` seconds, peak RSS (``ru_maxrss``), and the bytes the process read
+finished layers spilled to disk, layers read from the source files one at a time). Each worker records, per
+decoder layer, the wall and process-CPU seconds from the layer's start to the next layer's (the last: to the end
+of ``quantize``; a start is GPT-QModel's first forward of the layer, lowbit's layer loader reading it), and at
+the end: ``quantize`` and ``save`` seconds, peak RSS (``ru_maxrss``), and the bytes the process read
 and wrote (``/proc/self/io``: ``rchar``/``wchar`` count every read/write call, ``read_bytes``/``write_bytes``
 what reached the block device; safetensors reads through ``mmap`` count in neither ``rchar`` nor, when the
 file is in the page cache, ``read_bytes``).
@@ -64,18 +65,20 @@ def io_counters() -> dict[str, int]:
 
 
 class LayerClock:
-    """Wall and CPU timestamps of each decoder layer's first forward (a forward pre-hook per layer)."""
+    """Wall and CPU timestamps of each decoder layer's start (:meth:`mark`, first call per layer counts)."""
 
-    def __init__(self, layers: Any) -> None:
+    def __init__(self) -> None:
         self.starts: dict[int, tuple[float, float]] = {}
+
+    def mark(self, index: int) -> None:
+        self.starts.setdefault(index, (time.perf_counter(), time.process_time()))
+
+    def on_first_forward(self, layers: Any) -> LayerClock:
+        """Mark each of ``layers`` at its first forward (a forward pre-hook; GPT-QModel runs layer ``i`` first
+        when it works on it)."""
         for index, layer in enumerate(layers):
-            layer.register_forward_pre_hook(self._hook(index))
-
-    def _hook(self, index: int) -> Any:
-        def record(module: Any, args: Any) -> None:
-            self.starts.setdefault(index, (time.perf_counter(), time.process_time()))
-
-        return record
+            layer.register_forward_pre_hook(lambda module, args, index=index: self.mark(index))
+        return self
 
     def per_layer(self, count: int, end: tuple[float, float]) -> tuple[list[float], list[float]] | None:
         """``(wall, cpu)`` seconds of layers ``0 .. count-1``; None when a layer never ran a forward."""
@@ -91,8 +94,17 @@ def run_lowbit(model_dir: Path, method: str, rows: list[list[int]], dtype: Any, 
     import qhf
 
     out.parent.mkdir(parents=True, exist_ok=True)
+    from qhf.looper_bridge import SourceLayerLoader
+
     qm = qhf.load(model_dir, {"method": method, "bits": 4, "group_size": 128}, dtype=dtype)
-    clock = LayerClock(qm.source.model.model.layers)
+    clock = LayerClock()  # lowbit's capture calls every layer's stand-in: its loader marks a layer's start
+    load = SourceLayerLoader.load
+
+    def marked_load(self: SourceLayerLoader, index: int, name: str, layer: Any) -> None:
+        clock.mark(index)
+        load(self, index, name, layer)
+
+    SourceLayerLoader.load = marked_load  # type: ignore[method-assign]
     start = (time.perf_counter(), time.process_time())
     # streaming, as `lowbit quantize` does for the whole model (its layers exceed qhf's 2 GiB "auto" bound)
     qm.quantize(calibration=rows, keep_in_memory=False, spill_dir=out.parent)
@@ -109,7 +121,7 @@ def run_reference(model_dir: Path, method: str, rows: list[list[int]], dtype: An
     extra = {"format": "gemm"} if method == "awq" else {}
     config = QuantizeConfig(bits=4, group_size=128, method=method, **extra)
     model = GPTQModel.load(str(model_dir), config, device="cpu", dtype=dtype)
-    clock = LayerClock(model.model.model.layers)
+    clock = LayerClock().on_first_forward(model.model.model.layers)
     data = [{"input_ids": r, "attention_mask": [1] * len(r)} for r in rows]
     start = (time.perf_counter(), time.process_time())
     model.quantize(data, tokenizer=AutoTokenizer.from_pretrained(str(model_dir)), batch_size=1)
