@@ -42,6 +42,15 @@ def lowbit_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+def one_line_failure(result: Ran, *fragments: str) -> None:
+    """``result`` is a usage failure (exit 2) printed as one line, no traceback, holding every fragment."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
 def run_lowbit(*args: str) -> Ran:
     """``lowbit ARGS`` in this process: exit status (argparse's exits included) and captured stdout/stderr.
 

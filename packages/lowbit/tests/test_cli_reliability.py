@@ -9,15 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_lowbit
-
-
-def _one_line_failure(result, *fragments: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+from conftest import one_line_failure, run_lowbit
 
 
 @pytest.mark.parametrize("where", ["same", "inside", "contains"])
@@ -26,7 +18,7 @@ def test_checkpoint_dir_overlapping_out_is_refused_before_any_work(tiny_llama: P
     ckpt = {"same": out, "inside": out / "ckpt", "contains": tmp_path}[where]
     result = run_lowbit("quantize", str(tiny_llama), "--out", str(out), "--checkpoint-dir", str(ckpt))
     relation = {"same": "is", "inside": "is inside", "contains": "contains"}[where]
-    _one_line_failure(result, f"--checkpoint-dir {ckpt} {relation} --out {out}", "expected two separate directories")
+    one_line_failure(result, f"--checkpoint-dir {ckpt} {relation} --out {out}", "expected two separate directories")
     assert not out.exists()
 
 
@@ -34,16 +26,16 @@ def test_an_unwritable_out_location_is_refused_before_loading(tiny_llama: Path, 
     blocker = tmp_path / "file.txt"
     blocker.write_text("x")
     result = run_lowbit("quantize", str(tiny_llama), "--out", str(blocker / "out"))
-    _one_line_failure(result, f"--out {blocker / 'out'}", "is not a directory")
+    one_line_failure(result, f"--out {blocker / 'out'}", "is not a directory")
     read_only = Path("/sys/lowbit-out")  # sysfs: creating a file there fails even for root
     result = run_lowbit("quantize", str(tiny_llama), "--out", str(read_only))
-    _one_line_failure(result, "--out /sys/lowbit-out: cannot write in /sys", "expected a writable location")
+    one_line_failure(result, "--out /sys/lowbit-out: cannot write in /sys", "expected a writable location")
 
 
 def test_too_little_free_space_is_refused_before_loading(tiny_llama: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 1000, 1000))
     result = run_lowbit("quantize", str(tiny_llama), "--out", str(tmp_path / "out"), "--bits", "4")
-    _one_line_failure(result, "free on", "the result needs about", "x 4/16")
+    one_line_failure(result, "free on", "the result needs about", "x 4/16")
     assert not (tmp_path / "out").exists()
 
 
@@ -58,7 +50,7 @@ def test_a_second_run_on_a_locked_out_fails_at_once(tiny_llama: Path, tmp_path: 
         result = run_lowbit("quantize", str(tiny_llama), "--out", str(out), "--method", "rtn")
     finally:
         os.close(fd)
-    _one_line_failure(result, f"{out}: another run (pid 4242) is writing this directory")
+    one_line_failure(result, f"{out}: another run (pid 4242) is writing this directory")
     assert not out.exists()
 
 
@@ -75,7 +67,7 @@ def test_a_full_disk_during_the_save_is_one_line_and_publishes_nothing(
     result = run_lowbit(
         "quantize", str(tiny_llama), "--out", str(out), "--method", "rtn", "--group-size", "32", "--quiet"
     )
-    _one_line_failure(result, "No space left on device", "expected a writable location with enough free space")
+    one_line_failure(result, "No space left on device", "expected a writable location with enough free space")
     assert ".lowbit-stage-" in result.stderr  # names the file being written
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock"]  # no output, no staging left
 
@@ -94,10 +86,10 @@ def _broken_norm(tiny_llama: Path, tmp_path: Path, value: float) -> Path:
 def test_eval_with_a_nan_perplexity_fails_by_name(tiny_llama: Path, tmp_path: Path) -> None:
     broken = _broken_norm(tiny_llama, tmp_path, -3.0e38)  # finite weights whose logits overflow
     result = run_lowbit("eval", str(broken), "--max-windows", "1", "--max-new-tokens", "0")
-    _one_line_failure(result, f"{broken}: perplexity is nan", "expected a finite value")
+    one_line_failure(result, f"{broken}: perplexity is nan", "expected a finite value")
 
 
 def test_eval_refuses_a_nan_weight_by_name(tiny_llama: Path, tmp_path: Path) -> None:
     broken = _broken_norm(tiny_llama, tmp_path, float("nan"))
     result = run_lowbit("eval", str(broken), "--max-windows", "1", "--max-new-tokens", "0")
-    _one_line_failure(result, "model.norm.weight", "[VALUE-DENSE] expected finite values")
+    one_line_failure(result, "model.norm.weight", "[VALUE-DENSE] expected finite values")

@@ -10,15 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_lowbit
-
-
-def _one_line_failure(result, *fragments: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+from conftest import one_line_failure, run_lowbit
 
 
 def _no_model_load(monkeypatch) -> None:
@@ -34,7 +26,7 @@ def _no_model_load(monkeypatch) -> None:
 def test_a_bad_max_shard_size_fails_before_the_model_loads(tiny_llama: Path, tmp_path: Path, monkeypatch) -> None:
     _no_model_load(monkeypatch)
     result = run_lowbit("quantize", str(tiny_llama), "--out", str(tmp_path / "o"), "--max-shard-size", "lots")
-    _one_line_failure(result, "--max-shard-size", "'lots'")
+    one_line_failure(result, "--max-shard-size", "'lots'")
     assert not (tmp_path / "o").exists()
 
 
@@ -42,12 +34,12 @@ def test_a_bad_max_shard_size_fails_before_the_model_loads(tiny_llama: Path, tmp
 def test_an_explicit_gptq_format_with_5_bits_is_refused(tiny_llama: Path, tmp_path: Path, monkeypatch, fmt) -> None:
     _no_model_load(monkeypatch)
     result = run_lowbit("quantize", str(tiny_llama), "--out", str(tmp_path / "o"), "--format", fmt, "--bits", "5")
-    _one_line_failure(result, f"--format {fmt} --bits 5", "--format gptq_p")
+    one_line_failure(result, f"--format {fmt} --bits 5", "--format gptq_p")
 
 
 def test_quantizing_a_quantized_checkpoint_names_what_it_is(quantized: Path, tmp_path: Path) -> None:
     result = run_lowbit("quantize", str(quantized), "--out", str(tmp_path / "o"), "--method", "rtn")
-    _one_line_failure(result, "already a quantized checkpoint (gptq 4-bit", "quantize_config.json")
+    one_line_failure(result, "already a quantized checkpoint (gptq 4-bit", "quantize_config.json")
 
 
 def _full(exc_type):
@@ -64,7 +56,7 @@ def test_a_full_disk_while_saving_the_tokenizer_names_the_output(tiny_llama: Pat
     out = tmp_path / "out"
     flags = ("--method", "rtn", "--group-size", "32", "--quiet")
     result = run_lowbit("quantize", str(tiny_llama), "--out", str(out), *flags)
-    _one_line_failure(result, f"{out}: cannot write the tokenizer files", "No space left on device")
+    one_line_failure(result, f"{out}: cannot write the tokenizer files", "No space left on device")
     assert not out.exists()
 
 
@@ -87,7 +79,7 @@ def test_a_full_disk_while_copying_a_side_file_names_the_output_file(
     out = tmp_path / "out"
     flags = ("--method", "rtn", "--group-size", "32", "--quiet")
     result = run_lowbit("quantize", str(source), "--out", str(out), *flags)
-    _one_line_failure(result, f"{out / 'generation_config.json'}: No space left on device")
+    one_line_failure(result, f"{out / 'generation_config.json'}: No space left on device")
     assert str(source) not in result.stderr and not out.exists()
 
 
@@ -98,4 +90,4 @@ def test_eval_names_a_bad_quantize_config(quantized: Path, tmp_path: Path, conte
     shutil.copytree(quantized, path)
     (path / "quantize_config.json").write_bytes(content)
     result = run_lowbit("eval", str(path), "--max-windows", "1", "--max-new-tokens", "0")
-    _one_line_failure(result, "quantize_config.json", expected)
+    one_line_failure(result, "quantize_config.json", expected)
