@@ -13,6 +13,8 @@ For each planned layer (from the start cursor an extension may restore):
    extensions see the solved layer (``on_layer_done``);
 4. finalizers (pack → offload → replace) are submitted to the worker pool; extensions see the boundary;
    the layer loader releases each layer whose finalizers are done (in layer order; the rest at the end).
+   Before a layer starts, the finalizers of every layer before the previous one are waited for (at most one
+   layer's finalizers run behind the loop; a failed one stops the run there).
 
 Weight-only processors (``needs_calibration = False``) skip capture, hooks and replay.
 """
@@ -227,6 +229,7 @@ class LayerLoop:
         with ThreadPoolExecutor(max_workers=max(1, self.options.finalizer_workers)) as pool:
             try:
                 for position in range(cursor, len(state.plan)):
+                    self._bound_lag(finished, position)
                     step = state.plan.steps[position]
                     futures = self._run_layer(position, step, pool, offload)
                     finished.append((position, futures))
@@ -256,6 +259,21 @@ class LayerLoop:
             if loader is not None:
                 name, layer = self.state.layers[position]
                 call_loader(loader, "release", position, name, layer)
+
+    def _bound_lag(self, finished: list[tuple[int, list[Future[Any]]]], position: int) -> None:
+        """Before layer ``position`` starts, wait for the finalizers of every layer before ``position - 1`` and raise
+        the first error among them: at most one layer's finalizers run behind the loop, so a finalizer that
+        fails (a full disk while replacing or spilling) stops the run within one layer, whatever the timing,
+        and finished layers never pile up in memory waiting for their finalizers."""
+        lagging = [f for done_at, futures in finished if done_at < position - 1 for f in futures]
+        if not lagging:
+            return
+        wait(lagging)
+        for fut in lagging:
+            error = fut.exception()
+            if error is not None:
+                raise error
+        self._release_finished(finished)
 
     def _raise_failed(self) -> None:
         pending = self.extensions.pending()
