@@ -70,6 +70,16 @@ def test_every_tensor_zero_is_refused(tmp_path: Path) -> None:
     _refused(path, "VALUE-SCALES", "scales")
 
 
+def test_zero_router_statics_and_row_vectors_are_not_weights(tmp_path: Path) -> None:
+    """A MoE router's ``e_score_correction_bias`` starts at zero (ernie4_5_moe stores it ``[1, experts]``); only
+    an all-zero ``weight`` matrix is refused."""
+    tensors = _tensors()
+    tensors["model.layers.0.mlp.gate.moe_statics.e_score_correction_bias"] = np.zeros((1, 4), dtype=np.float32)
+    tensors["model.layers.0.mlp.gate.moe_statics.zeros_table"] = np.zeros((4, 4), dtype=np.float32)
+    tensors["model.layers.0.mlp.router.weight"] = np.zeros((1, 128), dtype=np.float16)
+    Checkpoint(_write(tmp_path / "c", tensors)).require_valid()
+
+
 @pytest.mark.parametrize(("layers", "declared"), [(1, 2), (3, 2)])
 def test_a_dropped_or_extra_layer_is_refused(tmp_path: Path, layers: int, declared: int) -> None:
     _refused(_write(tmp_path / "c", _tensors(layers), layers=declared), "CONFIG-LAYERS", "num_hidden_layers")

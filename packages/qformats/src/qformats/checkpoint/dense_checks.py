@@ -3,8 +3,10 @@
 Rule ids (reported by :meth:`Checkpoint.validate`, so by ``inspect``, and refused by every loader through
 :meth:`Checkpoint.require_valid`):
 
-* ``VALUE-DENSE``     a dense floating tensor holds NaN/Inf, or a dense floating matrix (2-D or more) is all
-  zeros (an embedding or head of zeros gives a model that runs and says nothing useful).
+* ``VALUE-DENSE``     a dense floating tensor holds NaN/Inf, or a dense floating weight matrix (a ``weight``
+  with at least two dimensions, each longer than 1) is all zeros (an embedding or head of zeros gives a model
+  that runs and says nothing useful). Vectors stored as ``[1, n]`` and tensors other than ``weight`` (a MoE
+  router's ``e_score_correction_bias`` starts at zero) may be zero.
 * ``LAYOUT-ORPHAN``   a quantized module's tensor (``scales``, ``qzeros``, ``g_idx`` ...) under a name that
   owns no marker tensor (``qweight`` ...): the marker was deleted, or the tensor was misplaced.
 
@@ -35,7 +37,8 @@ def dense_value_violations(name: str, array: np.ndarray) -> list[Violation]:
     bad = int(np.count_nonzero(~np.isfinite(array)))
     if bad:
         return [Violation(DENSE_RULE, name, "finite values", f"{bad} NaN/Inf value(s)")]
-    if array.ndim >= 2 and not np.any(array):
+    matrix = array.ndim >= 2 and min(array.shape) > 1 and split_name(name)[1] == "weight"
+    if matrix and not np.any(array):
         return [Violation(DENSE_RULE, name, "a matrix with non-zero values", f"all {array.size} values zero")]
     return []
 
