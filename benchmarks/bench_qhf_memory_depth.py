@@ -4,9 +4,9 @@ Writes random-weight float16 safetensors Llama models (hidden 1024, MLP 3584, 8 
 vocabulary 8192; 4 and 16 decoder layers by default) to a temporary directory, then runs each
 (layers, path) in its own subprocess: ``qhf.load`` (float32 compute) + GPTQ 4-bit g128 ``quantize`` with fixed
 token-id calibration (16 rows x 256 random ids, so nothing is generated) + ``save(verify=True)``. The child
-reports its peak resident set (``ru_maxrss``) after quantize and after save+verify; the table gives both and
-their ratio to the 4-layer run of the same path, and whether the two paths' weight files are byte-identical.
-The CPU (``/proc/cpuinfo`` model name, avx512f / amx_tile flags) heads the table. Nothing is asserted.
+reports its peak resident set (``VmHWM``, :mod:`peak_memory`) after quantize and after save+verify; the table
+gives both and their ratio to the 4-layer run of the same path, and whether the two paths' weight files are
+byte-identical. The CPU (``/proc/cpuinfo`` model name, avx512f / amx_tile flags) heads the table. Nothing is asserted.
 
     python benchmarks/bench_qhf_memory_depth.py [--layers 4 16] [--work DIR]
 """
@@ -16,12 +16,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from peak_memory import peak_rss_bytes
 
 HIDDEN, MLP, HEADS, KV_HEADS, VOCAB = 1024, 3584, 8, 4, 8192
 ROWS, LENGTH = 16, 256
@@ -78,9 +81,9 @@ def child(source: Path, path: str, out: Path) -> None:
     rows = torch.randint(3, VOCAB, (ROWS, LENGTH)).tolist()
     qm = qhf.load(source, {"method": "gptq", "bits": 4, "group_size": 128})
     summary = qm.quantize(rows, keep_in_memory=PATHS[path], spill_dir=out.parent)
-    after_quantize = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after_quantize = peak_rss_bytes()
     saved = qm.save(out)
-    after_save = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after_save = peak_rss_bytes()
     shards = sorted(p for p in out.iterdir() if p.suffix == ".safetensors" or p.name.endswith(".index.json"))
     digest = hashlib.sha256(b"".join(hashlib.sha256(p.read_bytes()).digest() for p in shards)).hexdigest()
     report = {

@@ -9,7 +9,7 @@ its defaults with streaming on (``keep_in_memory=False``: what ``lowbit quantize
 finished layers spilled to disk, layers read from the source files one at a time). Each worker records, per
 decoder layer, the wall and process-CPU seconds from the layer's start to the next layer's (the last: to the end
 of ``quantize``; a start is GPT-QModel's first forward of the layer, lowbit's layer loader reading it), and at
-the end: ``quantize`` and ``save`` seconds, peak RSS (``ru_maxrss``), and the bytes the process read
+the end: ``quantize`` and ``save`` seconds, peak RSS (``VmHWM``, :mod:`peak_memory`), and the bytes the process read
 and wrote (``/proc/self/io``: ``rchar``/``wchar`` count every read/write call, ``read_bytes``/``write_bytes``
 what reached the block device; safetensors reads through ``mmap`` count in neither ``rchar`` nor, when the
 file is in the page cache, ``read_bytes``).
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from peak_memory import peak_rss_bytes  # noqa: E402
 from scale_models import calibration_ids, full_model_bytes, projected_seconds, shape, write_model  # noqa: E402
 
 TOOLS = ("lowbit", "gptqmodel")
@@ -158,7 +158,7 @@ def worker(args: argparse.Namespace) -> None:
         "quantize_cpu_s": round(timing["end"][1] - timing["start"][1], 1),
         "load_s": round(timing["start"][0] - began, 1),
         "save_s": round(timing["saved"] - timing["end"][0], 1),
-        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "peak_rss_gib": round(peak_rss_bytes() / 2**30, 2),
         "read_gib": round((io_after["rchar"] - io_before["rchar"]) / 2**30, 2),
         "disk_read_gib": round((io_after["read_bytes"] - io_before["read_bytes"]) / 2**30, 2),
         "written_gib": round((io_after["wchar"] - io_before["wchar"]) / 2**30, 2),
