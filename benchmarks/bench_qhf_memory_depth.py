@@ -24,25 +24,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cpu_info import cpu_line
 from peak_memory import peak_rss_bytes
 
 HIDDEN, MLP, HEADS, KV_HEADS, VOCAB = 1024, 3584, 8, 4, 8192
 ROWS, LENGTH = 16, 256
 GIB = 2**30
 PATHS = {"memory": True, "streaming": False}
-
-
-def cpu_name() -> str:
-    """``model name`` of /proc/cpuinfo and which of avx512f / amx_tile it flags."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    flags_line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    flags = set(flags_line.split(":", 1)[-1].split())
-    present = [f for f in ("avx512f", "amx_tile") if f in flags]
-    return f"{name} ({', '.join(present) if present else 'no avx512f, no amx_tile'})"
 
 
 def write_model(directory: Path, layers: int) -> Path:
@@ -110,7 +98,7 @@ def run_child(source: Path, path: str, out: Path) -> dict[str, Any]:
 
 def table(results: dict[tuple[int, str], dict[str, Any]], layers: list[int]) -> str:
     lines = [
-        f"CPU: {cpu_name()}; hidden {HIDDEN}, MLP {MLP}, float16 files, float32 compute, GPTQ 4-bit g128, "
+        f"CPU: {cpu_line()}; hidden {HIDDEN}, MLP {MLP}, float16 files, float32 compute, GPTQ 4-bit g128, "
         f"{ROWS} x {LENGTH} calibration ids",
         "",
         "| layers | path | peak RSS quantize (GiB) | peak RSS quantize+save+verify (GiB) | ratio vs "

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -27,22 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cpu_info import cpu_line
+
 HERE = Path(__file__).resolve()
 SHAPE = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8}
 VOCAB = 1024
-
-
-def cpu_line() -> str:
-    """The CPU model name and its bfloat16-relevant flags, from /proc/cpuinfo (Linux)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU (no /proc/cpuinfo)"
-    name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-    wanted = ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
-    have = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in wanted)
-    return f"{name} ({os.cpu_count()} logical CPUs; {have})"
 
 
 def worker(args: argparse.Namespace) -> None:

@@ -35,24 +35,12 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from cpu_info import cpu_line  # noqa: E402
 from peak_memory import peak_rss_bytes  # noqa: E402
 from scale_models import calibration_ids, full_model_bytes, projected_seconds, shape, write_model  # noqa: E402
 
 TOOLS = ("lowbit", "gptqmodel")
 METHODS = ("gptq", "awq")
-
-
-def cpu_name() -> str:
-    """The CPU's model name and its wide-vector / matrix flags (bf16 GEMM speed depends on them)."""
-    model, flags = "unknown CPU", set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            model = value.strip()
-        elif key.strip() == "flags":
-            flags = set(value.split())
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-    return f"{model} ({', '.join(f for f in wanted if f in flags) or 'no avx2'}, {os.cpu_count()} cores)"
 
 
 def io_counters() -> dict[str, int]:
@@ -180,7 +168,7 @@ def print_tables(args: argparse.Namespace, inputs: dict[str, Any]) -> None:
     spec = shape(args.shape)
     print(
         f"\n{spec.name}: first {inputs['layers']} of {spec.depth} layers, {inputs['rows']}x{inputs['length']} tokens, "
-        f"{args.dtype}, {args.threads} threads, {cpu_name()}; model on disk {inputs['bytes'] / 2**30:.1f} GiB "
+        f"{args.dtype}, {args.threads} threads, {cpu_line()}; model on disk {inputs['bytes'] / 2**30:.1f} GiB "
         f"(whole shape {inputs['full_bytes'] / 2**30:.1f} GiB)"
     )
     for method in args.methods.split(","):

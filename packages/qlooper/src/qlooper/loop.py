@@ -117,6 +117,15 @@ class LoopOptions:
     layer_loader: LayerLoader | None = None
 
 
+def _wait_and_raise(futures: Sequence[Future[Any]]) -> None:
+    """Wait for every one of ``futures``, then raise the first error among them (in their order)."""
+    wait(futures)
+    for fut in futures:
+        error = fut.exception()
+        if error is not None:
+            raise error
+
+
 @dataclass
 class LoopState:
     """Everything the loop has produced so far (what a checkpoint captures and restores)."""
@@ -266,14 +275,9 @@ class LayerLoop:
         fails (a full disk while replacing or spilling) stops the run within one layer, whatever the timing,
         and finished layers never pile up in memory waiting for their finalizers."""
         lagging = [f for done_at, futures in finished if done_at < position - 1 for f in futures]
-        if not lagging:
-            return
-        wait(lagging)
-        for fut in lagging:
-            error = fut.exception()
-            if error is not None:
-                raise error
-        self._release_finished(finished)
+        if lagging:
+            _wait_and_raise(lagging)
+            self._release_finished(finished)
 
     def _raise_failed(self) -> None:
         pending = self.extensions.pending()
@@ -281,12 +285,7 @@ class LayerLoop:
             self._wait_all()
 
     def _wait_all(self) -> None:
-        pending = self.extensions.pending()
-        wait(pending)
-        for fut in pending:
-            error = fut.exception()
-            if error is not None:
-                raise error
+        _wait_and_raise(self.extensions.pending())
 
     def _units(self, groups: list[ResolvedGroup]) -> list[list[ResolvedGroup]]:
         return [[g] for g in groups] if self.options.true_sequential else [groups]
