@@ -222,7 +222,7 @@ def test_modules_sharing_a_hessian_share_one_factorisation(weight: torch.Tensor,
 
     calls = []
     real = gptq_module.damped_inverse
-    monkeypatch.setattr(gptq_module, "damped_inverse", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(gptq_module, "damped_inverse", lambda *a, **k: calls.append(1) or real(*a, **k))
     spec = QuantSpec(bits=4, group_size=32)
     x = correlated_activations(300, 96)
     shared = GPTQ(96, spec)

@@ -205,3 +205,40 @@ def test_the_block_width_never_changes_the_sum(n: int, monkeypatch: pytest.Monke
         gram = hessian.LowerGram(n)
         gram.add(x)
         assert torch.equal(gram.full(), full), width
+
+
+@pytest.mark.parametrize(("n", "leaf"), [(50, 1024), (700, 128), (1030, 256)])
+def test_consumed_hessian_gives_the_same_factor_bit_for_bit(n: int, leaf: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``consume=True`` factors the first damping in place: the factor equals the copying path's exactly."""
+    from qalgos import hessian_inverse
+
+    monkeypatch.setattr(hessian_inverse, "LEAF", leaf)
+    x = torch.randn(n + 40, n, generator=torch.Generator().manual_seed(n))
+    h = (x.T @ x) * (2 / (n + 40))
+    h = (h + h.T) / 2  # exactly symmetric, as the accumulator's Hessian is
+    copied = damped_inverse(h, 0.01, 0.01)
+    given = h.clone()
+    consumed = damped_inverse(given, 0.01, 0.01, consume=True)
+    assert consumed.upper is not None and copied.upper is not None
+    assert torch.equal(consumed.upper, copied.upper)
+    assert (consumed.damp, consumed.attempts, consumed.floor) == (copied.damp, copied.attempts, copied.floor)
+
+
+@pytest.mark.parametrize("leaf", [2, 1024])
+def test_failed_in_place_factor_restores_the_hessian_bit_for_bit(leaf: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first damping that fails leaves the consumed Hessian exactly as it was (-0.0 entries included), so
+    the search goes on as on a copy and finds the same damp."""
+    from qalgos import hessian_inverse
+
+    monkeypatch.setattr(hessian_inverse, "LEAF", leaf)
+    # eigenvalues -0.2 and 2.2 per 2x2 block (mean diagonal 1): damp 0 fails, 0.25 is the first that works
+    block = torch.tensor([[1.0, 1.2], [1.2, 1.0]])
+    h = torch.block_diag(block, block, block)
+    h[0, 5] = h[5, 0] = -0.0
+    before = h.clone()
+    assert hessian_inverse._factor_in_place(h, 0.0) is None
+    assert torch.equal(h, before) and torch.equal(torch.signbit(h), torch.signbit(before))
+    copied = damped_inverse(before, 0.0, 0.05)
+    consumed = damped_inverse(h, 0.0, 0.05, consume=True)
+    assert consumed.damp == copied.damp == pytest.approx(0.25)
+    assert consumed.attempts == copied.attempts and torch.equal(consumed.upper, copied.upper)

@@ -104,7 +104,9 @@ class GPTQ:
                 del hessian
                 hessian = rows.index_select(1, plan.perm)
                 del rows
-            inverse = damped_inverse(hessian, self.spec.damp_percent, self.spec.damp_auto_increment)
+            spec = self.spec  # the Hessian is ours and exactly symmetric: the first factorisation works in it
+            inverse = damped_inverse(hessian, spec.damp_percent, spec.damp_auto_increment, consume=True)
+            del hessian
             self._prepared = (dead, plan, inverse)
         return self._prepared
 
