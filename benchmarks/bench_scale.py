@@ -40,6 +40,7 @@ from peak_memory import peak_rss_bytes  # noqa: E402
 from scale_models import calibration_ids, full_model_bytes, projected_seconds, shape, write_model  # noqa: E402
 
 TOOLS = ("lowbit", "gptqmodel")
+HUGE_PAGE_ENV = "THP_MEM_ALLOC_ENABLE"  # torch's switch (qlooper.huge_pages); read once, at the first CPU tensor
 METHODS = ("gptq", "awq")
 
 
@@ -119,10 +120,10 @@ def run_reference(model_dir: Path, method: str, rows: list[list[int]], dtype: An
     return {"clock": clock, "start": start, "end": end, "saved": saved}
 
 
-def result_path(work: Path, tool: str, method: str, dtype: str, inputs: dict[str, Any]) -> Path:
-    """Where one tool's result for one method, dtype, depth and calibration size is cached."""
+def result_path(work: Path, tool: str, method: str, dtype: str, inputs: dict[str, Any], huge_pages: bool) -> Path:
+    """Where one tool's result for one method, dtype, depth, calibration size and huge-page switch is cached."""
     size = f"{inputs['layers']}L-{inputs['rows']}x{inputs['length']}"
-    return work / f"{tool}_{method}_{dtype}_{size}.json"
+    return work / f"{tool}{'+thp' if huge_pages else ''}_{method}_{dtype}_{size}.json"
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -132,7 +133,7 @@ def worker(args: argparse.Namespace) -> None:
     inputs = json.loads((args.work / "inputs.json").read_text())
     out = args.work / "checkpoints" / f"{args.worker}-{args.method}"
     shutil.rmtree(out, ignore_errors=True)
-    io_before, began = io_counters(), time.perf_counter()
+    io_before, began, sys_before = io_counters(), time.perf_counter(), os.times().system
     run = run_reference if args.worker == "gptqmodel" else run_lowbit
     timing = run(Path(inputs["model"]), args.method, inputs["calibration"], getattr(torch, args.dtype), out)
     io_after = io_counters()
@@ -152,9 +153,12 @@ def worker(args: argparse.Namespace) -> None:
         "written_gib": round((io_after["wchar"] - io_before["wchar"]) / 2**30, 2),
         "out_gib": round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**30, 2),
         "load_at_end": round(os.getloadavg()[0], 1),
+        "huge_pages": os.environ.get(HUGE_PAGE_ENV) == "1",
+        "system_cpu_s": round(os.times().system - sys_before, 1),  # kernel time (page faults, I/O) of the whole run
     }
     shutil.rmtree(out, ignore_errors=True)
-    result_path(args.work, args.worker, args.method, args.dtype, inputs).write_text(json.dumps(result))
+    huge = result["huge_pages"]
+    result_path(args.work, args.worker, args.method, args.dtype, inputs, huge).write_text(json.dumps(result))
 
 
 def projected_hours(result: dict[str, Any], layers: int, depth: int) -> float:
@@ -172,20 +176,21 @@ def print_tables(args: argparse.Namespace, inputs: dict[str, Any]) -> None:
         f"(whole shape {inputs['full_bytes'] / 2**30:.1f} GiB)"
     )
     for method in args.methods.split(","):
-        results = {
-            t: json.loads(p.read_text())
+        results = {  # every cached variant: tool, tool+thp
+            f"{t}{suffix}": json.loads(p.read_text())
             for t in TOOLS
-            if (p := result_path(args.work, t, method, args.dtype, inputs)).exists()
+            for suffix in ("", "+thp")
+            if (p := result_path(args.work, t, method, args.dtype, inputs, suffix == "+thp")).exists()
         }
         if not results:
             continue
         print(f"\n{method} 4-bit g128; ratio to GPT-QModel in ()")
         header = (
-            f"{'tool':<10} {'layer wall s':>22} {'layer cpu s':>22} {'quantize s':>15} {'save s':>7} "
+            f"{'tool':<13} {'layer wall s':>22} {'layer cpu s':>22} {'quantize s':>15} {'save s':>7} "
             f"{'peak GiB':>14} {'read GiB':>8} {'written GiB':>11} {'projected h':>11} {'load':>5}"
         )
         print(header)
-        ref = results.get("gptqmodel") or {}
+        ref = results.get("gptqmodel") or results.get("gptqmodel+thp") or {}
         for tool, r in results.items():
             wall = steady_mean(r["per_layer_wall_s"])
             cpu = steady_mean(r["per_layer_cpu_s"])
@@ -195,10 +200,13 @@ def print_tables(args: argparse.Namespace, inputs: dict[str, Any]) -> None:
             peak = f"{r['peak_rss_gib']}{ratio_text(r['peak_rss_gib'], ref.get('peak_rss_gib'))}"
             hours = projected_hours(r, inputs["layers"], spec.depth)
             print(
-                f"{tool:<10} {wall_s:>22} {cpu_s:>22} {quantize:>15} {r['save_s']:>7} {peak:>14} "
+                f"{tool:<13} {wall_s:>22} {cpu_s:>22} {quantize:>15} {r['save_s']:>7} {peak:>14} "
                 f"{r['read_gib']:>8} {r['written_gib']:>11} {hours:>11.2f} {r['load_at_end']:>5}"
             )
-            print(f"{'':<10} per layer wall {r['per_layer_wall_s']} cpu {r['per_layer_cpu_s']}")
+            print(
+                f"{'':<13} per layer wall {r['per_layer_wall_s']} cpu {r['per_layer_cpu_s']}; "
+                f"system cpu s {r.get('system_cpu_s', '-')}"
+            )
 
 
 def steady_mean(values: list[float] | None) -> float | None:
@@ -243,6 +251,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("bench-results/scale"))
     parser.add_argument("--rerun", action="store_true")
     parser.add_argument("--keep-model", action="store_true", help="keep the random-weight model on disk")
+    parser.add_argument(
+        "--huge-pages",
+        default="lowbit",
+        help="tools whose worker runs with torch's huge-page switch on (THP_MEM_ALLOC_ENABLE=1; the lowbit command "
+        "sets it, GPT-QModel does not): comma-separated, 'lowbit' by default, '' for none",
+    )
     parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
     parser.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -256,11 +270,15 @@ def main() -> None:
         if method not in METHODS:
             raise SystemExit(f"--methods: {method!r} is not one of {', '.join(METHODS)}")
         for tool in args.tools.split(","):
-            if result_path(args.work, tool, method, args.dtype, inputs).exists() and not args.rerun:
+            huge = tool in args.huge_pages.split(",")
+            if result_path(args.work, tool, method, args.dtype, inputs, huge).exists() and not args.rerun:
                 continue
             print(f"running {tool} {method}", flush=True)
             env = {**os.environ, "GPTQMODEL_CPU_WORKERS": str(max(2, args.threads))}
             env["OMP_NUM_THREADS"] = str(args.threads)
+            env.pop(HUGE_PAGE_ENV, None)
+            if huge:  # torch's huge-page switch, as `lowbit` sets it for its runs
+                env[HUGE_PAGE_ENV] = "1"
             command = [sys.executable, __file__, "--shape", args.shape, "--dtype", args.dtype]
             command += ["--work", str(args.work.parent), "--threads", str(args.threads)]
             command += ["--worker", tool, "--method", method]

@@ -166,15 +166,29 @@ def test_gptq_holds_a_partial_last_group(tmp_path, tiny_dirs) -> None:
 
 
 @pytest.mark.parametrize("method", ["rtn", "awq"])
-def test_a_bfloat16_model_verifies_against_a_bfloat16_reload(tmp_path, tiny_dirs, method: str) -> None:
+def test_a_bfloat16_model_verifies_against_a_bfloat16_reload(tmp_path, tiny_dirs, method: str, monkeypatch) -> None:
     """Verify-after-save rebuilds the checkpoint in the model's compute dtype: a bfloat16 run is compared
     with a bfloat16 reload (a float32 reload differs by bfloat16 rounding, not by what was saved)."""
+    import importlib
+
+    loader = importlib.import_module("qhf.load_quantized")  # the module (qhf.load_quantized is the function)
     qm = qhf.load(tiny_dirs("llama"), {"method": method, "bits": 4, "group_size": 32}, dtype=torch.bfloat16)
     qm.quantize(calibration=None if method == "rtn" else ["some calibration text " * 40] * 2)
+    shared_with_reload = []
+    build = loader.build_quantized_model
+
+    def spy(*args, **kwargs):
+        shared_with_reload.append(kwargs["shared"]("model.embed_tokens.weight"))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(loader, "build_quantized_model", spy)
     qm.save(tmp_path / "q")
     verification = qm.summary.verification
     assert isinstance(verification, dict) and verification["passed"], verification
     assert verification["max_logit_diff"] <= 1e-3
+    # the bfloat16 embeddings, proved identical to the saved ones, are shared, not read a second time
+    embed = qm.model.get_submodule("model.embed_tokens").weight
+    assert [t.data_ptr() for t in shared_with_reload] == [embed.data_ptr()]
 
 
 @pytest.mark.parametrize("export_dtype", [torch.float32, torch.bfloat16])

@@ -34,6 +34,7 @@ from qformats.layouts.registry import get_layout
 from torch import nn
 
 from .allocator import pin_mmap_threshold, release_free_memory
+from .huge_pages import HUGE_PAGE_ENV, huge_pages_requested
 from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
@@ -217,6 +218,12 @@ class LayerLoop:
     def _run(self, calibration: CalibrationSet | None) -> LoopState:
         state = self.state
         pin_mmap_threshold()  # large tensors in their own mappings: peak memory flat in depth (qlooper.allocator)
+        if not huge_pages_requested():  # values are the same either way; only page faults cost more
+            logger.info(
+                "torch's CPU tensors use 4 KiB pages: set %s=1 before torch's first tensor (the lowbit command does) "
+                "for fewer page faults (qlooper.huge_pages)",
+                HUGE_PAGE_ENV,
+            )
         if self.processor.needs_calibration:
             if calibration is None:
                 raise ProcessorError(f"method {self.processor.method!r} needs calibration data; none was given")

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import LowbitError
+from .huge_pages import request_huge_pages
 from .parser import build_parser
 from .thread_default import host_default_threads
 
@@ -75,6 +76,7 @@ def describe_os_error(exc: OSError) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``lowbit`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    request_huge_pages()  # before torch's first tensor: it reads the switch once (lowbit.cli.huge_pages)
     parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)
