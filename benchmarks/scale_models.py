@@ -102,10 +102,14 @@ def _tokenizer(vocab: int) -> Any:
 
 def write_model(directory: Path, name: str, layers: int, seed: int = 0) -> dict[str, Any]:
     """Write shape ``name`` cut to its first ``layers`` decoder layers into ``directory`` (float16 shards of at
-    most 2 GB, config, tokenizer); returns ``{"bytes": on-disk bytes of the shards, "parameters": count}``.
+    most 2 GB, index, config, tokenizer); returns ``{"bytes": on-disk bytes of the shards, "parameters": count}``.
 
-    Skipped when ``directory/written.json`` records the same shape, layers and seed."""
+    Streams: the model is built on the meta device (names and shapes only) and each tensor is filled and written
+    shard by shard, so a 32-layer 8B shape (16 GB) is written with one shard in memory. The values are what the
+    in-memory writer gave (one seeded generator over the parameters in order: norms and vectors 1, matrices
+    normal(0, 0.02)). Skipped when ``directory/written.json`` records the same shape, layers and seed."""
     import torch
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
     spec = shape(name)
@@ -118,24 +122,54 @@ def write_model(directory: Path, name: str, layers: int, seed: int = 0) -> dict[
     config = _config(spec, layers)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float16)
-    model.to_empty(device="cpu")
-    generator = torch.Generator().manual_seed(seed)
-    count = 0
-    with torch.no_grad():
-        for pname, param in model.named_parameters():
-            count += param.numel()
-            if pname.endswith("norm.weight") or param.dim() == 1:
-                param.fill_(1.0)
-            else:
-                param.normal_(0.0, 0.02, generator=generator)
     directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory, max_shard_size="2GB")
+    generator = torch.Generator().manual_seed(seed)
+    shard: dict[str, torch.Tensor] = {}
+    shard_bytes = 0
+    shards: list[list[str]] = []
+    count = 0
+
+    def flush() -> None:
+        nonlocal shard, shard_bytes
+        if shard:
+            shards.append(list(shard))
+            save_file(shard, str(directory / f"part-{len(shards):05d}.safetensors"), metadata={"format": "pt"})
+        shard, shard_bytes = {}, 0
+
+    for pname, param in model.named_parameters():
+        count += param.numel()
+        value = torch.empty(param.shape, dtype=torch.float16)
+        if pname.endswith("norm.weight") or param.dim() == 1:
+            value.fill_(1.0)
+        else:
+            value.normal_(0.0, 0.02, generator=generator)
+        if shard_bytes and shard_bytes + value.nbytes > SHARD_BYTES:
+            flush()
+        shard[pname] = value
+        shard_bytes += value.nbytes
+    flush()
+    total = len(shards)
+    weight_map = {}
+    for index, names in enumerate(shards, start=1):
+        final = f"model-{index:05d}-of-{total:05d}.safetensors"
+        (directory / f"part-{index:05d}.safetensors").rename(directory / final)
+        weight_map.update({n: final for n in names})
+    written = sum(p.stat().st_size for p in directory.glob("model-*.safetensors"))
+    index_file = {"metadata": {"total_size": count * 2}, "weight_map": weight_map}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index_file, indent=2))
+    config.dtype = torch.float16
+    config.architectures = [type(model).__name__]
+    config.save_pretrained(directory)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(directory)
     _tokenizer(int(spec.fields["vocab_size"])).save_pretrained(directory)
-    del model
-    written = sum(p.stat().st_size for p in directory.glob("*.safetensors"))
     result = {**wanted, "bytes": written, "parameters": count}
     marker.write_text(json.dumps(result))
     return result
+
+
+#: the largest shard :func:`write_model` writes (bytes; transformers' "2GB")
+SHARD_BYTES = 2 * 10**9
 
 
 def full_model_bytes(name: str) -> int:
