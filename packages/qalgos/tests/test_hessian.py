@@ -200,7 +200,7 @@ def test_the_block_width_never_changes_the_sum(n: int, monkeypatch: pytest.Monke
 
     x = torch.randn(1024, n, generator=torch.Generator().manual_seed(n))
     full = (x.T @ x).to(torch.float64)
-    for width in (256, 512, 1024):
+    for width in (128, 256, 512, 1024):  # 128: up to GRAM_BLOCKS (8) blocks a side
         monkeypatch.setattr(hessian, "GRAM_MIN_BLOCK", width)
         gram = hessian.LowerGram(n)
         gram.add(x)
