@@ -34,7 +34,6 @@ from qformats.layouts.registry import get_layout
 from torch import nn
 
 from .allocator import pin_mmap_threshold, release_free_memory
-from .huge_pages import HUGE_PAGE_ENV, huge_pages_requested
 from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
@@ -42,6 +41,7 @@ from .devices import resolve_compute_dtype, resolve_device
 from .errors import ProcessorError
 from .executor import InProcessExecutor
 from .finalize import FinalizedModule, finalize_module
+from .huge_pages import HUGE_PAGE_ENV, huge_pages_requested
 from .input_cache import InputCache
 from .layer_loader import LayerLoader, call_loader
 from .lockstep import auto_budget, lockstep_forward, lockstep_supported, parked_bytes
