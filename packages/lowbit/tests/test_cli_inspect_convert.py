@@ -62,6 +62,16 @@ def test_inspect_gguf_says_which_hugging_face_model_it_reads_as(tmp_path: Path) 
     assert "reads as     no Hugging Face model: " in text.stdout and "'mamba' is not read" in text.stdout
 
 
+def test_convert_of_a_gguf_file_says_to_quantize_it(tmp_path: Path) -> None:
+    from qformats.gguf_file import write_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, {"general.architecture": "qwen3"}, {})
+    result = run_lowbit("convert", str(path), "--to", "gptq_v2", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "is a .gguf file, a dense source" in result.stderr
+    assert "lowbit quantize" in result.stderr and not (tmp_path / "out").exists()
+
+
 def test_inspect_refuses_other_files(tmp_path: Path) -> None:
     other = tmp_path / "weights.bin"
     other.write_bytes(b"\0" * 8)
