@@ -42,6 +42,11 @@ CASES: dict[str, dict] = {
     "starcoder2": {"config": {}, "eps": "attention.layer_norm_epsilon", "eps_field": "norm_epsilon"},
     "stablelm": {"config": {}, "eps": "attention.layer_norm_epsilon", "eps_field": "layer_norm_eps"},
     "nemotron": {"config": {"head_dim": 16}, "norm_offset": True, "eps_field": "norm_eps"},
+    "falcon": {
+        "config": {"num_key_value_heads": 1},
+        "eps": "attention.layer_norm_epsilon",
+        "eps_field": "layer_norm_epsilon",
+    },
 }
 GGUF_PY_ARCH = {"qwen2moe": "qwen2moe", "qwen3moe": "qwen3moe", "mistral": "llama"}
 
@@ -56,7 +61,7 @@ def _llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
 
 def _tiny(key: str):
     record = next(r for r in ARCHITECTURES if r.key == key)
-    config = transformers.AutoConfig.for_model(record.model_type, **SMALL, **CASES[key]["config"])
+    config = transformers.AutoConfig.for_model(record.model_type, **{**SMALL, **CASES[key]["config"]})
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # non-trivial norms and biases (the defaults 1 / 0 would hide an offset)
@@ -72,7 +77,8 @@ def _metadata(record, config, case: dict) -> dict:
     meta = {
         "general.architecture": a, "general.name": case.get("name", f"tiny {a}"),
         f"{a}.context_length": config.max_position_embeddings, f"{a}.embedding_length": config.hidden_size,
-        f"{a}.block_count": config.num_hidden_layers, f"{a}.feed_forward_length": config.intermediate_size,
+        f"{a}.block_count": config.num_hidden_layers,
+        f"{a}.feed_forward_length": getattr(config, "ffn_hidden_size", None) or config.intermediate_size,
         f"{a}.attention.head_count": config.num_attention_heads,
         f"{a}.attention.head_count_kv": config.num_key_value_heads,
         f"{a}.{case.get('eps', 'attention.layer_norm_rms_epsilon')}": float(getattr(config, eps_field)),
@@ -164,7 +170,8 @@ def test_architecture_matches_transformers_gguf_loader(tmp_path, key: str) -> No
         assert ours.config.get(field) == value, f"{key}: config {field}: ours {ours.config.get(field)!r}, {value!r}"
     for field in set(ours.config) - set(read_by_transformers) - {"architectures", "num_key_value_heads"}:
         expected = config.rope_parameters["rope_theta"] if field == "rope_theta" else getattr(config, field)
-        assert ours.config[field] == expected, f"{key}: added config field {field}"
+        # metadata floats are float32: 1e-5 is stored as 9.9999997e-06
+        assert ours.config[field] == pytest.approx(expected, rel=1e-6), f"{key}: added config field {field}"
 
     from qhf.source import open_source
 

@@ -70,6 +70,7 @@ def test_every_record_is_found_by_its_architecture_and_unknown_ones_are_refused_
         "starcoder2",
         "stablelm",
         "nemotron",
+        "falcon",
     ):
         assert must in KNOWN_ARCHITECTURES
     assert len({r.key for r in ARCHITECTURES}) == len(ARCHITECTURES)
@@ -77,7 +78,7 @@ def test_every_record_is_found_by_its_architecture_and_unknown_ones_are_refused_
     with pytest.raises(
         GGUFFileError,
         match=r"tiny.gguf: general.architecture 'gpt2' is not read .*known "
-        r"architectures: gemma2, gemma3, llama, nemotron, phi3, qwen2, qwen2moe, qwen3",
+        r"architectures: falcon, gemma2, gemma3, llama, nemotron, phi3, qwen2, qwen2moe, qwen3",
     ):
         read_gguf(path)
     write_gguf(path, {"general.name": "x"}, {})
@@ -408,3 +409,30 @@ def test_bad_files_are_refused_naming_the_tensor_or_key(tmp_path: Path) -> None:
         r"q/k projection with 16 rows cannot be split into 3 heads",
     ):
         read_gguf(path).tensor("model.layers.0.self_attn.q_proj.weight")
+
+
+def test_falcon_multi_query_names_and_grouped_kv_refused(tmp_path: Path) -> None:
+    layer = {
+        "attn_norm.weight": _w(H),
+        "attn_norm.bias": _w(H),
+        "attn_qkv.weight": _w(H + 2 * HEAD_DIM, H),
+        "attn_output.weight": _w(H, H),
+        "ffn_up.weight": _w(4 * H, H),
+        "ffn_down.weight": _w(H, 4 * H),
+    }
+    meta = _meta("falcon", **{"attention.layer_norm_epsilon": 1e-5, "feed_forward_length": 4 * H})
+    path, stored = _write(tmp_path, meta, layer, {"output_norm.bias": _w(H), "output.weight": _w(VOCAB, H)})
+    model = read_gguf(path)
+    cfg = model.config
+    assert (cfg["model_type"], cfg["ffn_hidden_size"], cfg["tie_word_embeddings"]) == ("falcon", 64, True)
+    assert cfg["layer_norm_epsilon"] == pytest.approx(1e-5)
+    qkv = model.tensor("transformer.h.1.self_attention.query_key_value.weight")
+    assert np.array_equal(qkv, stored["blk.1.attn_qkv.weight"])  # multi-query: llama.cpp's order is HF's
+    assert np.array_equal(model.tensor("transformer.word_embeddings.weight"), stored["token_embd.weight"])
+    assert np.array_equal(model.tensor("transformer.ln_f.bias"), stored["output_norm.bias"])
+    path, _ = _write(tmp_path, {**meta, "falcon.attention.head_count_kv": 2}, layer, {})
+    with pytest.raises(GGUFFileError, match=r"falcon with num_key_value_heads 2 is not read: only 1 \(multi-query"):
+        read_gguf(path)
+    path, _ = _write(tmp_path, meta, {**layer, "attn_norm_2.weight": _w(H)}, {})
+    with pytest.raises(GGUFFileError, match=r"no Hugging Face parameter in the falcon mapping: blk.0.attn_norm_2"):
+        read_gguf(path)

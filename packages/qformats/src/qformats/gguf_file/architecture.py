@@ -47,7 +47,8 @@ class GGUFArchitecture:
     ``config_keys``: (metadata key under ``<gguf>.``, config field); ``defaults``: config fields set before the
     metadata is read; ``layer_prefix``: the Hugging Face prefix of decoder layer ``N`` without ``.N``;
     ``ignored``: file tensors with no Hugging Face parameter that transformers recomputes (``rope_freqs``);
-    ``always_tied``: ``tie_word_embeddings`` regardless of an ``output.weight`` tensor.
+    ``always_tied``: ``tie_word_embeddings`` regardless of an ``output.weight`` tensor; ``limits``: (config field,
+    the only value read, why) for files whose other values the mapping cannot convert.
     """
 
     key: str
@@ -63,6 +64,7 @@ class GGUFArchitecture:
     flags: tuple[TensorFlag, ...] = ()
     ignored: tuple[str, ...] = ()
     always_tied: bool = False
+    limits: tuple[tuple[str, Any, str], ...] = ()
 
 
 def architecture_for(metadata: Mapping[str, Any], table: tuple[GGUFArchitecture, ...], source: str) -> GGUFArchitecture:

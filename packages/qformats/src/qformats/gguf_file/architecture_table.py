@@ -11,7 +11,12 @@ file whose value differs from the config class's default still loads correctly:
 * qwen2moe / qwen3moe: ``expert_feed_forward_length`` -> ``moe_intermediate_size`` (qwen2moe also
   ``expert_shared_feed_forward_length`` -> ``shared_expert_intermediate_size``);
 * gemma2 / gemma3: ``attn_logit_softcapping`` / ``final_logit_softcapping``;
-* starcoder2: ``vocab_size`` and ``rope.freq_base``; stablelm: ``rope.freq_base``.
+* starcoder2: ``vocab_size`` and ``rope.freq_base``; stablelm: ``rope.freq_base``;
+* falcon: ``feed_forward_length`` -> ``ffn_hidden_size``, ``attention.layer_norm_epsilon`` -> ``layer_norm_epsilon``.
+
+Falcon is read in its multi-query form only (``attention.head_count_kv`` 1, Falcon-7B): llama.cpp reorders a
+grouped-KV Falcon's fused QKV rows, which transformers does not undo, and such files (and the two-norm "new
+decoder architecture", ``attn_norm_2``) are refused by name.
 
 Tensor names (``N`` = layer): ``token_embd`` -> ``model.embed_tokens``, ``output_norm`` -> ``model.norm``,
 ``output`` -> ``lm_head`` (absent when tied), ``blk.N.attn_{q,k,v,output}`` -> ``self_attn.{q,k,v,o}_proj``,
@@ -91,6 +96,13 @@ STARCODER2_LAYER = {**NORMS_BIAS, **ATTENTION, **QKV_BIAS, "attn_output.bias": "
                     "ffn_down.weight": "mlp.c_proj.weight", "ffn_down.bias": "mlp.c_proj.bias"}  # fmt: skip
 NEMOTRON_LAYER = {**NORMS_BIAS, **ATTENTION, "ffn_up.weight": "mlp.up_proj.weight",
                   "ffn_down.weight": "mlp.down_proj.weight"}  # fmt: skip
+FALCON_GLOBAL = {"token_embd.weight": "transformer.word_embeddings.weight",
+                 "output_norm.weight": "transformer.ln_f.weight", "output_norm.bias": "transformer.ln_f.bias",
+                 "output.weight": "lm_head.weight"}  # fmt: skip
+FALCON_LAYER = {"attn_norm.weight": "input_layernorm.weight", "attn_norm.bias": "input_layernorm.bias",
+                "attn_qkv.weight": "self_attention.query_key_value.weight",
+                "attn_output.weight": "self_attention.dense.weight", "ffn_up.weight": "mlp.dense_h_to_4h.weight",
+                "ffn_down.weight": "mlp.dense_4h_to_h.weight"}  # fmt: skip
 PHI3_LAYER = {**NORMS, "attn_qkv.weight": "self_attn.qkv_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
               "ffn_up.weight": "mlp.gate_up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight"}  # fmt: skip
 
@@ -153,6 +165,14 @@ ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
         config_keys=(*LAYERNORM_KEYS, ("attention.layer_norm_rms_epsilon", "norm_eps")),
         globals=_rules(GLOBAL_NORM_BIAS, _norms(GLOBAL_NORM_BIAS)),
         layer=_rules(NEMOTRON_LAYER, _norms(NEMOTRON_LAYER)),
+    ),
+    GGUFArchitecture(
+        key="falcon", gguf="falcon", model_type="falcon", hf_class="FalconForCausalLM",
+        config_keys=(*BASE_KEYS, ("feed_forward_length", "ffn_hidden_size"),
+                     ("attention.layer_norm_epsilon", "layer_norm_epsilon")),
+        globals=_rules(FALCON_GLOBAL), layer=_rules(FALCON_LAYER), layer_prefix="transformer.h", always_tied=True,
+        limits=(("num_key_value_heads", 1, "multi-query Falcon; llama.cpp reorders a grouped-KV Falcon's fused QKV "
+                 "rows, which transformers' loader does not undo"),),
     ),
 )  # fmt: skip
 

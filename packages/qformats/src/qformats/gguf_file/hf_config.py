@@ -56,4 +56,8 @@ def hf_config(
             + ", ".join(f"{keys.get(f, f)} ({f})" for f in missing)
         )
     config.setdefault("num_key_value_heads", config["num_attention_heads"])  # llama.cpp's default
+    for field, only, why in arch.limits:
+        if config.get(field) != only:
+            found = config.get(field)
+            raise GGUFFileError(f"{source}: {arch.gguf} with {field} {found!r} is not read: only {only!r} ({why})")
     return config

@@ -3,7 +3,8 @@
 The GGUF blocks (Q4_K, Q8_0, F32, ...) are dequantized to float32 on demand, so the dense model is the
 baseline: its weights happen to sit on the file's quantization grid. The Hugging Face config comes from
 the file's metadata through qformats' architecture table (``qformats.gguf_file.KNOWN_ARCHITECTURES``: llama,
-mistral, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3, starcoder2, stablelm, nemotron); other
+mistral, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3, starcoder2, stablelm, nemotron, multi-query
+falcon); other
 architectures are refused there, by name.
 """
 
