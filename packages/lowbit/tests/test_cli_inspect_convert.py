@@ -43,6 +43,33 @@ def test_inspect_gguf_counts_tensors_per_type(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["tensors"] == 2 and summary["metadata"]["general.name"] == "tiny"
     assert summary["types"]["F32"] == {"tensors": 2, "bytes": (32 + 4) * 4}
+    assert "llama metadata lacks an integer for llama.embedding_length" in summary["hugging_face"]["error"]
+
+
+def test_inspect_gguf_says_which_hugging_face_model_it_reads_as(tmp_path: Path) -> None:
+    from qformats.gguf_file import write_gguf
+
+    path = tmp_path / "tiny.gguf"
+    meta = {"general.architecture": "gemma3", "gemma3.block_count": 0, "gemma3.embedding_length": 4,
+            "gemma3.attention.head_count": 1}  # fmt: skip
+    write_gguf(path, meta, {"token_embd.weight": np.ones((8, 4), np.float32)})
+    text = run_lowbit("inspect", str(path))
+    assert text.returncode == 0, text.stderr
+    assert "reads as     Gemma3ForCausalLM (model_type gemma3_text; dense float32 source)" in text.stdout
+    write_gguf(path, {"general.architecture": "mamba"}, {})
+    text = run_lowbit("inspect", str(path))
+    assert text.returncode == 0, text.stderr
+    assert "reads as     no Hugging Face model: " in text.stdout and "'mamba' is not read" in text.stdout
+
+
+def test_convert_of_a_gguf_file_says_to_quantize_it(tmp_path: Path) -> None:
+    from qformats.gguf_file import write_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, {"general.architecture": "qwen3"}, {})
+    result = run_lowbit("convert", str(path), "--to", "gptq_v2", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "is a .gguf file, a dense source" in result.stderr
+    assert "lowbit quantize" in result.stderr and not (tmp_path / "out").exists()
 
 
 def test_inspect_refuses_other_files(tmp_path: Path) -> None:

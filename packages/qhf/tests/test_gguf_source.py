@@ -113,3 +113,78 @@ def test_not_a_gguf_file(tmp_path) -> None:
     bad.write_bytes(b"GGUF" + b"\0" * 40)
     with pytest.raises(SourceFormatError, match=r"bad\.gguf"):
         open_source(bad)
+
+
+_GEMMA3_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    **{k: v for k, v in _LAYER.items() if not k.endswith("layernorm.weight")},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma3_gguf(tmp_path_factory):
+    """A tiny Gemma 3 as llama.cpp stores it: its names, norms as ``1 + w``, no q/k permutation, tied."""
+    from qformats.gguf_file import write_gguf
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_config("gemma3_text", tie_word_embeddings=True)
+    torch.manual_seed(2)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    tensors: dict[str, np.ndarray] = {}
+    for name, param in model.state_dict().items():
+        array = param.detach().numpy().astype(np.float32)
+        if name == "lm_head.weight":
+            continue
+        if name.endswith("norm.weight"):
+            array = array + np.float32(0.25) + np.float32(1)  # a non-zero Gemma norm, stored as 1 + w
+            with torch.no_grad():
+                model.get_parameter(name).add_(0.25)
+        if name == "model.embed_tokens.weight":
+            tensors["token_embd.weight"] = array
+        elif name == "model.norm.weight":
+            tensors["output_norm.weight"] = array
+        else:
+            index, rest = name.removeprefix("model.layers.").split(".", 1)
+            tensors[f"blk.{index}.{_GEMMA3_LAYER[rest]}"] = np.ascontiguousarray(array)
+    a = "gemma3"
+    metadata = {
+        "general.architecture": a, f"{a}.context_length": 256, f"{a}.block_count": 2, f"{a}.feed_forward_length": 128,
+        f"{a}.embedding_length": 64, f"{a}.attention.head_count": 4, f"{a}.attention.head_count_kv": 2,
+        f"{a}.attention.key_length": 16, f"{a}.attention.sliding_window": 32, f"{a}.rope.freq_base": 1e6,
+        f"{a}.attention.layer_norm_rms_epsilon": float(config.rms_norm_eps), "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 1, "tokenizer.ggml.tokens": [f"t{i}" for i in range(config.vocab_size)],
+    }  # fmt: skip
+    path = tmp_path_factory.mktemp("gguf") / "gemma3.gguf"
+    write_gguf(path, metadata, tensors)
+    return path, model
+
+
+def test_gemma3_gguf_source_gives_the_model_and_quantizes(tmp_path, tiny_gemma3_gguf, tokenizer) -> None:
+    path, model = tiny_gemma3_gguf
+    source = open_source(path)
+    assert source.kind == "gguf" and source.tied and source.config.model_type == "gemma3_text"
+    assert type(source.model).__name__ == "Gemma3ForCausalLM"
+    dense = source.materialize_all()
+    ids = torch.arange(2, 40).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.allclose(dense(ids).logits, model(ids).logits, atol=1e-5)
+    qm = qhf.load(path, {"method": "rtn", "bits": 4, "group_size": 16}, tokenizer=tokenizer)
+    qm.quantize()
+    assert qm.save(tmp_path / "q").verified
+    lm = qhf.load_quantized(tmp_path / "q")
+    assert type(lm.model).__name__ == "Gemma3ForCausalLM" and len(lm.backends) == 14
+
+
+def test_unknown_gguf_architecture_is_refused_by_name(tmp_path) -> None:
+    from qformats.gguf_file import write_gguf
+
+    path = tmp_path / "mamba.gguf"
+    write_gguf(path, {"general.architecture": "mamba"}, {})
+    with pytest.raises(SourceFormatError, match=r"mamba\.gguf: cannot read as a GGUF source: .*'mamba' is not read "
+                       r"as a Hugging Face model; known architectures: falcon, gemma2, gemma3"):  # fmt: skip
+        open_source(path)

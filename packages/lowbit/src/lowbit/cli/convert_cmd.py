@@ -134,6 +134,11 @@ def run(args: argparse.Namespace) -> int:
             f"--to: expected one of {', '.join(TRANSCODE_LAYOUTS)}, {MLX_TARGET} or {GGUF_FILE_TARGET}, "
             f"found {args.to!r}"
         )
+    if source.is_file() and source.suffix == ".gguf":
+        raise UsageError(
+            f"convert: {args.path!r} is a .gguf file, a dense source rather than a checkpoint directory; quantize it "
+            "with `lowbit quantize` (which reads it), then convert the resulting directory"
+        )
     if not source.is_dir():
         raise UsageError(f"convert: {args.path!r} is not a checkpoint directory")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -2,7 +2,8 @@
 
 Directories are summarized by ``qformats.inspect`` (method, format, layout, zero-point convention, every
 module and its violations); ``.gguf`` files by ``qformats.gguf_file.GGUFReader`` (metadata, tensor count
-and bytes per ggml type). ``--plot`` draws codes and scales histograms of the first ``--plot-modules``
+and bytes per ggml type) and ``read_gguf`` (the Hugging Face class it reads as, or why it reads as
+none). ``--plot`` draws codes and scales histograms of the first ``--plot-modules``
 quantized modules of a directory. Exit status 1 when a directory has layout violations.
 """
 
@@ -22,7 +23,7 @@ METADATA_KEYS = ("general.architecture", "general.name", "general.file_type", "g
 
 def gguf_summary(path: Path) -> dict[str, Any]:
     """Metadata and per-ggml-type tensor counts and bytes of a .gguf file."""
-    from qformats.gguf_file import GGUFReader
+    from qformats.gguf_file import GGUFFileError, GGUFReader, read_gguf
 
     reader = GGUFReader(path)
     counts: Counter[str] = Counter()
@@ -33,11 +34,17 @@ def gguf_summary(path: Path) -> dict[str, Any]:
         sizes[kind] += int(info.nbytes)
     arch = reader.value("general.architecture")
     context = reader.value(f"{arch}.context_length") if arch else None
+    try:  # what qhf would open it as (qformats' architecture table), or why it cannot
+        dense = read_gguf(path)
+        reads_as: dict[str, Any] = {"model_type": dense.config["model_type"], "class": dense.config["architectures"][0]}
+    except GGUFFileError as exc:
+        reads_as = {"error": str(exc)}
     return {
         "path": str(path),
         "version": reader.version,
         "metadata": {k: _jsonable(reader.value(k)) for k in METADATA_KEYS if reader.value(k) is not None},
         "context_length": _jsonable(context),
+        "hugging_face": reads_as,
         "metadata_keys": len(reader.metadata),
         "tensors": len(reader.tensors),
         "types": {k: {"tensors": counts[k], "bytes": sizes[k]} for k in sorted(counts)},
@@ -56,6 +63,11 @@ def _jsonable(value: Any) -> Any:
 def _gguf_text(summary: dict[str, Any]) -> str:
     lines = [f"gguf file    {summary['path']} (version {summary['version']}, {human_bytes(summary['file_size'])})"]
     lines.extend(f"{key:<28} {value}" for key, value in summary["metadata"].items())
+    reads_as = summary["hugging_face"]
+    if "error" in reads_as:
+        lines.append(f"reads as     no Hugging Face model: {reads_as['error']}")
+    else:
+        lines.append(f"reads as     {reads_as['class']} (model_type {reads_as['model_type']}; dense float32 source)")
     lines.append(f"tensors      {summary['tensors']}    metadata keys {summary['metadata_keys']}")
     rows = [[k, v["tensors"], human_bytes(v["bytes"])] for k, v in summary["types"].items()]
     lines.append(render_table(("ggml type", "tensors", "bytes"), rows))

@@ -2,7 +2,7 @@
 
 A directory is a quantized checkpoint when it holds ``quantize_config.json`` or a ``config.json`` with a
 ``quantization_config``; it is then loaded with ``qhf.load_quantized``. Anything else (a Hugging Face
-directory, a llama ``.gguf``) is opened with ``qhf.load`` and fully materialized as the dense model.
+directory, a ``.gguf`` file) is opened with ``qhf.load`` and fully materialized as the dense model.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def _epoch_pair(text: str) -> tuple[int, int]:
 
 
 def _add_quantize(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quantize", help="quantize a model (HF directory or llama .gguf) and save the checkpoint")
-    p.add_argument("source", help="Hugging Face model directory or llama .gguf file")
+    p = sub.add_parser("quantize", help="quantize a model (HF directory or .gguf file) and save the checkpoint")
+    p.add_argument("source", help="Hugging Face model directory or .gguf file")
     p.add_argument("--method", choices=METHODS, default="gptq", help="quantization method (default: gptq)")
     p.add_argument("--bits", type=int, default=None, help="code width, 2..8 (default: 4; fp8: 8; nf4 with 8: int8)")
     p.add_argument(

@@ -1,59 +1,79 @@
-"""Read a llama .gguf as a dense float32 source: Hugging Face names, config, and tensors on demand.
+"""Read a .gguf file as a dense float32 source: Hugging Face names, config, and tensors on demand.
 
-:func:`read_llama_gguf` returns a :class:`DenseGGUF` whose ``config`` is a ``LlamaConfig``-style dict
-and whose :meth:`~DenseGGUF.tensor` decodes one tensor at a time (so a caller can stream a model
-without holding every layer in float32); :meth:`~DenseGGUF.state_dict` decodes all of them.
+:func:`read_gguf` picks the file's architecture record (:mod:`.architecture_table`; an unknown architecture
+is refused listing the known ones) and returns a :class:`DenseGGUF` whose ``config`` is a Hugging Face style
+dict for that architecture and whose :meth:`~DenseGGUF.tensor` decodes one parameter at a time (so a caller
+can stream a model without holding every layer in float32); :meth:`~DenseGGUF.state_dict` decodes all of
+them. :func:`read_llama_gguf` is the same for llama files only.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from .architecture import GGUFArchitecture, architecture_for
+from .architecture_table import ARCHITECTURES, architecture_record
 from .errors import GGUFFileError
-from .llama import hf_config, hf_name, unpermute_qk
+from .hf_config import hf_config
 from .reader import GGUFReader
+from .tensor_map import MappedTensor, map_tensors
 
 log = logging.getLogger(__name__)
 
 
 class DenseGGUF:
-    """A llama .gguf viewed as named dense float32 tensors (numpy shapes, Hugging Face names)."""
+    """A .gguf viewed as named dense float32 tensors (numpy shapes, Hugging Face names).
 
-    def __init__(self, reader: GGUFReader) -> None:
+    ``architecture``: the record used; ``config``: the Hugging Face style config dict; ``names``: Hugging Face
+    name -> the file tensors it is read from (file order; two for fused experts); ``skipped``: file tensors
+    without a Hugging Face parameter (``rope_freqs.weight``), not loaded.
+    """
+
+    def __init__(self, reader: GGUFReader, architecture: GGUFArchitecture) -> None:
         self.reader = reader
+        self.architecture = architecture
         meta = {key: reader.value(key) for key in reader.metadata}
-        self.config: dict[str, Any] = hf_config(meta, list(reader.tensors))
-        self.names: dict[str, str] = {}
-        self.skipped: list[str] = []
-        for name in reader.tensors:
-            target = hf_name(name)
-            if target is None:
-                self.skipped.append(name)
-            else:
-                self.names[target] = name
+        self.config: dict[str, Any] = hf_config(architecture, meta, list(reader.tensors), reader.path)
+        layers = int(self.config["num_hidden_layers"])
+        self._mapped: dict[str, MappedTensor]
+        self._mapped, self.skipped = map_tensors(architecture, reader.tensors, layers, reader.path)
+        self.names: dict[str, tuple[str, ...]] = {hf: m.sources for hf, m in self._mapped.items()}
         if self.skipped:
             log.info("%s: tensors without a Hugging Face parameter, not loaded: %s", reader.path, self.skipped)
 
-    def tensor(self, hf: str) -> np.ndarray:
-        """Dense float32 tensor ``hf`` (a Hugging Face parameter name)."""
-        source = self.names.get(hf)
-        if source is None:
+    def _entry(self, hf: str) -> MappedTensor:
+        entry = self._mapped.get(hf)
+        if entry is None:
             raise GGUFFileError(f"{self.reader.path}: no tensor maps to {hf!r}")
-        dense = self.reader.dequantize(source)
-        if source.endswith("attn_q.weight"):
-            dense = unpermute_qk(dense, int(self.config["num_attention_heads"]))
-        elif source.endswith("attn_k.weight"):
-            dense = unpermute_qk(dense, int(self.config["num_key_value_heads"]))
-        return dense
+        return entry
+
+    def tensor(self, hf: str) -> np.ndarray:
+        """Dense float32 tensor ``hf`` (a Hugging Face parameter name), in the Hugging Face shape."""
+        entry = self._entry(hf)
+        arrays = [self.reader.dequantize(name) for name in entry.sources]
+        try:
+            return entry.conversion.apply(arrays, self.config)
+        except GGUFFileError as exc:
+            raise GGUFFileError(f"{self.reader.path}: tensor {', '.join(entry.sources)} ({hf}): {exc}") from None
+
+    def shape(self, hf: str) -> tuple[int, ...]:
+        """The Hugging Face shape of ``hf`` from the file's tensor infos (nothing decoded)."""
+        entry = self._entry(hf)
+        return entry.conversion.shape([self.reader.tensors[name].shape for name in entry.sources])
+
+    def nbytes(self, hf: str) -> int:
+        """Bytes of ``hf`` decoded to float32."""
+        return math.prod(self.shape(hf)) * 4
 
     def items(self) -> Iterator[tuple[str, np.ndarray]]:
         """(name, dense tensor) pairs in file order, decoded one at a time."""
-        for hf in self.names:
+        for hf in self._mapped:
             yield hf, self.tensor(hf)
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -61,6 +81,18 @@ class DenseGGUF:
         return dict(self.items())
 
 
+def read_gguf(path: str | os.PathLike[str]) -> DenseGGUF:
+    """Open a .gguf file of any architecture in :data:`~.architecture_table.ARCHITECTURES` as a dense source."""
+    reader = GGUFReader(path)
+    keys: tuple[str, ...] = ("general.architecture", "general.name")
+    meta = {key: reader.value(key) for key in keys if key in reader.metadata}
+    return DenseGGUF(reader, architecture_for(meta, ARCHITECTURES, reader.path))
+
+
 def read_llama_gguf(path: str | os.PathLike[str]) -> DenseGGUF:
-    """Open a llama-architecture .gguf file as a dense source."""
-    return DenseGGUF(GGUFReader(path))
+    """Open a llama-architecture .gguf file as a dense source (other architectures are refused)."""
+    reader = GGUFReader(path)
+    arch = reader.value("general.architecture")
+    if arch != "llama":
+        raise GGUFFileError(f"{reader.path}: general.architecture: expected 'llama', found {arch!r}")
+    return DenseGGUF(reader, architecture_record("llama"))

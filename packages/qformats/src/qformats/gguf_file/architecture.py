@@ -1,0 +1,91 @@
+"""The record that says how one .gguf architecture maps onto a Hugging Face model, and its lookup.
+
+A :class:`GGUFArchitecture` holds everything the dense reader needs for one ``general.architecture`` value:
+the Hugging Face ``model_type`` and class, the metadata keys (under the ``<architecture>.`` prefix) that fill
+config fields, fixed config defaults, config flags read from which tensors are present, and the tensor rules
+(:class:`TensorRule`: llama.cpp names -> Hugging Face name, with a :mod:`.tensor_conversions` rule). The records
+themselves are in :mod:`.architecture_table`; :func:`architecture_for` picks one from a file's metadata and
+refuses an unknown architecture by name, listing the known ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import GGUFFileError
+from .tensor_conversions import IDENTITY, Conversion
+
+
+@dataclass(frozen=True)
+class TensorRule:
+    """One Hugging Face parameter: ``gguf`` are the llama.cpp names it is read from (local to ``blk.N.`` for a
+    layer rule; two for fused experts), ``hf`` its name (local to the layer prefix for a layer rule)."""
+
+    gguf: tuple[str, ...]
+    hf: str
+    conversion: Conversion = IDENTITY
+
+
+@dataclass(frozen=True)
+class TensorFlag:
+    """Config field ``field`` is ``when_present`` if tensor ``tensor`` (local to ``blk.N.``) is in the file,
+    else ``not when_present`` (transformers' rule for StableLM's ``use_qkv_bias`` / ``use_parallel_residual``)."""
+
+    field: str
+    tensor: str
+    when_present: bool
+
+
+@dataclass(frozen=True)
+class GGUFArchitecture:
+    """How the .gguf architecture ``gguf`` reads as a Hugging Face model.
+
+    ``key``: the table key; ``general_name``: when set, the record applies only to files whose
+    ``general.name`` equals it (transformers reads a llama file named ``mistral`` as Mistral);
+    ``config_keys``: (metadata key under ``<gguf>.``, config field); ``defaults``: config fields set before the
+    metadata is read; ``layer_prefix``: the Hugging Face prefix of decoder layer ``N`` without ``.N``;
+    ``ignored``: file tensors with no Hugging Face parameter that transformers recomputes (``rope_freqs``);
+    ``always_tied``: ``tie_word_embeddings`` regardless of an ``output.weight`` tensor; ``limits``: (config field,
+    the only value read, why) for files whose other values the mapping cannot convert.
+    """
+
+    key: str
+    gguf: str
+    model_type: str
+    hf_class: str
+    config_keys: tuple[tuple[str, str], ...]
+    globals: tuple[TensorRule, ...]
+    layer: tuple[TensorRule, ...]
+    layer_prefix: str = "model.layers"
+    general_name: str | None = None
+    defaults: tuple[tuple[str, Any], ...] = ()
+    flags: tuple[TensorFlag, ...] = ()
+    ignored: tuple[str, ...] = ()
+    always_tied: bool = False
+    limits: tuple[tuple[str, Any, str], ...] = ()
+
+
+def architecture_for(metadata: Mapping[str, Any], table: tuple[GGUFArchitecture, ...], source: str) -> GGUFArchitecture:
+    """The record of ``table`` for a file's plain metadata values (``GGUFReader.value``); ``source`` names the
+    file in errors."""
+    arch = metadata.get("general.architecture")
+    known = sorted({record.gguf for record in table})
+    if not isinstance(arch, str):
+        raise GGUFFileError(f"{source}: general.architecture: expected a string (one of {', '.join(known)}), "
+                            f"found {arch!r}")  # fmt: skip
+    candidates = [record for record in table if record.gguf == arch]
+    if not candidates:
+        raise GGUFFileError(
+            f"{source}: general.architecture {arch!r} is not read as a Hugging Face model; "
+            f"known architectures: {', '.join(known)}"
+        )
+    name = metadata.get("general.name")
+    for record in candidates:
+        if record.general_name is not None and record.general_name == name:
+            return record
+    plain = [record for record in candidates if record.general_name is None]
+    if len(plain) != 1:
+        raise GGUFFileError(f"{source}: architecture table has {len(plain)} default records for {arch!r}")
+    return plain[0]
