@@ -1,7 +1,9 @@
 """Calculation groups of one decoder layer, derived from a :class:`~qhf.architectures.layer_trace.LayerTrace`.
 
 * quantized: every ``nn.Linear`` of the layer that ran, except routers (output width 1 or the number of
-  experts), which stay dense; experts (numbered children of a container) are named with ``#``;
+  experts) and subclasses with a forward of their own (Llama 4's router returns scores and logits; a
+  quantized linear would return one tensor), which stay dense; experts (numbered children of a container)
+  are named with ``#``;
 * groups: linears reading the same input tensor (object identity), in execution order; experts are grouped
   the same way inside one expert;
 * ``prev_op``: the module that returned the group's input, when it is a norm that scales each channel by
@@ -122,7 +124,9 @@ class _Finder:
         for name, module in self.modules.items():
             if not isinstance(module, nn.Linear):
                 continue
-            if self._is_router(module):
+            if type(module).forward is not nn.Linear.forward:  # Llama 4's router returns (scores, logits)
+                left[name] = f"{type(module).__name__} overrides nn.Linear.forward: kept dense"
+            elif self._is_router(module):
                 left[name] = f"router-like output width {module.out_features}: kept dense"
             elif name in called:
                 calls = self.trace.calls_of(name)
