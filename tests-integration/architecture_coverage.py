@@ -193,7 +193,7 @@ REFUSED: dict[str, Refusal] = {
     "ergo": Refusal("fail", "Tensor on device meta is not on the expected device cpu!"),
     "ernie": Refusal("qhf", "RuntimeError: Tensor.item() cannot be called on meta tensors", OUTSIDE_LAYERS),
     "gemma3": Refusal("size", "the tiny config builds 3,327,440,128 parameters"),
-    "gemma3n": Refusal("config", ""),
+    "gemma3n": Refusal("config", "ImportError", "its config class raises ImportError (a package transformers wants)"),
     "gemma3n_text": Refusal(
         "config", "The set of layer types producing a cache is different than the set of layer type"
     ),
