@@ -71,6 +71,22 @@ def test_moe_experts_are_found_by_structure_and_routers_stay_dense() -> None:
     assert "mlp.shared_expert_gate" in left
 
 
+def test_llama4_batched_experts_are_unfused_and_its_router_stays_dense() -> None:
+    """Llama 4's experts take every expert's rows stacked (``[E*T, H]``, no routing arguments): they are unfused
+    into per-expert linears (checked against the fused forward in discovery) and the router
+    (an ``nn.Linear`` subclass returning scores and logits) is left dense."""
+    from qhf.architectures.fused_experts import UnfusedBatchedExperts
+
+    config = tiny_config("llama4_text", num_local_experts=4, num_experts_per_tok=1, intermediate_size_mlp=128)
+    model = meta_skeleton(config)
+    assert isinstance(model.get_submodule("model.layers.0.feed_forward.experts"), UnfusedBatchedExperts)
+    found = definition_for(model, config)
+    modules = [g.modules for g in found.definition.groups]
+    assert ("feed_forward.experts.#.gate_proj", "feed_forward.experts.#.up_proj") in modules
+    assert ("feed_forward.experts.#.down_proj",) in modules
+    assert "feed_forward.router" in next(iter(found.structures.values())).left_dense
+
+
 def test_parallel_attention_shares_one_group() -> None:
     groups = [g.modules for g in _definition("falcon").groups]
     assert ("self_attention.query_key_value", "mlp.dense_h_to_4h") in groups

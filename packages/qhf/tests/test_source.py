@@ -70,6 +70,22 @@ def test_experts_fused_in_the_files_read_and_listed_per_expert(tmp_path, tokeniz
         assert torch.allclose(model(ids).logits, _dense(directory)(ids).logits, atol=1e-5)
 
 
+def test_experts_fused_under_another_file_name_are_read_per_expert(tmp_path, tokenizer) -> None:
+    """GraniteMoE's files hold its fused experts as ``block_sparse_moe.input_linear.weight`` /
+    ``output_linear.weight`` (transformers renames them to ``experts.gate_up_proj`` / ``down_proj`` on load): each
+    unfused expert reads its slice of the renamed tensor and the model computes what transformers' does."""
+    moe = {"num_local_experts": 4, "num_experts_per_tok": 2}
+    directory = save_tiny_model(tmp_path / "m", "granitemoe", tokenizer=tokenizer, **moe)
+    source = open_source(directory)
+    stored = "model.layers.1.block_sparse_moe.input_linear.weight"
+    assert stored in source.names and stored not in source.tensor_names()
+    assert source.aliases["model.layers.1.block_sparse_moe.experts.2.up_proj.weight"].source == stored
+    model = source.materialize_all()
+    ids = torch.arange(3, 30).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, _dense(directory)(ids).logits, atol=1e-5)
+
+
 def test_missing_config_names_the_file(tmp_path, tiny_dirs) -> None:
     copy = Path(shutil.copytree(tiny_dirs("llama"), tmp_path / "c"))
     (copy / "config.json").unlink()

@@ -112,13 +112,10 @@ def _check_unfused(layer: nn.Module, where: str, generator: torch.Generator) -> 
                 fused._parameters[where_in.fused_name] = fused_tensor
             where_in.put(fused_tensor, module.get_parameter(rel).detach())
         hidden = linear_features(module.get_submodule("0.down_proj"))[1]
-        x = torch.randn(DISCOVERY_TOKENS, hidden, generator=generator).to(module.dtype)
-        k = min(2, module.num_experts)
-        scores = torch.rand(DISCOVERY_TOKENS, module.num_experts, generator=generator)
-        weights, index = scores.topk(k, dim=-1)
+        inputs = module.sample_inputs(DISCOVERY_TOKENS, hidden, generator)
         with torch.no_grad():
-            expected = fused(x, index, weights.to(module.dtype))
-            got = module(x, index, weights.to(module.dtype))
+            expected = fused(*inputs)
+            got = module(*inputs)
         if not torch.allclose(expected.float(), got.float(), atol=1e-4, rtol=1e-3):
             raise UnsupportedArchitectureError(
                 f"{where}.{name}: fused experts ({type(module._gate_owner).__name__}) do not compute a per-expert "

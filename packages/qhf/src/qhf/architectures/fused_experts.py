@@ -12,10 +12,17 @@ original module's own ``_apply_gate`` (GPT-OSS' clamped SwiGLU included), so the
 :func:`fused_slices` gives, per unfused parameter, where it lives in the fused tensors (for reading a
 source that stores them fused). Model discovery checks each unfused block against the fused one on
 random weights before any work (:mod:`qhf.architectures.discovery`).
+
+Llama 4's experts (``Llama4TextExperts``) are fused another way, without those flags: ``gate_up_proj``
+``[E, H, 2I]`` (gate and up halves concatenated) and ``down_proj`` ``[E, I, H]``, called with the router-scaled
+input of every expert stacked (``forward(hidden_states [E*T, H]) -> [E*T, H]``, expert ``e`` reading rows
+``e*T … (e+1)*T``) and computing ``down(up * act(gate))``. :class:`UnfusedBatchedExperts` unfuses those; the
+same discovery check confirms the reading.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +34,41 @@ from ..errors import UnsupportedArchitectureError
 _FLAGS = ("has_gate", "has_bias", "is_transposed", "is_concatenated")
 
 
+@dataclass(frozen=True)
+class FusedForm:
+    """How a fused experts module stores and calls its experts: gated (``gate_up_proj``) or not, biases,
+    stored ``[in, out]`` (``transposed``), gate/up halves concatenated or interleaved, and ``batched`` (Llama 4:
+    every expert's rows stacked in one input) or routed (``forward(x, top_k_index, top_k_weights)``)."""
+
+    gated: bool
+    bias: bool
+    transposed: bool
+    concatenated: bool
+    batched: bool = False
+
+
+def _is_3d(module: nn.Module, name: str) -> bool:
+    param = module._parameters.get(name)
+    return isinstance(param, torch.Tensor) and param.dim() == 3
+
+
+def fused_form(module: nn.Module) -> FusedForm | None:
+    """The :class:`FusedForm` of a transformers experts module with 3-D parameters, ``None`` for any other."""
+    if not _is_3d(module, "down_proj"):
+        return None
+    if all(hasattr(module, flag) for flag in _FLAGS):  # transformers' use_experts_implementation interface
+        return FusedForm(
+            bool(module.has_gate), bool(module.has_bias), bool(module.is_transposed), bool(module.is_concatenated)
+        )
+    takes_one_input = len(inspect.signature(module.forward).parameters) == 1
+    if _is_3d(module, "gate_up_proj") and hasattr(module, "act_fn") and takes_one_input:
+        return FusedForm(gated=True, bias=False, transposed=True, concatenated=True, batched=True)
+    return None
+
+
 def is_fused_experts(module: nn.Module) -> bool:
     """Whether ``module`` is a transformers experts module storing its weights as 3-D parameters."""
-    down = module._parameters.get("down_proj")
-    return all(hasattr(module, flag) for flag in _FLAGS) and isinstance(down, torch.Tensor) and down.dim() == 3
+    return fused_form(module) is not None
 
 
 @dataclass(frozen=True)
@@ -80,7 +118,12 @@ class UnfusedExperts(nn.Module):
     _gate_owner: nn.Module  # the fused module (set past nn.Module's registry: it is not a child)
 
     def __init__(
-        self, fused: nn.Module, experts: list[ExpertMLP], slices: dict[str, FusedSlice], shapes: dict[str, Any]
+        self,
+        fused: nn.Module,
+        form: FusedForm,
+        experts: list[ExpertMLP],
+        slices: dict[str, FusedSlice],
+        shapes: dict[str, Any],
     ) -> None:
         super().__init__()
         for index, expert in enumerate(experts):
@@ -89,8 +132,8 @@ class UnfusedExperts(nn.Module):
         self.slices = slices  # unfused parameter (relative name) -> where it lives in the fused tensors
         self.fused_shapes = shapes  # fused parameter name -> its shape
         self.dtype = next(experts[0].parameters()).dtype
-        self.gated = bool(fused.has_gate)
-        self.interleaved = not bool(fused.is_concatenated)
+        self.gated = form.gated
+        self.interleaved = not form.concatenated
         # The fused module (its 3-D parameters removed) keeps act_fn and _apply_gate's constants.
         object.__setattr__(self, "_gate_owner", fused)
 
@@ -105,6 +148,14 @@ class UnfusedExperts(nn.Module):
         else:
             gate_up = torch.cat((gate, up), dim=-1)
         return owner._apply_gate(gate_up)  # type: ignore[no-any-return,operator]  # transformers' gate
+
+    def sample_inputs(self, tokens: int, hidden: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """Random arguments of :meth:`forward` for ``tokens`` rows (random top-2 routing), for the discovery check."""
+        x = torch.randn(tokens, hidden, generator=generator).to(self.dtype)
+        k = min(2, self.num_experts)
+        scores = torch.rand(tokens, self.num_experts, generator=generator)
+        weights, index = scores.topk(k, dim=-1)
+        return x, index, weights.to(self.dtype)
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> Any:
         final = torch.zeros_like(hidden_states)
@@ -123,10 +174,29 @@ class UnfusedExperts(nn.Module):
         return final
 
 
-def _parts(fused: nn.Module, name: str) -> list[tuple[str, str, int | None]]:
+class UnfusedBatchedExperts(UnfusedExperts):
+    """Llama 4's experts unfused (module docstring): ``forward(hidden_states [E*T, H]) -> [E*T, H]``, expert ``e``
+    computing ``down_proj(up_proj(x) * act(gate_proj(x)))`` on rows ``e*T … (e+1)*T``."""
+
+    def sample_inputs(self, tokens: int, hidden: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """Random stacked input of every expert, ``[E * tokens, hidden]``."""
+        return (torch.randn(self.num_experts * tokens, hidden, generator=generator).to(self.dtype),)
+
+    def forward(self, hidden_states: torch.Tensor) -> Any:  # type: ignore[override]  # Llama 4's call
+        act = self._gate_owner.act_fn
+        outputs = []
+        for index, rows in enumerate(hidden_states.chunk(self.num_experts, dim=0)):
+            expert = self._modules[str(index)]
+            gate = act(expert.gate_proj(rows))  # type: ignore[union-attr,operator]  # gate first: the group order
+            inner = expert.up_proj(rows) * gate  # type: ignore[union-attr,operator]
+            outputs.append(expert.down_proj(inner))  # type: ignore[union-attr,operator]
+        return torch.cat(outputs, dim=0)
+
+
+def _parts(fused: nn.Module, form: FusedForm, name: str) -> list[tuple[str, str, int | None]]:
     """``(unfused child, fused parameter, half)`` for each weight/bias of one expert."""
     parts: list[tuple[str, str, int | None]] = [("down_proj", "down_proj", None)]
-    if fused.has_gate:
+    if form.gated:
         parts += [("gate_proj", "gate_up_proj", 0), ("up_proj", "gate_up_proj", 1)]
     else:
         parts += [("up_proj", "up_proj", None)]
@@ -138,16 +208,19 @@ def _parts(fused: nn.Module, name: str) -> list[tuple[str, str, int | None]]:
     return parts
 
 
-def fused_slices(fused: nn.Module, name: str) -> dict[str, FusedSlice]:
+def fused_slices(fused: nn.Module, name: str, form: FusedForm | None = None) -> dict[str, FusedSlice]:
     """Unfused parameter name (relative to the experts module, ``3.gate_proj.weight``) -> its fused slice."""
+    form = form if form is not None else fused_form(fused)
+    if form is None:
+        raise UnsupportedArchitectureError(f"experts module {name!r} ({type(fused).__name__}): not fused experts")
     slices: dict[str, FusedSlice] = {}
     experts = int(fused._parameters["down_proj"].shape[0])  # type: ignore[union-attr]
-    for child, param, half in _parts(fused, name):
-        suffixes = [("weight", param)] + ([("bias", f"{param}_bias")] if fused.has_bias else [])
+    for child, param, half in _parts(fused, form, name):
+        suffixes = [("weight", param)] + ([("bias", f"{param}_bias")] if form.bias else [])
         for suffix, fused_name in suffixes:
             for expert in range(experts):
                 slices[f"{expert}.{child}.{suffix}"] = FusedSlice(
-                    fused_name, expert, half, not bool(fused.is_concatenated), bool(fused.is_transposed)
+                    fused_name, expert, half, not form.concatenated, form.transposed
                 )
     return slices
 
@@ -158,24 +231,28 @@ def unfused_replacement(fused: nn.Module, name: str) -> UnfusedExperts:
         raise UnsupportedArchitectureError(
             f"experts module {name!r} ({type(fused).__name__}): a norm after each expert is not supported"
         )
-    slices = fused_slices(fused, name)
+    form = fused_form(fused)
+    if form is None:
+        raise UnsupportedArchitectureError(f"experts module {name!r} ({type(fused).__name__}): not fused experts")
+    slices = fused_slices(fused, name, form)
     down = fused._parameters["down_proj"]
     experts = int(down.shape[0])  # type: ignore[union-attr]
-    hidden, inner = down.shape[1:] if not fused.is_transposed else down.shape[:0:-1]  # type: ignore[union-attr]
+    hidden, inner = down.shape[1:] if not form.transposed else down.shape[:0:-1]  # type: ignore[union-attr]
     real = down.device.type != "meta"  # type: ignore[union-attr]
     modules = [
         ExpertMLP(
             int(hidden),
             int(inner),
-            gated=bool(fused.has_gate),
-            bias=bool(fused.has_bias),
+            gated=form.gated,
+            bias=form.bias,
             dtype=down.dtype,  # type: ignore[union-attr]
             device=down.device,  # type: ignore[union-attr]
         )
         for _ in range(experts)
     ]
     shapes = {where.fused_name: tuple(fused._parameters[where.fused_name].shape) for where in slices.values()}  # type: ignore[union-attr]
-    unfused = UnfusedExperts(fused, modules, slices, shapes)
+    kind = UnfusedBatchedExperts if form.batched else UnfusedExperts
+    unfused = kind(fused, form, modules, slices, shapes)
     with torch.no_grad():
         for rel, where in slices.items():
             target = unfused.get_parameter(rel)

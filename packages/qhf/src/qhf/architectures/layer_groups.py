@@ -1,7 +1,10 @@
 """Calculation groups of one decoder layer, derived from a :class:`~qhf.architectures.layer_trace.LayerTrace`.
 
 * quantized: every ``nn.Linear`` of the layer that ran, except routers (output width 1 or the number of
-  experts), which stay dense; experts (numbered children of a container) are named with ``#``;
+  experts) and subclasses whose own forward does not return ``F.linear(x, weight, bias)`` on the recorded
+  input (Llama 4's router returns scores and logits; a quantized linear would return one tensor), which stay
+  dense; experts (numbered children of a container)
+  are named with ``#``;
 * groups: linears reading the same input tensor (object identity), in execution order; experts are grouped
   the same way inside one expert;
 * ``prev_op``: the module that returned the group's input, when it is a norm that scales each channel by
@@ -115,6 +118,20 @@ class _Finder:
     def _is_router(self, module: nn.Linear) -> bool:
         return module.out_features == 1 or module.out_features in set(self.containers.values())
 
+    def _computes_linear(self, name: str, module: nn.Linear) -> bool:
+        """Whether ``module`` returns ``F.linear(x, weight, bias)`` on its recorded input (always, for
+        ``nn.Linear`` itself; a subclass such as Falcon's ``FalconLinear`` may compute it its own way)."""
+        if type(module).forward is nn.Linear.forward:
+            return True
+        first = self.trace.calls_of(name)[0].first_input
+        x = self.tensors.get(first) if first is not None else None
+        if x is None:
+            return False
+        with torch.no_grad():
+            out = module(x)
+            expected = torch.nn.functional.linear(x, module.weight, module.bias)
+        return isinstance(out, torch.Tensor) and out.shape == expected.shape and torch.allclose(out, expected)
+
     def linear_inputs(self, left: dict[str, str]) -> dict[str, tuple[int, ...]]:
         """Quantized linear name -> ids of the tensors it read, one per call."""
         inputs: dict[str, tuple[int, ...]] = {}
@@ -122,7 +139,12 @@ class _Finder:
         for name, module in self.modules.items():
             if not isinstance(module, nn.Linear):
                 continue
-            if self._is_router(module):
+            if name in called and not self._computes_linear(name, module):  # Llama 4's router: (scores, logits)
+                left[name] = (
+                    f"{type(module).__name__} overrides nn.Linear.forward with something other than "
+                    "F.linear(x, weight, bias): kept dense"
+                )
+            elif self._is_router(module):
                 left[name] = f"router-like output width {module.out_features}: kept dense"
             elif name in called:
                 calls = self.trace.calls_of(name)

@@ -1,8 +1,10 @@
 """Skeleton parameter names the source files store under another name or inside a fused tensor.
 
 The skeleton's experts are unfused (:mod:`qhf.architectures.fused_experts`): ``mlp.experts.3.gate_proj.weight``.
-Files store them either fused (``mlp.experts.gate_up_proj`` ``[E, ...]``, as GPT-OSS does) or per expert
-under the names transformers converts from when it loads (``block_sparse_moe.experts.3.w1.weight``); other
+Files store them either fused (``mlp.experts.gate_up_proj`` ``[E, ...]``, as GPT-OSS does), fused under a
+name transformers renames when it loads (GraniteMoE's ``block_sparse_moe.input_linear.weight`` ->
+``block_sparse_moe.experts.gate_up_proj``), or per expert under the names transformers converts from
+(``block_sparse_moe.experts.3.w1.weight``); other
 tensors may also be renamed by that conversion (``block_sparse_moe.gate`` -> ``mlp.gate``). :func:`aliases`
 maps each skeleton name the files lack to a reader, using transformers' own conversion mapping for the
 model (``transformers.conversion_mapping``), so no family is spelled out here. Each :class:`Reader` names
@@ -78,6 +80,11 @@ def aliases(
         if pattern is None:
             if target in missing and target != file_name:
                 found[target] = Reader(file_name)
+            else:  # a fused experts tensor stored under another name (GraniteMoE's input_linear)
+                module, _, fused_name = target.rpartition(".")
+                for rel, where in fused.get(module, {}).items():
+                    if where.fused_name == fused_name and f"{module}.{rel}" in missing:
+                        found[f"{module}.{rel}"] = Reader(file_name, where)
             continue
         module, _, fused_name = target.rpartition(".")
         converter = next(c for c in converters if pattern in c.source_patterns)
