@@ -37,10 +37,10 @@ sys.path.insert(0, str(HERE))
 
 from cpu_info import cpu_line  # noqa: E402
 from peak_memory import peak_rss_bytes  # noqa: E402
+from qlooper.huge_pages import HUGE_PAGE_ENV, huge_pages_requested  # noqa: E402
 from scale_models import calibration_ids, full_model_bytes, projected_seconds, shape, write_model  # noqa: E402
 
 TOOLS = ("lowbit", "gptqmodel")
-HUGE_PAGE_ENV = "THP_MEM_ALLOC_ENABLE"  # torch's switch (qlooper.huge_pages); read once, at the first CPU tensor
 METHODS = ("gptq", "awq")
 
 
@@ -153,7 +153,7 @@ def worker(args: argparse.Namespace) -> None:
         "written_gib": round((io_after["wchar"] - io_before["wchar"]) / 2**30, 2),
         "out_gib": round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**30, 2),
         "load_at_end": round(os.getloadavg()[0], 1),
-        "huge_pages": os.environ.get(HUGE_PAGE_ENV) == "1",
+        "huge_pages": huge_pages_requested(),  # what this worker's torch took, not only what was asked
         "system_cpu_s": round(os.times().system - sys_before, 1),  # kernel time (page faults, I/O) of the whole run
     }
     shutil.rmtree(out, ignore_errors=True)
