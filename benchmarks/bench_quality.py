@@ -236,13 +236,9 @@ def stored_bits_per_weight(checkpoint: Path) -> float:
     for entry in ckpt.modules():
         for name in entry.tensors.values():
             shape, dtype = ckpt.shape_of(name)
-            bits += int(np.prod(shape)) * DTYPE_BITS[dtype]
+            bits += int(np.prod(shape)) * np.dtype(dtype).itemsize * 8
         weights += entry.meta.in_features * entry.meta.out_features
     return bits / weights
-
-
-# safetensors dtype -> bits per element
-DTYPE_BITS = {"I32": 32, "U32": 32, "F32": 32, "F16": 16, "BF16": 16, "I16": 16, "I8": 8, "U8": 8, "I64": 64}
 
 
 def evaluate(checkpoint: Path | None, inputs: dict[str, Any], windows: dict[str, int]) -> dict[str, float]:
