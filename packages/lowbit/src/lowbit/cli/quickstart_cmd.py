@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 #: a second run reads the generated rows from qhf's calibration cache.
 QUICKSTART_MIXTURE = {"generation_share": None}
 
+
 def _prepare_out(out: Path) -> bool:
     """Make sure ``out`` can receive the result; returns True when a previous quickstart result was replaced."""
     if not out.exists():
@@ -187,10 +188,8 @@ def run(args: argparse.Namespace) -> int:
     if gguf_path is not None:
         clock.lap("llama.cpp file")
     saved_bytes = int((summary.saved.bytes if summary.saved is not None else 0) or path_bytes(out))
-    text = (
-        f"bundled docs, evaluation slice (Python {platform.python_version()}), {after.tokens} tokens"
-        + _bos_note(before, after)
-    )
+    corpus = f"bundled docs, evaluation slice (Python {platform.python_version()})"
+    text = f"{corpus}, {after.tokens} tokens{_bos_note(before, after)}"
     print()
     print("lowbit quickstart: summary")
     print(f"  model          {model_path.name} ({params / 1e6:.1f}M parameters)")
