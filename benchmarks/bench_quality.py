@@ -10,8 +10,8 @@ Protocol (issues 17 and 34):
 * evaluation: perplexity over non-overlapping 512-token windows (tokens 1..511 of each scored), the first
   ``--windows`` windows of the bundled docs' odd documents (in-domain) and of Jane Austen's *Persuasion*
   (out-of-domain; Debian's ``r-cran-janeaustenr``, see ``austen_text.py``). A model whose tokenizer starts
-  every text with a BOS token (Gemma 3) gets it at the start of every window (BOS + 511 tokens, 511 scored),
-  as it was trained; SmolLM2's tokenizer adds none and its windows are unchanged;
+  every text with a BOS token (Gemma 3: ``qhf.tokenizer.default_bos``) gets it at the start of every window
+  and calibration row (BOS + 511 tokens, 511 predicted), as it was trained; SmolLM2's tokenizer adds none;
 * rows: the 4-bit rows of issue 17 and the grid of issue 34, ``<recipe> b<bits> g<group>`` for bits/group
   4/128, 4/32, 3/128 and 2/32, recipes ``gptq`` (each tool's GPTQ defaults), ``awq`` (each tool's AWQ
   defaults, GEMM layout: 4 bits only, and only where the group divides every input width) and ``best``
@@ -145,14 +145,13 @@ def prepare(work: Path, model: str, rows: int, length: int, austen: Path) -> dic
             return data
     import qhf
     from qhf.corpus import bundled_docs, corpus_identity
-    from qhf.tokenizer import encode
+    from qhf.tokenizer import default_bos, encode
 
     base = qhf.load(MODELS[model][1](work), {"method": "rtn"})
     dense_dir = work / "dense"
     base.source.materialize_all().save_pretrained(dense_dir)
     base.tokenizer.save_pretrained(dense_dir)
-    # a tokenizer that starts every text with BOS (Gemma 3) gets it at the start of every row and window
-    bos = base.tokenizer.bos_token_id if base.tokenizer("a").input_ids[0] == base.tokenizer.bos_token_id else None
+    bos = default_bos(base.tokenizer)  # a tokenizer that starts every text with BOS (Gemma 3): every row and window
     cal = calibration_rows(base.tokenizer, rows, length - (bos is not None))
     data = {
         "model": model,
@@ -209,23 +208,6 @@ def quantize_reference(inputs: dict[str, Any], kwargs: dict[str, Any], out: Path
     return {"quantize_seconds": round(seconds, 1), "compute_dtype": str(dtype).removeprefix("torch.")}
 
 
-def text_perplexity(model: Any, ids: list[int], windows: int, bos: int | None) -> float:
-    """Perplexity over the first ``windows`` 512-token windows of ``ids``; with ``bos`` each window is BOS plus
-    511 tokens of the text, all 511 scored (the first from BOS alone): one ``qhf.perplexity`` call per window,
-    negative log-likelihoods summed in float64. Either way 511 tokens per window are scored."""
-    import math
-
-    from qhf.perplexity import perplexity, windows_of
-
-    if bos is None:
-        return perplexity(model, ids, window=512, max_windows=windows).perplexity
-    nll, tokens = 0.0, 0
-    for chunk in windows_of(ids, 511)[:windows]:
-        result = perplexity(model, [bos, *chunk], window=512, max_windows=1)
-        nll, tokens = nll + result.nll, tokens + result.tokens
-    return math.exp(nll / tokens)
-
-
 def stored_bits_per_weight(checkpoint: Path) -> float:
     """Bits of every tensor of every quantized module (codes, scales, zeros, g_idx) over their weights."""
     import numpy as np
@@ -245,6 +227,7 @@ def evaluate(checkpoint: Path | None, inputs: dict[str, Any], windows: dict[str,
     """Perplexity of a checkpoint's stored weights (dense float32 export) or of the dense source (None)."""
     import torch
     from qhf.export import export_dense
+    from qhf.perplexity import perplexity
     from transformers import AutoModelForCausalLM
 
     target = Path(inputs["dense"])
@@ -254,7 +237,9 @@ def evaluate(checkpoint: Path | None, inputs: dict[str, Any], windows: dict[str,
         export_dense(checkpoint, target, dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     out = {
-        name: round(text_perplexity(model, ids, windows[name], inputs.get("bos")), 3)
+        name: round(
+            perplexity(model, ids, window=512, max_windows=windows[name], bos_id=inputs.get("bos")).perplexity, 3
+        )
         for name, ids in inputs["texts"].items()
     }
     if checkpoint is not None:
