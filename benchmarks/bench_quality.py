@@ -52,14 +52,21 @@ sys.path.insert(0, str(HERE))
 
 from austen_text import DEBIAN_AUSTEN, austen_book  # noqa: E402
 from cpu_info import cpu_line  # noqa: E402
-from gemma3_source import gemma3_gguf  # noqa: E402
 from peak_memory import peak_rss_bytes  # noqa: E402
 from smollm2_source import calibration_rows, smollm2_gguf  # noqa: E402
 
-# --model -> (title, the .gguf file given the work folder)
-MODELS: dict[str, tuple[str, Callable[[Path], Path]]] = {
-    "smollm2": ("SmolLM2-135M", lambda work: smollm2_gguf()),
-    "gemma3-270m": ("Gemma 3 270M", gemma3_gguf),
+
+def _gemma3_gguf() -> Path:
+    """The Gemma 3 270M file, assembled once into lowbit's model cache by the quickstart's own locator."""
+    from lowbit.cli.quickstart_models import MODELS as QUICKSTART_MODELS
+
+    return QUICKSTART_MODELS["gemma3-270m"].locate()
+
+
+# --model -> (title, where its .gguf file lies)
+MODELS: dict[str, tuple[str, Callable[[], Path]]] = {
+    "smollm2": ("SmolLM2-135M", smollm2_gguf),
+    "gemma3-270m": ("Gemma 3 270M", _gemma3_gguf),
 }
 
 # row -> (lowbit settings, reference QuantizeConfig keyword arguments or None when the reference has no such row)
@@ -147,7 +154,7 @@ def prepare(work: Path, model: str, rows: int, length: int, austen: Path) -> dic
     from qhf.corpus import bundled_docs, corpus_identity
     from qhf.tokenizer import default_bos, encode
 
-    base = qhf.load(MODELS[model][1](work), {"method": "rtn"})
+    base = qhf.load(MODELS[model][1](), {"method": "rtn"})
     dense_dir = work / "dense"
     base.source.materialize_all().save_pretrained(dense_dir)
     base.tokenizer.save_pretrained(dense_dir)
