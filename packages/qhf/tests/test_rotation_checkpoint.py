@@ -24,7 +24,9 @@ GPTQ = {"method": "gptq", "bits": 4, "group_size": 32}
 def tied(tmp_path_factory, tokenizer) -> Path:
     """A 4-layer tiny Llama whose output projection is tied to its embedding."""
     directory = tmp_path_factory.mktemp("tied")
-    return save_tiny_model(directory, "llama", tokenizer=tokenizer, num_hidden_layers=4, tie_word_embeddings=True, norms=0.2)
+    return save_tiny_model(
+        directory, "llama", tokenizer=tokenizer, num_hidden_layers=4, tie_word_embeddings=True, norms=0.2
+    )
 
 
 def _rotated(seed: int = 0) -> dict:
@@ -82,7 +84,12 @@ def test_a_rotated_gptq_checkpoint_is_a_plain_model_that_reloads(tmp_path, tied)
     assert report["rotation"] == summary.rotation
     tensors = _saved(tmp_path / "q")
     assert "lm_head.weight" in tensors and "model.layers.0.self_attn.q_proj.qweight" in tensors
-    for name in ("model.norm.weight", "model.layers.3.input_layernorm.weight", "model.layers.2.post_attention_layernorm.weight"):  # fmt: skip
+    norms = (
+        "model.norm.weight",
+        "model.layers.3.input_layernorm.weight",
+        "model.layers.2.post_attention_layernorm.weight",
+    )
+    for name in norms:
         assert torch.equal(tensors[name], torch.ones(64)), name
     assert torch.equal(tensors["model.embed_tokens.weight"], qm.source.tensor("model.embed_tokens.weight"))
     assert not torch.equal(tensors["lm_head.weight"], tensors["model.embed_tokens.weight"])

@@ -84,4 +84,5 @@ def jacobsthal(q: int) -> np.ndarray:
     chi[0] = 0
     difference = (digits[:, None, :] - digits[None, :, :]) % p  # [q, q, k]
     numbers = (difference * (p ** np.arange(k))).sum(axis=2)
-    return chi[numbers]
+    table: np.ndarray = chi[numbers]
+    return table

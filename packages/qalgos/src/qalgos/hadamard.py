@@ -89,11 +89,13 @@ def _paley(factor: HadamardFactor) -> np.ndarray:
     ones = np.ones((factor.q, 1), dtype=np.int64)
     if factor.kind == "paley1":  # I + [[0, 1ᵀ], [-1, J]]
         skew = np.block([[np.zeros((1, 1), dtype=np.int64), ones.T], [-ones, jac]])
-        return (np.eye(factor.order, dtype=np.int64) + skew).astype(np.int8)
+        paley1: np.ndarray = (np.eye(factor.order, dtype=np.int64) + skew).astype(np.int8)
+        return paley1
     core = np.block([[np.zeros((1, 1), dtype=np.int64), ones.T], [ones, jac]])  # symmetric, q ≡ 1 (mod 4)
     on_zero = np.array([[1, -1], [-1, -1]], dtype=np.int64)
     on_sign = np.array([[1, 1], [1, -1]], dtype=np.int64)
-    return (np.kron(core, on_sign) + np.kron(np.eye(factor.q + 1, dtype=np.int64), on_zero)).astype(np.int8)
+    paley2: np.ndarray = np.kron(core, on_sign) + np.kron(np.eye(factor.q + 1, dtype=np.int64), on_zero)
+    return paley2.astype(np.int8)
 
 
 def hadamard_matrix(n: int) -> torch.Tensor:
@@ -102,7 +104,7 @@ def hadamard_matrix(n: int) -> torch.Tensor:
     factors = hadamard_factors(n)
     if factors is None:
         raise ValueError(f"Hadamard order {n}: no Sylvester/Paley construction reaches it")
-    h = np.ones((1, 1), dtype=np.float64)
+    h: np.ndarray = np.ones((1, 1), dtype=np.float64)
     for factor in factors:
         block = _sylvester(factor.order) if factor.kind == "sylvester" else _paley(factor)
         h = np.kron(h, block.astype(np.float64))

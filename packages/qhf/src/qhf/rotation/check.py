@@ -11,10 +11,10 @@ rotary embeddings). Then, with the plan's rewrites installed (:mod:`qhf.rotation
   (the final norm folded into an 8-row stand-in of the output projection).
 
 Each check passes when the largest difference is at most :data:`TOLERANCE` times the largest value: the replica
-is float64, but transformers' RMS norms compute in float32 (``hidden.to(torch.float32)``), so a correct fold differs
-by float32 rounding (~1e-7 relative) while a wrong one differs by the norm weights' spread (~5e-2 here). A failure is a reason in words: the structure, the difference and the per-channel weights
-on the residual stream the fold leaves alone (Gemma's sandwich norms, a LayerNorm's bias) or the error the forward
-raised.
+is float64, but transformers' RMS norms compute in float32 (``hidden.to(torch.float32)``), so a correct fold
+differs by float32 rounding (~1e-7 relative) while a wrong one differs by the norm weights' spread (~5e-2 here).
+A failure is a reason in words: the structure, the difference and the per-channel weights on the residual stream
+the fold leaves alone (Gemma's sandwich norms, a LayerNorm's bias) or the error the forward raised.
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ def _difference(got: torch.Tensor, expected: torch.Tensor) -> float | None:
     return diff if diff > TOLERANCE * max(1.0, float(expected.abs().max())) else None
 
 
-def _installed(module: nn.Module, values: dict[str, torch.Tensor]) -> dict[str, nn.Parameter]:
+def _installed(module: nn.Module, values: dict[str, torch.Tensor]) -> dict[str, nn.Parameter | None]:
     """Put ``values`` (names relative to ``module``) in place of its parameters; returns the originals."""
-    originals = {}
+    originals: dict[str, nn.Parameter | None] = {}
     for name, value in values.items():
         owner_name, _, pname = name.rpartition(".")
         owner = module.get_submodule(owner_name) if owner_name else module
@@ -79,7 +79,7 @@ def _installed(module: nn.Module, values: dict[str, torch.Tensor]) -> dict[str, 
     return originals
 
 
-def _restore(module: nn.Module, originals: dict[str, nn.Parameter]) -> None:
+def _restore(module: nn.Module, originals: dict[str, nn.Parameter | None]) -> None:
     for name, original in originals.items():
         owner_name, _, pname = name.rpartition(".")
         owner = module.get_submodule(owner_name) if owner_name else module
@@ -256,7 +256,7 @@ class ReplicaCheck:
         for rep, layer in self.layers.items():
             layer.forward = _pass_through(self.tuple_output.get(rep, False))  # type: ignore[method-assign]
         names = [f"{norm}.weight", self.head_weight]
-        installed: dict[str, nn.Parameter] = {}
+        installed: dict[str, nn.Parameter | None] = {}
         try:
             params = {n: self.replica.get_parameter(n).detach() for n in names}
             expected = self._forward(self.embeds).logits

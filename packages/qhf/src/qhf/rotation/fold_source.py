@@ -31,7 +31,6 @@ from ..source.opened_source import OpenedSource
 from .check import ReplicaCheck
 from .fold import FoldedRotation
 from .plan import Plan, attention_shape, base_plan, final_norm, layer_plan, layer_roles
-from .setting import AUTO
 
 logger = logging.getLogger(__name__)
 

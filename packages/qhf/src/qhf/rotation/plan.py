@@ -90,7 +90,7 @@ def _is_norm(module: nn.Module | None) -> bool:
 
 
 def _value_output(
-    linears: dict[str, nn.Module], attention: AttentionShape | None
+    linears: dict[str, nn.Linear], attention: AttentionShape | None
 ) -> tuple[str | None, str | None, str | None]:
     """``(value, output, None)`` or ``(None, None, reason)``."""
     if attention is None:
@@ -100,12 +100,15 @@ def _value_output(
         output = f"{parent}.o_proj" if parent else "o_proj"
         if last != "v_proj" or output not in linears:
             continue
-        v_out = int(linears[name].weight.shape[0])
-        o_in = int(linears[output].weight.shape[1])
+        v_out, o_in = linears[name].out_features, linears[output].in_features
         if v_out != attention.kv_heads * attention.head_dim or o_in != attention.heads * attention.head_dim:
-            return None, None, (
-                f"{name} [{v_out} out] / {output} [{o_in} in] do not match {attention.kv_heads} KV heads and "
-                f"{attention.heads} heads of {attention.head_dim}"
+            return (
+                None,
+                None,
+                (
+                    f"{name} [{v_out} out] / {output} [{o_in} in] do not match {attention.kv_heads} KV heads and "
+                    f"{attention.heads} heads of {attention.head_dim}"
+                ),
             )
         return name, output, None
     return None, None, "no v_proj / o_proj pair among the layer's quantized linears"
@@ -116,10 +119,11 @@ def layer_roles(
 ) -> LayerRoles:
     """The roles of ``layer`` (at dotted ``prefix``) under ``definition`` (module docstring)."""
     readers: dict[str, str] = {}
-    linears: dict[str, nn.Module] = {}
+    linears: dict[str, nn.Linear] = {}
     for group in resolve_groups(layer, prefix, definition):
         for resolved in group.modules:
-            linears[resolved.name] = resolved.module
+            if isinstance(resolved.module, nn.Linear):
+                linears[resolved.name] = resolved.module
             if group.prev_op_name is not None and _is_norm(group.prev_op):
                 readers[resolved.name] = group.prev_op_name
     writers = tuple(

@@ -51,7 +51,7 @@ def resolve_rotation(value: Any, *, from_record: bool = False) -> dict[str, Any]
     out: dict[str, Any] = {"kind": kind, "seed": seed}
     for part in ("residual", "heads"):
         switch = value.get(part, AUTO)
-        if switch not in (AUTO, True, False) or isinstance(switch, int) and not isinstance(switch, bool):
+        if switch not in (AUTO, True, False) or (isinstance(switch, int) and not isinstance(switch, bool)):
             raise QuantConfigError(f"rotation.{part}: expected 'auto', true or false, found {switch!r}")
         out[part] = switch
     if out["residual"] is False and out["heads"] is False:

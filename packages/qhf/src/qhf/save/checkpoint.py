@@ -139,8 +139,8 @@ def config_dict(
     rotation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``config.json`` content: the source config plus ``quantization_config`` (:mod:`qhf.checkpoint_config`, with
-    the run's ``calibration`` and ``rotation`` records); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype`` the source config
-    carries) names the dense tensors' dtype."""
+    the run's ``calibration`` and ``rotation`` records); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype``
+    the source config carries) names the dense tensors' dtype."""
     data = source.config.to_dict()
     for key in _CONFIG_DROP:
         data.pop(key, None)
