@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import qhf
 import torch
+from interrupted_run import interrupt_at_layer
 from qcheckpoint import CheckpointConfig
 from qhf.corpus import bundled_docs
 from qhf.tokenizer import token_blocks
@@ -111,21 +112,11 @@ def test_the_same_seed_writes_the_same_bytes_and_another_seed_does_not(tmp_path,
 
 def test_a_resumed_rotated_streaming_run_writes_the_uninterrupted_bytes(tmp_path, tied, monkeypatch) -> None:
     from qcheckpoint.errors import IdentityMismatchError
-    from qlooper.errors import LayerLoadError
 
     _quantized(tied, _rotated()).save(tmp_path / "whole", verify=False)
     checkpoint = CheckpointConfig(path=tmp_path / "ckpt", interval="layer:2")
     first = qhf.load(tied, _rotated())
-    original = first.source.materialize_layer
-
-    def failing(index: int) -> int:
-        if index == 3:
-            raise OSError("disk went away")
-        return original(index)
-
-    monkeypatch.setattr(first.source, "materialize_layer", failing)
-    with pytest.raises(LayerLoadError):
-        first.quantize(_calibration(first), checkpoint=checkpoint, keep_in_memory=False)
+    interrupt_at_layer(first, _calibration(first), checkpoint, monkeypatch, layer=3)
     other = qhf.load(tied, _rotated(seed=1))
     with pytest.raises(IdentityMismatchError, match="source"):
         other.quantize(_calibration(other), checkpoint=checkpoint, keep_in_memory=False)
