@@ -67,3 +67,17 @@ def test_ray_without_the_ray_package_names_the_extra(monkeypatch) -> None:
     args = build_parser().parse_args(["quantize", "m.gguf", "--out", "o", "--ray", "local", "--ray-workers", "3"])
     with pytest.raises(UsageError, match=r"--ray local: the Ray executor needs the ray package: pip install"):
         _executor(args)
+
+
+def test_rotation_flags_reach_the_rotation_setting() -> None:
+    assert "rotation" not in _config()
+    read = read_quantize_config(_config("--rotation", "hadamard"))
+    assert setting(read, "rotation") == {"kind": "hadamard", "seed": 0, "residual": "auto", "heads": "auto"}
+    assert (
+        setting(read_quantize_config(_config("--rotation", "random", "--rotation-seed", "7")), "rotation")["seed"] == 7
+    )
+    assert read_quantize_config(_config("--rotation", "none")) == read_quantize_config(_config())
+    with pytest.raises(UsageError, match=r"--rotation-seed: only together with --rotation"):
+        _config("--rotation-seed", "3")
+    with pytest.raises(UsageError, match=r"--rotation"):
+        _config("--method", "fp8", "--rotation", "hadamard")

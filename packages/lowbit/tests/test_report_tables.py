@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowbit.cli.report_tables import human_bytes, per_layer_rows, render_table
+from lowbit.cli.report_tables import human_bytes, per_layer_rows, render_table, rotation_text
 from qlooper.report import ModuleReport
 
 
@@ -33,3 +33,17 @@ def test_render_table_aligns_and_prints_missing_values_as_dashes() -> None:
 
 def test_human_bytes_uses_decimal_units() -> None:
     assert [human_bytes(n) for n in (999, 1000, 98_362_432, 2.5e9)] == ["999 B", "1.0 KB", "98.4 MB", "2.5 GB"]
+
+
+def test_rotation_text_names_the_matrices_an_untied_head_and_what_was_left_out() -> None:
+    record = {
+        "kind": "hadamard", "seed": 2, "residual": False, "heads": True,
+        "matrices": {"head": {"size": 64, "kind": "hadamard", "construction": "sylvester 64"}},
+        "refused": {"residual": "model.layers.0: post_feedforward_layernorm.weight"},
+    }  # fmt: skip
+    assert rotation_text(record) == (
+        "hadamard seed 2: head 64 (sylvester 64); residual left out: model.layers.0: post_feedforward_layernorm.weight"
+    )
+    residual = {"size": 172, "kind": "random", "construction": "gaussian qr"}
+    untied = {"kind": "random", "seed": 0, "matrices": {"residual": residual}, "untied_embeddings": True}
+    assert rotation_text(untied) == "random seed 0: residual 172 (gaussian qr); lm_head untied from the embedding"

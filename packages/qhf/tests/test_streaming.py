@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import qhf
 import torch
+from interrupted_run import interrupt_at_layer
 from qcheckpoint import CheckpointConfig
 from qhf.corpus import bundled_docs
 from qhf.errors import StateError, VerificationError
@@ -120,23 +121,12 @@ def test_streaming_verify_catches_a_corrupted_spilled_norm(tmp_path, source, mon
 
 
 def test_a_resumed_streaming_run_writes_the_uninterrupted_bytes(tmp_path, source, monkeypatch) -> None:
-    from qlooper.errors import LayerLoadError
-
     config = {"method": "gptq", "bits": 4, "group_size": 32}
     whole = _quantized(source, config)
     whole.save(tmp_path / "whole")
     checkpoint = CheckpointConfig(path=tmp_path / "ckpt", interval="layer:2")
     first = qhf.load(source, config)
-    original = first.source.materialize_layer
-
-    def failing(index: int) -> int:
-        if index == 3:
-            raise OSError("disk went away")
-        return original(index)
-
-    monkeypatch.setattr(first.source, "materialize_layer", failing)
-    with pytest.raises(LayerLoadError):
-        first.quantize(_calibration(first), checkpoint=checkpoint, keep_in_memory=False)
+    interrupt_at_layer(first, _calibration(first), checkpoint, monkeypatch, layer=3)
     resumed = qhf.load(source, config)
     summary = resumed.quantize(_calibration(resumed), checkpoint=checkpoint, keep_in_memory=False)
     assert summary.resumed_from == 2

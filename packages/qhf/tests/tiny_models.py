@@ -64,9 +64,11 @@ def save_tiny_model(
     shard: str | None = None,
     tokenizer: Any = None,
     dtype: torch.dtype = torch.float32,
+    norms: float = 0.0,
     **overrides: Any,
 ) -> Path:
-    """Random weights (seeded) for a tiny ``model_type`` model saved with its tokenizer in ``directory``."""
+    """Random weights (seeded) for a tiny ``model_type`` model saved with its tokenizer in ``directory``;
+    ``norms`` > 0 adds ``N(0, norms²)`` to every 1-D weight (norms are otherwise at their initial value)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
@@ -75,6 +77,8 @@ def save_tiny_model(
         for name, param in model.named_parameters():
             if name.endswith("proj.weight"):
                 param.normal_(0.0, 0.08)
+            elif norms > 0 and name.endswith("weight") and param.dim() == 1:
+                param.add_(torch.randn_like(param) * norms)
     model = model.to(dtype)
     kwargs = {"max_shard_size": shard} if shard else {}
     model.save_pretrained(directory, **kwargs)

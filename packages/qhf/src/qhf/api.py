@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 from torch import nn
 
-from .config_view import adapter, algorithm, is_weight_only, needs_calibration, setting, solver_variant
+from .config_view import adapter, algorithm, is_weight_only, needs_calibration, rotation, setting, solver_variant
 from .corpus import bundled_docs
 from .errors import StateError
 from .perplexity import PerplexityResult, evaluate
@@ -52,6 +52,8 @@ class QuantModel:
         #: The default calibration mixture's record (counts, settings, hashes), written to the stored config's
         #: ``meta.calibration``: a fact of the run, not a setting.
         self.calibration_record: dict[str, Any] | None = None
+        #: The folded rotation's record (:mod:`qhf.rotation`), written to ``meta.rotation``; None: no rotation.
+        self.rotation_record: dict[str, Any] | None = None
         self.run: QuantizationRun | None = None
         self.results: QuantizedModules | None = None
         self.summary: QuantizeSummary | None = None
@@ -129,6 +131,11 @@ class QuantModel:
         (``False`` is refused for it). Before calibration or any layer the run's peak RAM (and,
         streaming, the spill's disk bytes) is estimated and a machine that cannot hold it is refused
         (:class:`~qhf.errors.InsufficientResourcesError`, :mod:`qhf.resources`).
+
+        A config with a ``rotation`` setting (:mod:`qhf.rotation`) first verifies the fold on a float64 replica
+        (a part asked for explicitly that does not verify raises :class:`~qhf.errors.RotationError`), builds the
+        calibration rows from the unrotated model, then reads every weight rotated; the summary's ``rotation``
+        records what applied (and a tied output projection that became untied).
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import quantize_model
@@ -166,6 +173,11 @@ class QuantModel:
         spill = SpillArea.create(spill_dir) if streaming else None
         tokens = samples * length * (2 if calibration is None else 1) if needs_calibration(self.config) else 0
         check_run(self.source, self.config, tokens, streaming, spill.root if spill is not None else None)
+        rotated, wanted = None, rotation(self.config)
+        if wanted is not None:  # verified on a float64 replica before any work
+            from .rotation import prepare_rotation
+
+            rotated = prepare_rotation(self.source, wanted)
         modules = layer_modules(self.source) if algorithm(self.config) == "gguf" else []
         self.config = with_mixture(self.config, modules, self.source.num_layers)  # q_k_m: -> dynamic
         start = time.perf_counter()
@@ -186,7 +198,18 @@ class QuantModel:
             cal = given.prepared
             stats = CalibrationStats(cal.rows, cal.total_tokens, cal.dropped)
             calibration_seconds = time.perf_counter() - start
+        source_identity = None
+        if rotated is not None:  # after the calibration rows: they are the unrotated run's
+            from qlooper.identity import source_fingerprint
+
+            from .rotation import install_rotation
+            from .rotation.fold_source import rotation_identity
+
+            install_rotation(self.source, rotated)
+            self.rotation_record = rotated.record
         self.source.materialize_base()
+        if rotated is not None:
+            source_identity = rotation_identity(source_fingerprint(self.model), rotated.record)
         processor = (
             weight_only_processor(config, spec, [name for name, _ in modules])
             if is_weight_only(config)
@@ -213,6 +236,7 @@ class QuantModel:
             device=run_device if executor is None else None,
             compute_dtype=run_dtype,
             cache_device=str(run_cache),
+            source_identity=source_identity,
         )
         # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
         # created there would be captured too and grow with every replay, so caching is off meanwhile.
@@ -266,6 +290,7 @@ class QuantModel:
                 "compute_dtype": str(run_dtype).removeprefix("torch."),
                 "cache_device": str(run_cache),
             },
+            rotation=self.rotation_record,
         )
         return self.summary
 
@@ -350,6 +375,7 @@ class QuantModel:
             self.results,
             self.config,
             calibration=self.calibration_record,
+            rotation=self.rotation_record,
             tokenizer=self.tokenizer,
             max_shard_size=max_shard_size,
             report=report,

@@ -3,7 +3,8 @@
 
 Each setting takes the reference's default when absent (:data:`DEFAULTS`; QQQ's damping defaults are its own,
 :data:`qhf.qqq_settings.DEFAULTS`). ``gptaq`` / ``foem`` sections get their default terms; ``adapter`` its
-default name and path. ``act_group_aware`` left unset resolves as the reference's default does: on for GPTQ with
+default name and path; ``rotation`` its resolved form (:mod:`qhf.rotation.setting`; ``{"kind": "none"}`` by
+default). ``act_group_aware`` left unset resolves as the reference's default does: on for GPTQ with
 groups (``group_size > 0``) and without ``desc_act``, off otherwise (the reference refuses it per channel; the
 ordering changes nothing there, so lowbit turns it off instead). It also resolves off with a ``gptaq`` or
 ``foem`` section: the reference's GPTAQ/FOEM solves visit columns in natural order whatever the setting. Set
@@ -18,11 +19,12 @@ from typing import Any
 from qformats.config import QuantizeConfig
 
 from .quant_config import QuantConfigError
+from .rotation.setting import configured_rotation
 
 #: The settings of a calibrated run and their defaults (the reference's).
 DEFAULTS: Mapping[str, Any] = {
     "damp_percent": 0.05, "damp_auto_increment": 0.01, "static_groups": False, "act_group_aware": None,
-    "mse": 0.0, "true_sequential": True, "gptaq": None, "foem": None, "adapter": None,
+    "mse": 0.0, "true_sequential": True, "gptaq": None, "foem": None, "adapter": None, "rotation": None,
 }  # fmt: skip
 GPTAQ_DEFAULTS = {"alpha": 0.25}
 FOEM_DEFAULTS = {"alpha": 0.0, "beta": 0.2}
@@ -42,6 +44,7 @@ def calibrated_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
             "gptaq, foem: choose one (FOEM's alpha is GPTAQ's term: foem {alpha: 0.25, beta: 0.2} is both)"
         )
     out["adapter"] = _adapter(out["adapter"], method)
+    out["rotation"] = configured_rotation(cfg.settings, cfg.meta)
     desc_act = bool(cfg.desc_act)
     gar = out["act_group_aware"]
     if gar is None:  # the reference's GPTAQ/FOEM solves ignore act_group_aware: natural order there

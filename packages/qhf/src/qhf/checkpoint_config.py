@@ -4,7 +4,8 @@
 ``method`` and ``quant_method``, ``format`` and ``checkpoint_format``, ``pack_dtype`` as a string, AWQ's
 ``zero_point``/``version``, QQQ's ``wbits``, ParoQuant's ``krot`` and ``opt_*``, and a ``meta`` block naming
 the quantizer and the calibrated settings (``damp_percent`` ... and a ``gptaq`` / ``foem`` section), as the
-reference writes them. The run's calibration record (not a setting) goes to ``meta.calibration``.
+reference writes them. The run's calibration record (not a setting) goes to ``meta.calibration``, its folded
+rotation's record (:mod:`qhf.rotation.fold_source`) to ``meta.rotation``.
 """
 
 from __future__ import annotations
@@ -48,9 +49,12 @@ def _weight_only_dict(cfg: QuantizeConfig) -> dict[str, Any]:
     return out
 
 
-def checkpoint_dict(cfg: QuantizeConfig, calibration: dict[str, Any] | None = None) -> dict[str, Any]:
+def checkpoint_dict(
+    cfg: QuantizeConfig, calibration: dict[str, Any] | None = None, rotation: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The stored config of a run on ``cfg`` (see the module docstring); ``calibration``: the run's record
-    of its default calibration mixture (``meta.calibration``), or None."""
+    of its default calibration mixture (``meta.calibration``), or None; ``rotation``: the run's folded rotation
+    record (``meta.rotation``), or None."""
     if is_weight_only(cfg):
         return _weight_only_dict(cfg)
     method = checkpoint_method(cfg)
@@ -79,6 +83,8 @@ def checkpoint_dict(cfg: QuantizeConfig, calibration: dict[str, Any] | None = No
         out["adapter"] = eora
     if calibration:
         out["meta"]["calibration"] = dict(calibration)
+    if rotation:
+        out["meta"]["rotation"] = dict(rotation)
     if method == "paroquant":  # the reference's fields: zero_point, krot; opt_* under meta
         from .paroquant_settings import checkpoint_fields
 

@@ -73,3 +73,12 @@ def gguf_dynamic(cfg: QuantizeConfig) -> dict[str, dict[str, Any]] | None:
     from .gguf_settings import gguf_dynamic as checked
 
     return checked(cfg.rules.to_mapping()) or None
+
+
+def rotation(cfg: QuantizeConfig) -> dict[str, Any] | None:
+    """The resolved folded-rotation setting (``{"kind", "seed", "residual", "heads"}``, :mod:`qhf.rotation.setting`)
+    when the run rotates, else None (kind ``none``, or a config without the setting)."""
+    value = cfg.settings.get("rotation")
+    if not isinstance(value, dict) or value.get("kind", "none") == "none":
+        return None
+    return dict(value)

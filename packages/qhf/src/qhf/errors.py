@@ -42,3 +42,8 @@ class StateError(QHFError, RuntimeError):
 class InsufficientResourcesError(QHFError, MemoryError):
     """A run the machine cannot hold (estimated RAM or output disk above what is available), refused before any
     work; the message states the estimate and what is available."""
+
+
+class RotationError(QHFError, ValueError):
+    """A rotation the config asked for explicitly cannot be folded into this architecture's weights (names the
+    rotation, the layer structure and why), refused before any work."""

@@ -75,6 +75,11 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
     if method in WEIGHT_ONLY_METHODS:
         if folded.settings.get("adapter") is not None:
             raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
+        if folded.settings.get("rotation") not in (None, False, "none", {"kind": "none"}):
+            raise QuantConfigError(
+                f"rotation: folded rotations are a setting of the calibrated methods (gptq, awq, rtn ...); method "
+                f"{method!r} cannot use it"
+            )
         bits, fmt = weight_only_bits_format(method, bits, fmt)
         resolved_method = method
         # the reference's forced fields: no groups, no act-order, symmetric, int32 words

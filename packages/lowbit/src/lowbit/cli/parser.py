@@ -15,14 +15,22 @@ DENSE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # qhf.save.dense_dtyp
 COMPUTE_DTYPE_NAMES = ("float32", "bfloat16", "float16")  # qlooper.devices.COMPUTE_DTYPES (not imported here)
 
 
-def _positive_int(text: str) -> int:
+def _int_at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, found {value}")
+        raise argparse.ArgumentTypeError(f"expected a {what} integer, found {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected a {what} integer, found {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "positive")
+
+
+def _non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0, "non-negative")
 
 
 def _group_size(text: str) -> int:
@@ -117,6 +125,20 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         metavar="R",
         help="after the GPTQ-family solve, an EoRA low-rank adapter of rank R per module, saved to eora/ in the "
         "checkpoint (the reference's adapter: {rank})",
+    )
+    p.add_argument(
+        "--rotation",
+        choices=("none", "hadamard", "random"),
+        default=None,
+        help="fold a rotation into the weights before quantizing (residual stream and per-head values; a "
+        "randomized Hadamard, or a random orthogonal matrix); the checkpoint stays a plain model (default: none)",
+    )
+    p.add_argument(
+        "--rotation-seed",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="with --rotation: the seed of its random signs / matrix (default: 0)",
     )
     p.add_argument(
         "--no-act-group-aware",

@@ -43,6 +43,7 @@ from .report_tables import (
     path_bytes,
     per_layer_rows,
     render_table,
+    rotation_text,
 )
 
 
@@ -286,6 +287,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"lost worker  {worker['name']} ({where}) during {worker['during']}; replaced")
     fallbacks = summary.fallbacks
     print(f"fallbacks    {len(fallbacks)}" + (f": {', '.join(fallbacks)}" if fallbacks else ""))
+    if summary.rotation is not None:
+        print(f"rotation     {rotation_text(summary.rotation)}")
     saved = summary.saved
     print(
         f"size before  {human_bytes(source_bytes)} on disk; dense {human_bytes(params * 4)} at float32, "

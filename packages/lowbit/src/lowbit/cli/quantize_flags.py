@@ -16,7 +16,8 @@ _INTEGER_ONLY_FLAGS = {
     "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
     "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
-    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
+    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs", "rotation": "--rotation",
+    "rotation_seed": "--rotation-seed",
 }  # fmt: skip
 
 
@@ -85,6 +86,7 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     config.update({key: value for key, value in flags.items() if value is not None})
     config.update(_asymmetric_config(args))
     config.update(_paroquant_config(args))
+    config.update(_rotation_config(args))
     if args.preset is not None:
         if args.method != "gptq":
             raise UsageError(
@@ -115,6 +117,19 @@ def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
     if args.gptaq is not None:
         return {**out, "gptaq": {"alpha": args.gptaq}}
     return {**out, "foem": {"alpha": args.foem_alpha or 0.0, "beta": args.foem}}
+
+
+def _rotation_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--rotation KIND`` / ``--rotation-seed N`` as qhf's ``rotation: {kind, seed}`` setting (absent: none)."""
+    if args.rotation is None:
+        if args.rotation_seed is not None:
+            raise UsageError("--rotation-seed: only together with --rotation hadamard|random")
+        return {}
+    if args.rotation == "none":
+        if args.rotation_seed is not None:
+            raise UsageError("--rotation-seed: --rotation none draws no rotation")
+        return {"rotation": {"kind": "none"}}
+    return {"rotation": {"kind": args.rotation, "seed": 0 if args.rotation_seed is None else args.rotation_seed}}
 
 
 def _paroquant_config(args: argparse.Namespace) -> dict[str, Any]:

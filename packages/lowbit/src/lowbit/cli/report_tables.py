@@ -110,3 +110,17 @@ def generation_text(source: dict[str, Any]) -> str | None:
 
 
 PER_LAYER_HEADERS = ("layer", "modules", "loss", "tokens", "damp", "fallbacks", "seconds")
+
+
+def rotation_text(record: Any) -> str:
+    """One line of a run's folded-rotation record (qhf's ``summary.rotation``): ``hadamard seed 0: residual 576
+    (paley1 12 (q=11) x ...), heads 64 (sylvester 64); lm_head untied`` plus any part left out and why."""
+    applied = [
+        f"{part} {matrix['size']} ({matrix['construction']})" for part, matrix in (record.get("matrices") or {}).items()
+    ]
+    text = f"{record['kind']} seed {record['seed']}: " + (", ".join(applied) or "nothing applied")
+    if record.get("untied_embeddings"):
+        text += "; lm_head untied from the embedding"
+    for part, reason in (record.get("refused") or {}).items():
+        text += f"; {part} left out: {reason}"
+    return text

@@ -84,9 +84,10 @@ def _signature(layer: nn.Module) -> tuple[Any, ...]:
     )
 
 
-def _randomize(module: nn.Module, generator: torch.Generator) -> None:
-    """Give every meta parameter of ``module`` a real random value (norm-like 1-D weights near 1)."""
-    for sub in module.modules():
+def randomize_parameters(module: nn.Module, generator: torch.Generator, *, recurse: bool = True) -> None:
+    """Give every meta parameter of ``module`` (and, with ``recurse``, of its submodules) a real random value in its
+    dtype: float32 ``N(0, 0.05²)`` draws, norm-like 1-D weights near 1."""
+    for sub in module.modules() if recurse else (module,):
         for pname, param in list(sub._parameters.items()):
             if param is None or param.device.type != "meta":
                 continue
@@ -133,7 +134,7 @@ def _run_replica(
     real: dict[int, nn.Module] = {}
     for rep, members in representatives.items():
         layer = container[rep]
-        _randomize(layer, generator)
+        randomize_parameters(layer, generator)
         _check_unfused(layer, f"{layers_path}.{rep}", generator)
         for index in members:
             container[index] = layer

@@ -136,10 +136,11 @@ def config_dict(
     config: QuantizeConfig,
     dense_dtype: torch.dtype | None = None,
     calibration: dict[str, Any] | None = None,
+    rotation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``config.json`` content: the source config plus ``quantization_config`` (:mod:`qhf.checkpoint_config`, with
-    the run's ``calibration`` record); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype`` the source config
-    carries) names the dense tensors' dtype."""
+    the run's ``calibration`` and ``rotation`` records); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype``
+    the source config carries) names the dense tensors' dtype."""
     data = source.config.to_dict()
     for key in _CONFIG_DROP:
         data.pop(key, None)
@@ -150,7 +151,7 @@ def config_dict(
         data["dtype"] = name
         if "torch_dtype" in data:
             data["torch_dtype"] = name
-    data["quantization_config"] = checkpoint_dict(config, calibration)
+    data["quantization_config"] = checkpoint_dict(config, calibration, rotation)
     return data
 
 
@@ -178,6 +179,7 @@ def save_checkpoint(
     config: QuantizeConfig,
     *,
     calibration: dict[str, Any] | None = None,
+    rotation: dict[str, Any] | None = None,
     tokenizer: Any = None,
     max_shard_size: int | str = "4GB",
     report: Sequence[ModuleReport] = (),
@@ -190,7 +192,8 @@ def save_checkpoint(
     """Write the checkpoint (see the module docstring); returns the weight shard paths (in ``directory``).
 
     ``config``: the run's quantization config; ``calibration``: the run's record of its default calibration mixture
-    (written to the stored config's ``meta.calibration``), or None.
+    (written to the stored config's ``meta.calibration``), or None; ``rotation``: the run's folded rotation record
+    (``meta.rotation``; :mod:`qhf.rotation`), or None.
     ``report``: the run's qlooper report rows and ``summary`` its :class:`~qhf.summary.QuantizeSummary`, for
     ``quant_log.csv`` / ``quant_report.json`` (:func:`write_report`).
     ``dense_dtype``: the dtype of the non-quantized floating tensors and of ``config.json``'s ``dtype``
@@ -213,7 +216,7 @@ def save_checkpoint(
 
     directory = Path(directory)
     entries = tensor_entries(source, model, results, dense_dtype, spill)
-    model_config = config_dict(source, config, dense_dtype, calibration)
+    model_config = config_dict(source, config, dense_dtype, calibration, rotation)
     quantization = model_config.pop("quantization_config")
     with staged_directory(directory) as staging:
         written = write_checkpoint_files(

@@ -4,6 +4,10 @@
 embedding's tensor, and unfused experts or renamed modules read their file tensors
 (:mod:`qhf.source.tensor_aliases`). Weights become real only through :meth:`OpenedSource.materialize_layer` /
 :meth:`materialize_base` (or :meth:`materialize_all` for dense evaluation).
+
+A :class:`TensorTransform` installed with :meth:`OpenedSource.install_transform` (rotations folded into the
+weights, :mod:`qhf.rotation`) rewrites the tensors it names as they are read, one tensor at a time from the file
+tensors in float64: every later read (materialization, spill, save, verify) sees the transformed model.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import torch
 from qlooper.definition import ModelDefinition
@@ -32,6 +36,15 @@ from .skeleton import (
 from .tensor_aliases import Reader, aliases
 
 TensorGetter = Callable[[str, "torch.dtype | None"], torch.Tensor]
+
+
+class TensorTransform(Protocol):
+    """Rewrites some of a source's tensors: ``name in transform`` says which; ``transform(name, read)`` returns
+    the new float64 tensor, reading any file tensor it needs (by skeleton name, untransformed) with ``read``."""
+
+    def __contains__(self, name: object) -> bool: ...
+
+    def __call__(self, name: str, read: Callable[[str], torch.Tensor]) -> torch.Tensor: ...
 
 
 @dataclass
@@ -55,9 +68,12 @@ class OpenedSource:
     size_of: Callable[[str], int] | None = None
     dtype_of: Callable[[str], torch.dtype] | None = None
     aliases: dict[str, Reader] = field(default_factory=dict)
+    transform: TensorTransform | None = None
 
     def __post_init__(self) -> None:
         self.tied = tied_output(self.config)
+        #: The output projection has no file tensor of its own (tied in the files); stays True once untied.
+        self.head_reads_embedding = self.tied
         self.embed_weight, self.head_weight = embedding_names(self.model)
         expected = {n for n, _ in self.model.named_parameters()}
         absent = sorted(
@@ -79,40 +95,79 @@ class OpenedSource:
         return f"{self.definition.layers_path}.{index}"
 
     def tensor_names(self) -> list[str]:
-        """Every tensor name as the skeleton spells it (file tensors read through an alias replaced by it)."""
+        """Every tensor name as the skeleton spells it (file tensors read through an alias replaced by it; an
+        untied output projection included)."""
         read = {reader.source for reader in self.aliases.values()}
-        return sorted((set(self.names) - read) | set(self.aliases))
+        untied = {self.head_weight} if self.head_reads_embedding and not self.tied else set()
+        return sorted((set(self.names) - read) | set(self.aliases) | untied)
 
     @property
     def num_layers(self) -> int:
         return len(cast(nn.ModuleList, self.model.get_submodule(self.definition.layers_path)))
 
-    def tensor(self, name: str) -> torch.Tensor:
-        """The source's tensor ``name`` in the compute dtype (a tied lm_head reads the embedding)."""
+    def _file_name(self, name: str) -> str:
+        """The file tensor behind skeleton name ``name`` (a tied lm_head's is the embedding's)."""
+        if name not in self.names and self.head_reads_embedding and name == self.head_weight:
+            return self.embed_weight
+        return name
+
+    def _read(self, name: str, dtype: torch.dtype | None) -> torch.Tensor:
+        """Tensor ``name`` from the files (aliases and a tied lm_head resolved), untransformed, in ``dtype``."""
         if name in self.aliases:
-            return self.aliases[name](lambda n: self.get(n, self.dtype))
-        if name not in self.names and self.tied and name == self.head_weight:
-            name = self.embed_weight
-        return self.get(name, self.dtype)
+            return self.aliases[name](lambda n: self.get(n, dtype))
+        return self.get(self._file_name(name), dtype)
+
+    def _transformed(self, name: str) -> torch.Tensor | None:
+        """The installed transform's float64 value of ``name``, or None when it leaves ``name`` alone."""
+        if self.transform is None or name not in self.transform:
+            return None
+        return self.transform(name, lambda n: self._read(n, torch.float64))
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The source's tensor ``name`` in the compute dtype (a tied lm_head reads the embedding; the installed
+        transform applied)."""
+        changed = self._transformed(name)
+        if changed is not None:
+            return changed.to(self.dtype)
+        return self._read(name, self.dtype)
 
     def stored(self, name: str) -> torch.Tensor:
-        """Tensor ``name`` exactly as stored in the source (its file dtype)."""
-        if name in self.aliases:
-            return self.aliases[name](lambda n: self.get(n, None))
-        return self.get(name, None)
+        """Tensor ``name`` as stored in the source (its file dtype; the installed transform applied)."""
+        changed = self._transformed(name)
+        if changed is not None:
+            return changed.to(self.stored_dtype(name))
+        return self._read(name, None)
 
     def stored_nbytes(self, name: str) -> int:
         """Bytes of tensor ``name`` as stored (from the file header when the source can tell)."""
         if self.size_of is not None and name not in self.aliases:
-            return self.size_of(name)
-        tensor = self.stored(name)
+            return self.size_of(self._file_name(name))
+        tensor = self._read(name, None)
         return tensor.numel() * tensor.element_size()
 
     def stored_dtype(self, name: str) -> torch.dtype:
         """The dtype tensor ``name`` is stored in (from the file header when the source can tell)."""
         if self.dtype_of is not None and name not in self.aliases:
-            return self.dtype_of(name)
-        return self.stored(name).dtype
+            return self.dtype_of(self._file_name(name))
+        return self._read(name, None).dtype
+
+    def install_transform(self, transform: TensorTransform, *, untie: bool = False) -> None:
+        """Read every later tensor through ``transform`` (module docstring). Every materialized parameter is sent
+        back to meta first, so nothing read before stays. ``untie``: a tied output projection gets its own tensor
+        (the transform gives it; it is saved under its own name) and the configs say ``tie_word_embeddings:
+        false``."""
+        release(self.model, "")
+        self.transform = transform
+        if not (untie and self.tied):
+            return
+        self.tied = False
+        for config in {id(c): c for c in _tie_configs(self.config, cast(Any, self.model).config)}.values():
+            config.tie_word_embeddings = False
+        head_module, _, pname = self.head_weight.rpartition(".")
+        head = self.model.get_submodule(head_module)
+        old = head._parameters[pname]
+        if old is not None:
+            head._parameters[pname] = nn.Parameter(torch.empty_like(old, device="meta"), requires_grad=False)
 
     def _retie(self) -> None:
         if not self.tied:
@@ -156,6 +211,15 @@ class OpenedSource:
         if left:
             raise SourceFormatError(f"{self.path}: parameters left unloaded: {', '.join(left[:5])}")
         return self.model
+
+
+def _tie_configs(*configs: Any) -> list[Any]:
+    """The configs (and their text configs) that carry ``tie_word_embeddings``."""
+    found = []
+    for config in configs:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        found += [c for c in (config, text) if hasattr(c, "tie_word_embeddings")]
+    return found
 
 
 def open_source_model(
