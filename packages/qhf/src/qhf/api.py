@@ -14,7 +14,7 @@ import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
@@ -144,6 +144,7 @@ class QuantModel:
             replacer_hooks,
             weight_only_processor,
         )
+        from .kv_cache_off import kv_cache_off
         from .resources import check_run, wants_streaming
         from .spec_from_config import quant_spec
         from .weight_only import with_mixture
@@ -216,23 +217,20 @@ class QuantModel:
         )
         # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
         # created there would be captured too and grow with every replay, so caching is off meanwhile.
-        model_config = cast(Any, self.model).config  # a transformers config
-        use_cache = getattr(model_config, "use_cache", None)
-        model_config.use_cache = False
         try:
-            run = quantize_model(
-                self.model,
-                self.source.definition,
-                cal,
-                spec,
-                processor,
-                format=str(config.format),
-                checkpoint=checkpoint,
-                options=options,
-            )
+            with kv_cache_off(self.model):
+                run = quantize_model(
+                    self.model,
+                    self.source.definition,
+                    cal,
+                    spec,
+                    processor,
+                    format=str(config.format),
+                    checkpoint=checkpoint,
+                    options=options,
+                )
             loader.spill_rest(run.modules)  # layers a resumed run restored
         finally:
-            model_config.use_cache = use_cache
             self.source.materialize_base()  # released while the layers were quantized
             release_free_memory()
         self.spill, self._replacer = spill, replacer

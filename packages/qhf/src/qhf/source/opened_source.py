@@ -57,7 +57,7 @@ class OpenedSource:
     aliases: dict[str, Reader] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.tied = tied_output(self.config)
+        self.tied = tied_output(self.config, self.model)
         self.embed_weight, self.head_weight = embedding_names(self.model)
         expected = {n for n, _ in self.model.named_parameters()}
         absent = sorted(
