@@ -92,6 +92,3 @@ def test_parallel_attention_shares_one_group() -> None:
     assert ("self_attention.query_key_value", "mlp.dense_h_to_4h") in groups
 
 
-def test_multimodal_gemma3_gets_a_hint() -> None:
-    with pytest.raises(UnsupportedArchitectureError, match="gemma3_text"):
-        definition_for(None, type("C", (), {"model_type": "gemma3"})())  # type: ignore[arg-type]

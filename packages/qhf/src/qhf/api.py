@@ -10,6 +10,7 @@ Typical use::
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from dataclasses import replace
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from qlooper.api import QuantizationRun
 
 AUTO = "auto"
+
+logger = logging.getLogger(__name__)
 
 
 class QuantModel:
@@ -144,6 +147,7 @@ class QuantModel:
             replacer_hooks,
             weight_only_processor,
         )
+        from .architectures.multimodal import text_only_record
         from .kv_cache_off import kv_cache_off
         from .resources import check_run, wants_streaming
         from .spec_from_config import quant_spec
@@ -235,6 +239,9 @@ class QuantModel:
             release_free_memory()
         self.spill, self._replacer = spill, replacer
         self.run = run
+        multimodal = text_only_record(self.model)
+        if multimodal is not None:
+            logger.info("%s: %s", self.source.path, multimodal["note"])
         self.results = run.modules
         eora, variant = adapter(config), solver_variant(config)
         self.summary = QuantizeSummary(
@@ -264,6 +271,7 @@ class QuantModel:
                 "compute_dtype": str(run_dtype).removeprefix("torch."),
                 "cache_device": str(run_cache),
             },
+            multimodal=multimodal,
         )
         return self.summary
 

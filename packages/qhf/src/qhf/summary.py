@@ -61,7 +61,9 @@ class QuantizeSummary:
       forwards;
     * ``adapter``: the EoRA adapter settings and its ``modules`` count; ``algorithm``: GPTAQ/FOEM's name and
       terms; ``executor``: the executor's own description (None: this process); ``compute``: where the layers
-      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded);
+      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded); ``multimodal``: a vision-language
+      model's ``language_model`` path, the ``dense`` subtrees and the ``note`` that calibration was text only
+      (:func:`qhf.architectures.multimodal.text_only_record`; None for a causal LM);
     * set by ``save``: ``dense_dtype`` (of the non-quantized tensors), ``saved`` (:class:`SavedCheckpoint`),
       ``verification`` (the reload-and-compare report as a dict, or ``"skipped (verify=False)"``).
     """
@@ -87,6 +89,7 @@ class QuantizeSummary:
     algorithm: Mapping[str, Any] | None = None
     executor: Mapping[str, Any] | None = None
     compute: Mapping[str, str] | None = None
+    multimodal: Mapping[str, Any] | None = None
     dense_dtype: str | None = None
     saved: SavedCheckpoint | None = None
     verification: Mapping[str, Any] | str | None = None
@@ -127,6 +130,7 @@ class QuantizeSummary:
             "algorithm": _plain(self.algorithm),
             "executor": _plain(self.executor),
             "compute": _plain(self.compute),
+            "multimodal": _plain(self.multimodal),
             "dense_dtype": self.dense_dtype,
             "saved": self.saved.report_dict() if self.saved is not None else None,
             "verification": _plain(self.verification),

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..errors import UnsupportedArchitectureError
 from .discovery import Discovery, discover, text_config
-from .multimodal import is_vision_language
+from .multimodal import is_vision_language, refuse_layer_index_clash
 
 _LLAMA_GROUPS = (
     ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -84,6 +84,9 @@ def definition_for(model: nn.Module, config: Any) -> Discovery:
     """
     family = text_config(config) if is_vision_language(config) else config
     found = discover(model, config)
+    if family is not config:
+        layers_path = found.definition.layers_path
+        refuse_layer_index_clash(model, layers_path, len(model.get_submodule(layers_path)))
     override = OVERRIDES.get(str(getattr(family, "model_type", "")))
     if override is not None:
         layer = model.get_submodule(f"{found.definition.layers_path}.0")

@@ -17,12 +17,18 @@ subtrees beside it that stay dense.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from torch import nn
 
+from ..errors import UnsupportedArchitectureError
+
 TEXT_ONLY_NOTE = "calibrated on text only; the vision tower and the multimodal projector are not quantized"
 """The run summary's and report's ``multimodal.note`` for a vision-language model."""
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+"""A layer index in a tensor name, as qformats' checkpoint rule ``CONFIG-LAYERS`` reads it."""
 
 
 def is_vision_language(config: Any) -> bool:
@@ -97,3 +103,37 @@ def head_tied(model: nn.Module) -> bool | None:
         if not owner_path:
             return False
         owner_path = owner_path.rpartition(".")[0]
+
+
+def text_only_record(model: nn.Module) -> dict[str, Any] | None:
+    """The run summary's ``multimodal`` record of a vision-language model: ``language_model`` (its path),
+    ``dense`` (:func:`dense_parts`) and ``note`` (:data:`TEXT_ONLY_NOTE`); None for any other model."""
+    path = language_model_path(model)
+    if path is None:
+        return None
+    return {"language_model": path, "dense": list(dense_parts(model)), "note": TEXT_ONLY_NOTE}
+
+
+def refuse_layer_index_clash(model: nn.Module, layers_path: str, num_layers: int) -> None:
+    """Refuse a vision-language model whose parameters outside its decoder layers (``layers_path``) carry a
+    ``layers.N`` index of ``num_layers`` or more (a vision encoder deeper than the language model: SigLIP's 26
+    ``vision_tower.encoder.layers`` beside a 24-layer text model). qformats' ``CONFIG-LAYERS`` rule reads the
+    highest ``layers.N`` of every tensor name as the checkpoint's layer count and would refuse the save after
+    the whole run; this raises :class:`UnsupportedArchitectureError` before any work instead."""
+    inside = layers_path + "."
+    deeper = sorted(
+        {
+            name[: found.end() - 1]
+            for name, _ in model.named_parameters()
+            if not name.startswith(inside)
+            for found in [_LAYER_INDEX.search(name)]
+            if found is not None and int(found.group(1)) >= num_layers
+        }
+    )
+    if deeper:
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__}: {', '.join(deeper[:3])}{' ...' if len(deeper) > 3 else ''}: a layer list "
+            f"outside the language model deeper than its {num_layers} decoder layers; qformats' checkpoint rule CONFIG-LAYERS "
+            "takes the highest 'layers.N' of any tensor name for the layer count, so the saved checkpoint would be "
+            "refused"
+        )

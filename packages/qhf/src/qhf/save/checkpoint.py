@@ -138,8 +138,11 @@ def config_dict(
     calibration: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``config.json`` content: the source config plus ``quantization_config`` (:mod:`qhf.checkpoint_config`, with
-    the run's ``calibration`` record); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype`` the source config
-    carries) names the dense tensors' dtype."""
+    the run's ``calibration`` record and, for a vision-language model, the subtrees kept dense:
+    :func:`qhf.architectures.multimodal.dense_parts`); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype`` the
+    source config carries) names the dense tensors' dtype."""
+    from ..architectures.multimodal import dense_parts
+
     data = source.config.to_dict()
     for key in _CONFIG_DROP:
         data.pop(key, None)
@@ -150,7 +153,7 @@ def config_dict(
         data["dtype"] = name
         if "torch_dtype" in data:
             data["torch_dtype"] = name
-    data["quantization_config"] = checkpoint_dict(config, calibration)
+    data["quantization_config"] = checkpoint_dict(config, calibration, dense_parts(source.model))
     return data
 
 

@@ -1,0 +1,144 @@
+"""Tiny vision-language models built from transformers' own config classes (no hub), and image+text inputs.
+
+Each family: a 2-layer, hidden-64 language model (grouped-query attention, the tiny tokenizer's 320 tokens plus 4
+image tokens 320..323 that text never produces) beside a 1- or 2-layer, hidden-32 vision tower on 28x28 images
+(14-pixel patches). Random weights, seeded; the language model's projections are drawn larger (as in
+:mod:`tiny_models`) so that quantization error shows in the logits, and matrices transformers initializes to
+zero are drawn too so that the image reaches the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from tiny_models import VOCAB
+
+IMAGE, START, END, EXTRA = VOCAB, VOCAB + 1, VOCAB + 2, VOCAB + 3
+TEXT: dict[str, Any] = dict(
+    vocab_size=VOCAB + 4,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=None,
+    tie_word_embeddings=False,
+)
+VISION: dict[str, Any] = dict(hidden_size=32, num_attention_heads=2, image_size=28, patch_size=14)
+
+
+def qwen2_5_vl() -> Any:
+    from transformers import Qwen2_5_VLConfig
+
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14)
+    return Qwen2_5_VLConfig(
+        text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]}),
+        vision_config=dict(vision, spatial_merge_size=2, temporal_patch_size=2, fullatt_block_indexes=[1]),
+        image_token_id=IMAGE,
+        vision_start_token_id=START,
+        vision_end_token_id=END,
+        video_token_id=EXTRA,
+    )
+
+
+def gemma3() -> Any:
+    """Gemma 3 with vision; its own config ties ``lm_head`` to the embedding (the text config does not)."""
+    from transformers import Gemma3Config
+
+    return Gemma3Config(
+        text_config=dict(TEXT, head_dim=16, sliding_window=32),
+        vision_config=dict(VISION, intermediate_size=64, num_hidden_layers=2),
+        mm_tokens_per_image=4,
+        image_token_index=IMAGE,
+        boi_token_index=START,
+        eoi_token_index=END,
+    )
+
+
+def llama4() -> Any:
+    """Llama 4 with vision: MoE text layers (4 experts, 1 per token, a shared expert), ``lm_head`` inside
+    ``language_model``."""
+    from transformers import Llama4Config
+
+    text = dict(TEXT, intermediate_size_mlp=128, num_local_experts=4, num_experts_per_tok=1, head_dim=16)
+    return Llama4Config(
+        text_config=dict(text, interleave_moe_layer_step=1),
+        vision_config=dict(
+            VISION,
+            intermediate_size=128,  # the pixel-shuffled width: hidden / ratio**2
+            num_hidden_layers=2,
+            vision_output_dim=64,
+            projector_input_dim=64,
+            projector_output_dim=64,
+            pixel_shuffle_ratio=0.5,
+        ),
+        image_token_index=IMAGE,
+        boi_token_index=START,
+        eoi_token_index=END,
+    )
+
+
+def llava(vision_layers: int = 2) -> Any:
+    """LLaVA: a Llama language model and a CLIP vision tower of ``vision_layers`` layers."""
+    from transformers import LlavaConfig
+
+    return LlavaConfig(
+        text_config=dict(TEXT, model_type="llama"),
+        vision_config=dict(
+            VISION, model_type="clip_vision_model", intermediate_size=64, num_hidden_layers=vision_layers
+        ),
+        image_token_index=IMAGE,
+    )
+
+
+FAMILIES: dict[str, Callable[[], Any]] = {
+    "qwen2_5_vl": qwen2_5_vl,
+    "gemma3": gemma3,
+    "llama4": llama4,
+    "llava": llava,
+}
+
+
+def save_vision_model(directory: Path, config: Any, tokenizer: Any, seed: int = 0) -> Path:
+    """The model of ``config`` with random weights (seeded) saved by transformers with ``tokenizer``."""
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "language_model" in name and name.endswith("proj.weight"):
+                param.normal_(0.0, 0.08)
+            elif param.dim() > 1 and not param.any():  # Gemma 3's projector starts at zero: no image would show
+                param.normal_(0.0, 0.08)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def image_text_inputs(config: Any, seed: int = 0) -> dict[str, torch.Tensor]:
+    """One row: 3 text tokens, the image's placeholder tokens, 3 text tokens; random pixels (seeded) in the
+    layout the family's forward takes (Qwen2.5-VL: flattened patches plus ``image_grid_thw``)."""
+    generator = torch.Generator().manual_seed(seed)
+    text = [5, 6, 7]
+    vision = config.vision_config
+    if config.model_type == "qwen2_5_vl":
+        grid = torch.tensor([[1, 4, 4]])
+        patches = int(grid.prod())
+        width = 3 * vision.temporal_patch_size * vision.patch_size**2
+        pixels = torch.randn(patches, width, generator=generator)
+        image = [START] + [IMAGE] * (patches // vision.spatial_merge_size**2) + [END]
+        return {"input_ids": torch.tensor([text + image + text]), "pixel_values": pixels, "image_grid_thw": grid}
+    patches = (vision.image_size // vision.patch_size) ** 2  # LLaVA: one token per patch
+    if config.model_type == "gemma3":
+        patches = config.mm_tokens_per_image
+    elif config.model_type == "llama4":
+        patches = int(patches * vision.pixel_shuffle_ratio**2)
+    pixels = torch.randn(1, 3, vision.image_size, vision.image_size, generator=generator)
+    return {"input_ids": torch.tensor([text + [IMAGE] * patches + text]), "pixel_values": pixels}
