@@ -22,7 +22,7 @@ from qhf.kv_cache_off import kv_cache_off
 from qhf.source.skeleton import meta_skeleton
 from qhf.tokenizer import token_blocks
 from safetensors import safe_open
-from tiny_vision_models import FAMILIES, image_text_inputs, llava, save_vision_model
+from tiny_vision_models import FAMILIES, IMAGE, image_text_inputs, llava, save_llava_processor, save_vision_model
 
 # family -> (transformers class, language model, its decoder layers, subtrees kept dense, quantized modules)
 EXPECTED: dict[str, tuple[str, str, str, list[str], int]] = {
@@ -226,3 +226,24 @@ def test_kv_cache_is_off_on_the_text_config_too() -> None:
     with kv_cache_off(model):
         assert text.use_cache is False and model.config.use_cache is False
     assert text.use_cache is True
+
+
+def test_llava_processor_is_carried_and_drives_the_reloaded_model(tokenizer: Any, tmp_path: Path) -> None:
+    """The source's processor files reach the checkpoint; the processor loaded from the checkpoint turns an image
+    and a prompt into inputs on which the reloaded model equals the in-memory quantized one."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    src = save_vision_model(tmp_path / "src", llava(), tokenizer)
+    save_llava_processor(src, tokenizer)
+    qm = qhf.load(src, {"method": "gptq", "bits": 4, "group_size": 32})
+    qm.quantize(_calibration(qm.tokenizer))
+    qm.save(tmp_path / "out")
+    assert (tmp_path / "out" / "processor_config.json").read_bytes() == (src / "processor_config.json").read_bytes()
+    processor = AutoProcessor.from_pretrained(tmp_path / "out")
+    pixels = (torch.rand(28, 28, 3, generator=torch.Generator().manual_seed(0)) * 255).to(torch.uint8).numpy()
+    inputs = processor(text="def <image> fibonacci", images=Image.fromarray(pixels), return_tensors="pt")
+    assert int((inputs["input_ids"] == IMAGE).sum()) == 4  # one token per 14-pixel patch
+    loaded = qhf.load_quantized(tmp_path / "out")
+    batch = {"input_ids": inputs["input_ids"], "pixel_values": inputs["pixel_values"]}
+    assert torch.equal(_logits(qm.model, batch), _logits(loaded.model, batch))

@@ -142,3 +142,23 @@ def image_text_inputs(config: Any, seed: int = 0) -> dict[str, torch.Tensor]:
         patches = int(patches * vision.pixel_shuffle_ratio**2)
     pixels = torch.randn(1, 3, vision.image_size, vision.image_size, generator=generator)
     return {"input_ids": torch.tensor([text + [IMAGE] * patches + text]), "pixel_values": pixels}
+
+
+def save_llava_processor(directory: Path, tokenizer: Any) -> Any:
+    """A LLaVA processor (CLIP image processor on 28x28 images, the tiny tokenizer plus ``<image>`` as token
+    :data:`IMAGE`) saved in ``directory`` (``processor_config.json`` and the tokenizer)."""
+    import copy
+
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
+    text = copy.deepcopy(tokenizer)
+    text.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    if text.convert_tokens_to_ids("<image>") != IMAGE:
+        raise AssertionError(f"<image> is token {text.convert_tokens_to_ids('<image>')}, expected {IMAGE}")
+    images = CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+    processor = LlavaProcessor(
+        image_processor=images, tokenizer=text, patch_size=14, vision_feature_select_strategy="default",
+        image_token="<image>", num_additional_image_tokens=1,
+    )  # fmt: skip
+    processor.save_pretrained(directory)
+    return processor

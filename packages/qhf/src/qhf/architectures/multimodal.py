@@ -27,6 +27,15 @@ from ..errors import UnsupportedArchitectureError
 TEXT_ONLY_NOTE = "calibrated on text only; the vision tower and the multimodal projector are not quantized"
 """The run summary's and report's ``multimodal.note`` for a vision-language model."""
 
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
+    "chat_template.json",
+)
+"""A vision-language model's processor files, carried from the source into its checkpoint (and a dense export) so
+that ``AutoProcessor`` loads from the checkpoint as from the source."""
+
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 """A layer index in a tensor name, as qformats' checkpoint rule ``CONFIG-LAYERS`` reads it."""
 
