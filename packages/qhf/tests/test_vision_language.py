@@ -35,7 +35,13 @@ EXPECTED: dict[str, tuple[str, str, str, list[str], int]] = {
         14,
     ),
     # 4 attention linears, 4 experts x 3, a shared expert's 3, per layer; the router stays dense
-    "llama4": ("Llama4ForConditionalGeneration", "language_model", "model.layers", ["vision_model", "multi_modal_projector"], 38),
+    "llama4": (
+        "Llama4ForConditionalGeneration",
+        "language_model",
+        "model.layers",
+        ["vision_model", "multi_modal_projector"],
+        38,
+    ),
     "llava": (
         "LlavaForConditionalGeneration",
         "model.language_model",
@@ -67,7 +73,7 @@ def _tensors(directory: Path) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for file in sorted(directory.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as handle:
-            out.update({name: handle.get_tensor(name) for name in handle.keys()})  # noqa: SIM118
+            out.update({name: handle.get_tensor(name) for name in handle.keys()})
     return out
 
 
@@ -178,9 +184,7 @@ def test_llava_language_stack_quantizes_as_its_llama_text_model(sources: Any, to
     for name, path in (("llava", src), ("llama", tmp_path / "llama")):
         qm = qhf.load(path, {"method": "gptq", "bits": 4, "group_size": 32})
         qm.quantize(_calibration(tokenizer))
-        runs[name] = {
-            module.split("layers.", 1)[1]: done.tensors() for module, done in (qm.results or {}).items()
-        }
+        runs[name] = {module.split("layers.", 1)[1]: done.tensors() for module, done in (qm.results or {}).items()}
     assert runs["llava"].keys() == runs["llama"].keys() and len(runs["llava"]) == 14
     for module, tensors in runs["llava"].items():
         assert all((tensors[k] == runs["llama"][module][k]).all() for k in tensors), module

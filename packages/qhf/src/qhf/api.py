@@ -139,6 +139,8 @@ class QuantModel:
         from qlooper.kernels import kernel_replacer
         from qlooper.loop import LoopOptions
 
+        from .architectures.multimodal import text_only_record
+        from .kv_cache_off import kv_cache_off
         from .looper_bridge import (
             SourceLayerLoader,
             layer_modules,
@@ -147,8 +149,6 @@ class QuantModel:
             replacer_hooks,
             weight_only_processor,
         )
-        from .architectures.multimodal import text_only_record
-        from .kv_cache_off import kv_cache_off
         from .resources import check_run, wants_streaming
         from .spec_from_config import quant_spec
         from .weight_only import with_mixture

@@ -53,10 +53,10 @@ def _weight_only_dict(cfg: QuantizeConfig) -> dict[str, Any]:
 def kept_dense_fields(parts: Sequence[str]) -> dict[str, Any]:
     """A vision-language checkpoint's record of the subtrees kept dense (``parts``: ``model.visual``;
     ``model.vision_tower``, ``model.multi_modal_projector``): ``dynamic`` negative rules, one per part
-    (``-:^(?:model\\.)?visual\\b``, the part and every module in it: GPT-QModel's and vLLM's GPTQ loaders keep matching modules dense; the optional
-    parent also matches the names of hub checkpoints and vLLM's modules, ``visual.``) and
-    ``modules_to_not_convert`` with each part's own name (``visual``: transformers' and vLLM's AWQ loaders keep
-    modules whose name contains one dense). Empty for no parts."""
+    (``-:^(?:model\\.)?visual\\b``, the part and every module in it: GPT-QModel's and vLLM's GPTQ loaders keep
+    matching modules dense; the optional parent also matches the names of hub checkpoints and vLLM's modules,
+    ``visual.``) and ``modules_to_not_convert`` with each part's own name (``visual``: transformers' and vLLM's
+    AWQ loaders keep modules whose name contains one dense). Empty for no parts."""
     if not parts:
         return {}
     rules: dict[str, dict[str, Any]] = {}

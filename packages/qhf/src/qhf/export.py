@@ -23,10 +23,10 @@ from qformats.checkpoint.writer import write_checkpoint_files
 from qformats.errors import QFormatsError
 from qlooper.module_access import linear_features
 
+from .architectures.multimodal import PROCESSOR_FILES
 from .checkpoint_reader import load_config_json, open_quantized_checkpoint
 from .errors import SourceFormatError
 from .save.tensor_stream import TensorEntry, bf16_names, numpy_stream
-from .architectures.multimodal import PROCESSOR_FILES
 from .tokenizer import TOKENIZER_FILES
 
 

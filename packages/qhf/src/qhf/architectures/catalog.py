@@ -11,7 +11,7 @@ adds where discovery found none (checked: same width), extra no-clip modules and
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from qlooper.definition import ModelDefinition
 from qlooper.module_access import module_tensor
@@ -86,7 +86,7 @@ def definition_for(model: nn.Module, config: Any) -> Discovery:
     found = discover(model, config)
     if family is not config:
         layers_path = found.definition.layers_path
-        refuse_layer_index_clash(model, layers_path, len(model.get_submodule(layers_path)))
+        refuse_layer_index_clash(model, layers_path, len(cast(nn.ModuleList, model.get_submodule(layers_path))))
     override = OVERRIDES.get(str(getattr(family, "model_type", "")))
     if override is not None:
         layer = model.get_submodule(f"{found.definition.layers_path}.0")

@@ -63,7 +63,7 @@ def model_class(config: Any) -> Any:
     return AutoModelForCausalLM
 
 
-def language_model_path(model: nn.Module) -> str | None:
+def language_model_path(model: Any) -> str | None:
     """Dotted path of a vision-language model's language model (``model.language_model``); None for any other
     model (``model.config`` is not a vision-language config, or the model has no separate language model)."""
     config = getattr(model, "config", None)
@@ -75,7 +75,7 @@ def language_model_path(model: nn.Module) -> str | None:
     return path or None
 
 
-def dense_parts(model: nn.Module) -> tuple[str, ...]:
+def dense_parts(model: Any) -> tuple[str, ...]:
     """Dotted paths of the subtrees of a vision-language model outside its language model that hold parameters
     (``model.visual``; ``model.vision_tower``, ``model.multi_modal_projector``), the output projection excepted:
     the siblings of each module on the path from the root to the language model. Empty for any other model."""
@@ -94,7 +94,7 @@ def dense_parts(model: nn.Module) -> tuple[str, ...]:
     return tuple(parts)
 
 
-def head_tied(model: nn.Module) -> bool | None:
+def head_tied(model: Any) -> bool | None:
     """Whether a vision-language model's output projection shares its input embedding's weight, as transformers
     decides it: the ``tie_word_embeddings`` of the config of the model holding the output projection (the
     composite's own config for Gemma 3, Qwen2.5-VL and LLaVA, whose text configs may say otherwise; the text
@@ -142,7 +142,7 @@ def refuse_layer_index_clash(model: nn.Module, layers_path: str, num_layers: int
     if deeper:
         raise UnsupportedArchitectureError(
             f"{type(model).__name__}: {', '.join(deeper[:3])}{' ...' if len(deeper) > 3 else ''}: a layer list "
-            f"outside the language model deeper than its {num_layers} decoder layers; qformats' checkpoint rule CONFIG-LAYERS "
-            "takes the highest 'layers.N' of any tensor name for the layer count, so the saved checkpoint would be "
-            "refused"
+            f"outside the language model deeper than its {num_layers} decoder layers; qformats' checkpoint rule "
+            "CONFIG-LAYERS takes the highest 'layers.N' of any tensor name for the layer count, so the saved "
+            "checkpoint would be refused"
         )
