@@ -26,7 +26,9 @@ from tiny_vision_models import FAMILIES, IMAGE, image_text_inputs, llava, save_l
 
 # family -> (transformers class, language model, its decoder layers, subtrees kept dense, quantized modules)
 EXPECTED: dict[str, tuple[str, str, str, list[str], int]] = {
+    "qwen2_vl": ("Qwen2VLForConditionalGeneration", "model.language_model", "layers", ["model.visual"], 14),
     "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", "model.language_model", "layers", ["model.visual"], 14),
+    "qwen3_vl": ("Qwen3VLForConditionalGeneration", "model.language_model", "layers", ["model.visual"], 14),
     "gemma3": (
         "Gemma3ForConditionalGeneration",
         "model.language_model",
@@ -44,6 +46,13 @@ EXPECTED: dict[str, tuple[str, str, str, list[str], int]] = {
     ),
     "llava": (
         "LlavaForConditionalGeneration",
+        "model.language_model",
+        "layers",
+        ["model.vision_tower", "model.multi_modal_projector"],
+        14,
+    ),
+    "mistral3": (
+        "Mistral3ForConditionalGeneration",
         "model.language_model",
         "layers",
         ["model.vision_tower", "model.multi_modal_projector"],
@@ -218,7 +227,8 @@ def test_head_tied_as_transformers_ties_it(family: str) -> None:
     shared = real.get_output_embeddings().weight is real.get_input_embeddings().weight
     config.architectures = [type(real).__name__]
     assert head_tied(meta_skeleton(config)) == shared
-    assert shared == (family == "gemma3")  # Gemma 3's own config ties, its text config does not
+    # Gemma 3's and Mistral 3's own configs tie by default; their text configs (tie_word_embeddings=False) do not
+    assert shared == (family in ("gemma3", "mistral3"))
 
 
 def test_kv_cache_is_off_on_the_text_config_too() -> None:

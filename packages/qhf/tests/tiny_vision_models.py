@@ -1,8 +1,8 @@
 """Tiny vision-language models built from transformers' own config classes (no hub), and image+text inputs.
 
 Each family: a 2-layer, hidden-64 language model (grouped-query attention, the tiny tokenizer's 320 tokens plus 4
-image tokens 320..323 that text never produces) beside a 1- or 2-layer, hidden-32 vision tower on 28x28 images
-(14-pixel patches). Random weights, seeded; the language model's projections are drawn larger (as in
+image tokens 320..323 that text never produces) beside a 2-layer, hidden-32 vision tower on 28x28 images (56x56
+for Mistral 3; 14-pixel patches). Random weights, seeded; the language model's projections are drawn larger (as in
 :mod:`tiny_models`) so that quantization error shows in the logits, and matrices transformers initializes to
 zero are drawn too so that the image reaches the text.
 """
@@ -14,22 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tiny_models import VOCAB
+from tiny_models import TEXT_FIELDS, VOCAB
 
 IMAGE, START, END, EXTRA = VOCAB, VOCAB + 1, VOCAB + 2, VOCAB + 3
-TEXT: dict[str, Any] = dict(
-    vocab_size=VOCAB + 4,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    bos_token_id=0,
-    eos_token_id=1,
-    pad_token_id=None,
-    tie_word_embeddings=False,
-)
+TEXT: dict[str, Any] = dict(TEXT_FIELDS, vocab_size=VOCAB + 4)
 VISION: dict[str, Any] = dict(hidden_size=32, num_attention_heads=2, image_size=28, patch_size=14)
 
 
@@ -44,6 +32,56 @@ def qwen2_5_vl() -> Any:
         vision_start_token_id=START,
         vision_end_token_id=END,
         video_token_id=EXTRA,
+    )
+
+
+def qwen2_vl() -> Any:
+    from transformers import Qwen2VLConfig
+
+    vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14)
+    return Qwen2VLConfig(
+        text_config=dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]}),
+        vision_config=dict(vision, spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=IMAGE,
+        vision_start_token_id=START,
+        vision_end_token_id=END,
+        video_token_id=EXTRA,
+    )
+
+
+def qwen3_vl() -> Any:
+    from transformers import Qwen3VLConfig
+
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14)
+    rope = {"rope_type": "default", "mrope_section": [2, 2, 4], "mrope_interleaved": True}
+    return Qwen3VLConfig(
+        text_config=dict(TEXT, head_dim=16, rope_scaling=rope),
+        vision_config=dict(
+            vision,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            num_position_embeddings=16,
+            deepstack_visual_indexes=[1],
+        ),
+        image_token_id=IMAGE,
+        vision_start_token_id=START,
+        vision_end_token_id=END,
+        video_token_id=EXTRA,
+    )
+
+
+def mistral3() -> Any:
+    """Mistral 3: a Mistral language model and a Pixtral vision tower (56x56 images: 2x2 tokens after the
+    patch merger)."""
+    from transformers import Mistral3Config
+
+    return Mistral3Config(
+        text_config=dict(TEXT, model_type="mistral", head_dim=16),
+        vision_config=dict(
+            VISION, model_type="pixtral", image_size=56, intermediate_size=64, num_hidden_layers=2, head_dim=16
+        ),
+        image_token_index=IMAGE,
+        spatial_merge_size=2,
     )
 
 
@@ -98,10 +136,13 @@ def llava(vision_layers: int = 2) -> Any:
 
 
 FAMILIES: dict[str, Callable[[], Any]] = {
+    "qwen2_vl": qwen2_vl,
     "qwen2_5_vl": qwen2_5_vl,
+    "qwen3_vl": qwen3_vl,
     "gemma3": gemma3,
     "llama4": llama4,
     "llava": llava,
+    "mistral3": mistral3,
 }
 
 
@@ -124,23 +165,30 @@ def save_vision_model(directory: Path, config: Any, tokenizer: Any, seed: int = 
 
 def image_text_inputs(config: Any, seed: int = 0) -> dict[str, torch.Tensor]:
     """One row: 3 text tokens, the image's placeholder tokens, 3 text tokens; random pixels (seeded) in the
-    layout the family's forward takes (Qwen2.5-VL: flattened patches plus ``image_grid_thw``)."""
+    layout the family's forward takes (Qwen-VL: flattened patches, ``image_grid_thw`` and ``mm_token_type_ids``;
+    Mistral 3: ``image_sizes``)."""
     generator = torch.Generator().manual_seed(seed)
     text = [5, 6, 7]
     vision = config.vision_config
-    if config.model_type == "qwen2_5_vl":
+    if config.model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
         grid = torch.tensor([[1, 4, 4]])
         patches = int(grid.prod())
         width = 3 * vision.temporal_patch_size * vision.patch_size**2
         pixels = torch.randn(patches, width, generator=generator)
-        image = [START] + [IMAGE] * (patches // vision.spatial_merge_size**2) + [END]
-        return {"input_ids": torch.tensor([text + image + text]), "pixel_values": pixels, "image_grid_thw": grid}
-    patches = (vision.image_size // vision.patch_size) ** 2  # LLaVA: one token per patch
+        ids = torch.tensor([text + [START] + [IMAGE] * (patches // vision.spatial_merge_size**2) + [END] + text])
+        image = (ids == IMAGE).long()
+        return {"input_ids": ids, "pixel_values": pixels, "image_grid_thw": grid, "mm_token_type_ids": image}
+    side = vision.image_size
+    pixels = torch.randn(1, 3, side, side, generator=generator)
+    patches = (side // vision.patch_size) ** 2  # LLaVA: one token per patch
     if config.model_type == "gemma3":
         patches = config.mm_tokens_per_image
     elif config.model_type == "llama4":
         patches = int(patches * vision.pixel_shuffle_ratio**2)
-    pixels = torch.randn(1, 3, vision.image_size, vision.image_size, generator=generator)
+    elif config.model_type == "mistral3":
+        patches //= config.spatial_merge_size**2
+        ids = torch.tensor([text + [IMAGE] * patches + text])
+        return {"input_ids": ids, "pixel_values": pixels, "image_sizes": torch.tensor([[side, side]])}
     return {"input_ids": torch.tensor([text + [IMAGE] * patches + text]), "pixel_values": pixels}
 
 
