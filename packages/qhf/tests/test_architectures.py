@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from qhf.architectures import definition_for, overridden_model_types
-from qhf.errors import UnsupportedArchitectureError
 from qhf.source.skeleton import meta_skeleton
 from tiny_models import tiny_config
 
@@ -90,8 +89,3 @@ def test_llama4_batched_experts_are_unfused_and_its_router_stays_dense() -> None
 def test_parallel_attention_shares_one_group() -> None:
     groups = [g.modules for g in _definition("falcon").groups]
     assert ("self_attention.query_key_value", "mlp.dense_h_to_4h") in groups
-
-
-def test_multimodal_gemma3_gets_a_hint() -> None:
-    with pytest.raises(UnsupportedArchitectureError, match="gemma3_text"):
-        definition_for(None, type("C", (), {"model_type": "gemma3"})())  # type: ignore[arg-type]

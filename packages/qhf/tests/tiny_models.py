@@ -8,25 +8,27 @@ from typing import Any
 import torch
 
 VOCAB = 320
+TEXT_FIELDS: dict[str, Any] = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=None,
+)
+"""The config fields of every tiny model's text stack (2 layers, hidden 64, grouped-query attention)."""
 
 
 def tiny_config(model_type: str, **overrides: Any) -> Any:
     """A 2-layer, hidden-64 config of ``model_type`` with grouped-query attention."""
     from transformers import AutoConfig
 
-    common: dict[str, Any] = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=None,
-    )
+    common: dict[str, Any] = dict(TEXT_FIELDS)
     if model_type in ("qwen3", "gemma3_text"):
         common["head_dim"] = 16
     if model_type == "gemma3_text":

@@ -10,11 +10,12 @@ Typical use::
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from qlooper.api import QuantizationRun
 
 AUTO = "auto"
+
+logger = logging.getLogger(__name__)
 
 
 class QuantModel:
@@ -143,6 +146,8 @@ class QuantModel:
         from qlooper.kernels import kernel_replacer
         from qlooper.loop import LoopOptions
 
+        from .architectures.multimodal import text_only_record
+        from .kv_cache_off import kv_cache_off
         from .looper_bridge import (
             SourceLayerLoader,
             layer_modules,
@@ -240,27 +245,27 @@ class QuantModel:
         )
         # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
         # created there would be captured too and grow with every replay, so caching is off meanwhile.
-        model_config = cast(Any, self.model).config  # a transformers config
-        use_cache = getattr(model_config, "use_cache", None)
-        model_config.use_cache = False
         try:
-            run = quantize_model(
-                self.model,
-                self.source.definition,
-                cal,
-                spec,
-                processor,
-                format=str(config.format),
-                checkpoint=checkpoint,
-                options=options,
-            )
+            with kv_cache_off(self.model):
+                run = quantize_model(
+                    self.model,
+                    self.source.definition,
+                    cal,
+                    spec,
+                    processor,
+                    format=str(config.format),
+                    checkpoint=checkpoint,
+                    options=options,
+                )
             loader.spill_rest(run.modules)  # layers a resumed run restored
         finally:
-            model_config.use_cache = use_cache
             self.source.materialize_base()  # released while the layers were quantized
             release_free_memory()
         self.spill, self._replacer = spill, replacer
         self.run = run
+        multimodal = text_only_record(self.model)
+        if multimodal is not None:
+            logger.info("%s: %s", self.source.path, multimodal["note"])
         self.results = run.modules
         eora, variant = adapter(config), solver_variant(config)
         self.summary = QuantizeSummary(
@@ -291,6 +296,7 @@ class QuantModel:
                 "cache_device": str(run_cache),
             },
             rotation=self.rotation_record,
+            multimodal=multimodal,
         )
         return self.summary
 

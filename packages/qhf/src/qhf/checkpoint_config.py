@@ -10,6 +10,8 @@ rotation's record (:mod:`qhf.rotation.fold_source`) to ``meta.rotation``.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from qformats.config import QuantizeConfig
@@ -49,12 +51,33 @@ def _weight_only_dict(cfg: QuantizeConfig) -> dict[str, Any]:
     return out
 
 
+def kept_dense_fields(parts: Sequence[str]) -> dict[str, Any]:
+    """A vision-language checkpoint's record of the subtrees kept dense (``parts``: ``model.visual``;
+    ``model.vision_tower``, ``model.multi_modal_projector``): ``dynamic`` negative rules, one per part
+    (``-:^(?:model\\.)?visual\\b``, the part and every module in it: GPT-QModel's and vLLM's GPTQ loaders keep
+    matching modules dense; the optional parent also matches the names of hub checkpoints and vLLM's modules,
+    ``visual.``) and ``modules_to_not_convert`` with each part's own name (``visual``: transformers' and vLLM's
+    AWQ loaders keep modules whose name contains one dense). Empty for no parts."""
+    if not parts:
+        return {}
+    rules: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        parent, _, leaf = part.rpartition(".")
+        optional = f"(?:{re.escape(parent)}\\.)?" if parent else ""
+        rules[f"-:^{optional}{re.escape(leaf)}\\b"] = {}
+    return {"dynamic": rules, "modules_to_not_convert": [part.rpartition(".")[2] for part in parts]}
+
+
 def checkpoint_dict(
-    cfg: QuantizeConfig, calibration: dict[str, Any] | None = None, rotation: dict[str, Any] | None = None
+    cfg: QuantizeConfig,
+    calibration: dict[str, Any] | None = None,
+    rotation: dict[str, Any] | None = None,
+    dense_parts: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The stored config of a run on ``cfg`` (see the module docstring); ``calibration``: the run's record
     of its default calibration mixture (``meta.calibration``), or None; ``rotation``: the run's folded rotation
-    record (``meta.rotation``), or None."""
+    record (``meta.rotation``), or None; ``dense_parts``: a vision-language model's subtrees kept dense
+    (:func:`kept_dense_fields`; not written for the weight-only methods)."""
     if is_weight_only(cfg):
         return _weight_only_dict(cfg)
     method = checkpoint_method(cfg)
@@ -98,4 +121,5 @@ def checkpoint_dict(
         out["sym"] = cfg.sym
     if method == "qqq":
         out["wbits"] = cfg.width  # vLLM's QQQ loader reads the weight width from wbits (as the reference writes)
+    out.update(kept_dense_fields(dense_parts))
     return out

@@ -1,8 +1,9 @@
 """Dense export: a plain transformers checkpoint whose quantized linears hold their dequantized weights
 (QQQ modules: their family's dense weight, the int8 re-rounding included).
 
-The result has no ``quantization_config`` and loads with ``AutoModelForCausalLM.from_pretrained``; every
-other tensor is copied unchanged. An EoRA checkpoint's adapter is folded in (``Q + lora_B @ lora_A``, in
+The result has no ``quantization_config`` and loads with ``AutoModelForCausalLM.from_pretrained`` (a
+vision-language model with ``AutoModelForImageTextToText``, its processor files copied too); every other tensor
+is copied unchanged. An EoRA checkpoint's adapter is folded in (``Q + lora_B @ lora_A``, in
 float32 before the cast), so the export computes what ``load_quantized`` computes; a ParoQuant module is
 written as its dense equivalent (the input transform folded into the weight). The dequantized
 weights are written in ``dtype`` (float16 by default, as the reference's ``hf`` export does).
@@ -22,6 +23,7 @@ from qformats.checkpoint.writer import write_checkpoint_files
 from qformats.errors import QFormatsError
 from qlooper.module_access import linear_features
 
+from .architectures.multimodal import PROCESSOR_FILES
 from .checkpoint_reader import load_config_json, open_quantized_checkpoint
 from .errors import SourceFormatError
 from .save.tensor_stream import TensorEntry, bf16_names, numpy_stream
@@ -82,7 +84,7 @@ def export_dense(
             dtypes=bf16_names(entries),
         )
         try:  # inside the checkpoint directory and regular files only; a failed write names the output file
-            copy_side_files(source, ("generation_config.json", *TOKENIZER_FILES), staging, out)
+            copy_side_files(source, ("generation_config.json", *TOKENIZER_FILES, *PROCESSOR_FILES), staging, out)
         except QFormatsError as exc:
             raise SourceFormatError(str(exc)) from None
     return out

@@ -97,7 +97,7 @@ def build_quantized_model(
         _install(model, name, module)
         selection = getattr(module, "selection", None)
         backends[name] = str(getattr(selection, "backend", type(module).__name__))
-    tied = tied_output(config)
+    tied = tied_output(config, model)
     wanted = [
         n
         for n in meta_parameters(model)

@@ -64,6 +64,9 @@ class QuantizeSummary:
       ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded); ``rotation``: the folded rotation's
       record (:mod:`qhf.rotation.fold_source`: what applied, the matrices, an untied output projection, what was
       refused; None: no rotation);
+      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded); ``multimodal``: a vision-language
+      model's ``language_model`` path, the ``dense`` subtrees and the ``note`` that calibration was text only
+      (:func:`qhf.architectures.multimodal.text_only_record`; None for a causal LM);
     * set by ``save``: ``dense_dtype`` (of the non-quantized tensors), ``saved`` (:class:`SavedCheckpoint`),
       ``verification`` (the reload-and-compare report as a dict, or ``"skipped (verify=False)"``).
     """
@@ -90,6 +93,7 @@ class QuantizeSummary:
     executor: Mapping[str, Any] | None = None
     compute: Mapping[str, str] | None = None
     rotation: Mapping[str, Any] | None = None
+    multimodal: Mapping[str, Any] | None = None
     dense_dtype: str | None = None
     saved: SavedCheckpoint | None = None
     verification: Mapping[str, Any] | str | None = None
@@ -131,6 +135,7 @@ class QuantizeSummary:
             "executor": _plain(self.executor),
             "compute": _plain(self.compute),
             "rotation": _plain(self.rotation),
+            "multimodal": _plain(self.multimodal),
             "dense_dtype": self.dense_dtype,
             "saved": self.saved.report_dict() if self.saved is not None else None,
             "verification": _plain(self.verification),

@@ -11,14 +11,15 @@ adds where discovery found none (checked: same width), extra no-clip modules and
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from qlooper.definition import ModelDefinition
 from qlooper.module_access import module_tensor
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
-from .discovery import Discovery, discover
+from .discovery import Discovery, discover, text_config
+from .multimodal import is_vision_language, refuse_layer_index_clash
 
 _LLAMA_GROUPS = (
     ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -54,10 +55,6 @@ OVERRIDES: dict[str, Override] = {
     ),
 }
 
-_HINTS = {
-    "gemma3": "the multimodal gemma3 wrapper is not supported; quantize its text model (model_type 'gemma3_text')",
-}
-
 
 def apply_override(definition: ModelDefinition, override: Override, layer: nn.Module) -> ModelDefinition:
     """``definition`` with ``override`` applied after checking it against ``layer`` (a layer of the model)."""
@@ -80,15 +77,17 @@ def apply_override(definition: ModelDefinition, override: Override, layer: nn.Mo
 
 
 def definition_for(model: nn.Module, config: Any) -> Discovery:
-    """The discovered definition of ``model`` (experts already unfused), with its family's override applied.
+    """The discovered definition of ``model`` (experts already unfused), with its family's override applied (a
+    vision-language model's: its text config's ``model_type``, e.g. ``gemma3_text`` inside ``gemma3``).
 
     Raises :class:`UnsupportedArchitectureError` naming what was not understood.
     """
-    model_type = str(getattr(config, "model_type", ""))
-    if model_type in _HINTS:
-        raise UnsupportedArchitectureError(f"config.model_type {model_type!r}: {_HINTS[model_type]}")
+    family = text_config(config) if is_vision_language(config) else config
     found = discover(model, config)
-    override = OVERRIDES.get(model_type)
+    if family is not config:
+        layers_path = found.definition.layers_path
+        refuse_layer_index_clash(model, layers_path, len(cast(nn.ModuleList, model.get_submodule(layers_path))))
+    override = OVERRIDES.get(str(getattr(family, "model_type", "")))
     if override is not None:
         layer = model.get_submodule(f"{found.definition.layers_path}.0")
         found.definition = apply_override(found.definition, override, layer)

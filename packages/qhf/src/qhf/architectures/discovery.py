@@ -34,6 +34,7 @@ from ..errors import UnsupportedArchitectureError
 from .fused_experts import UnfusedExperts
 from .layer_groups import FoundGroup, LayerStructure, layer_structure
 from .layer_trace import trace_layer
+from .multimodal import language_model_path
 
 DISCOVERY_TOKENS = 16
 """Tokens of the discovery forward (one row)."""
@@ -59,12 +60,17 @@ def text_config(config: Any) -> Any:
 
 
 def find_layers(model: nn.Module, config: Any) -> str:
-    """Dotted path of the ``nn.ModuleList`` holding ``num_hidden_layers`` decoder layers (the shallowest)."""
+    """Dotted path of the ``nn.ModuleList`` holding ``num_hidden_layers`` decoder layers (the shallowest; in a
+    vision-language model, inside its language model: :func:`qhf.architectures.multimodal.language_model_path`)."""
     count = getattr(text_config(config), "num_hidden_layers", None)
+    inside = language_model_path(model)
     candidates = [
         name
         for name, module in model.named_modules()
-        if isinstance(module, nn.ModuleList) and len(module) == count and count
+        if isinstance(module, nn.ModuleList)
+        and len(module) == count
+        and count
+        and (inside is None or name.startswith(inside + "."))
     ]
     if not candidates:
         raise UnsupportedArchitectureError(

@@ -139,8 +139,11 @@ def config_dict(
     rotation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``config.json`` content: the source config plus ``quantization_config`` (:mod:`qhf.checkpoint_config`, with
-    the run's ``calibration`` and ``rotation`` records); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype``
-    the source config carries) names the dense tensors' dtype."""
+    the run's ``calibration`` and ``rotation`` records and, for a vision-language model, the subtrees kept dense:
+    :func:`qhf.architectures.multimodal.dense_parts`); with ``dense_dtype`` its ``dtype`` (and a ``torch_dtype`` the
+    source config carries) names the dense tensors' dtype."""
+    from ..architectures.multimodal import dense_parts
+
     data = source.config.to_dict()
     for key in _CONFIG_DROP:
         data.pop(key, None)
@@ -151,7 +154,7 @@ def config_dict(
         data["dtype"] = name
         if "torch_dtype" in data:
             data["torch_dtype"] = name
-    data["quantization_config"] = checkpoint_dict(config, calibration, rotation)
+    data["quantization_config"] = checkpoint_dict(config, calibration, rotation, dense_parts(source.model))
     return data
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from ..architectures.multimodal import is_vision_language
 from ..errors import MissingFileError
 from .hf_directory import open_hf_directory
 from .opened_source import OpenedSource, open_source_model
@@ -35,15 +36,17 @@ def open_source(source: str | Path, dtype: torch.dtype = torch.float32) -> Opene
         frozenset(directory.weight_map),
         reader.get,
         dtype,
-        extra_files=_side_files(path),
+        extra_files=_side_files(path, is_vision_language(directory.config)),
         size_of=reader.nbytes,
         dtype_of=reader.dtype,
     )
 
 
-def _side_files(path: Path) -> dict[str, Path]:
-    """Files a quantized checkpoint carries over from the source (generation config, tokenizer, chat template)."""
+def _side_files(path: Path, vision: bool = False) -> dict[str, Path]:
+    """Files a quantized checkpoint carries over from the source (generation config, tokenizer, chat template;
+    a vision-language model's processor configs too: :data:`qhf.architectures.multimodal.PROCESSOR_FILES`)."""
+    from ..architectures.multimodal import PROCESSOR_FILES
     from ..tokenizer import TOKENIZER_FILES
 
-    names = ("generation_config.json", *TOKENIZER_FILES)
+    names = ("generation_config.json", *TOKENIZER_FILES, *(PROCESSOR_FILES if vision else ()))
     return {name: path / name for name in names if (path / name).is_file()}

@@ -71,7 +71,7 @@ class OpenedSource:
     transform: TensorTransform | None = None
 
     def __post_init__(self) -> None:
-        self.tied = tied_output(self.config)
+        self.tied = tied_output(self.config, self.model)
         #: The output projection has no file tensor of its own (tied in the files); stays True once untied.
         self.head_reads_embedding = self.tied
         self.embed_weight, self.head_weight = embedding_names(self.model)

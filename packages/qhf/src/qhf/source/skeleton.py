@@ -44,23 +44,24 @@ def _parameters_on_meta() -> Iterator[None]:
 
 
 def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """``AutoModelForCausalLM.from_config(config)`` with parameters on meta, in eval mode, fused 3-D experts
+    """``AutoModelForCausalLM.from_config(config)`` (a vision-language model's ``AutoModelForImageTextToText``:
+    :func:`qhf.architectures.multimodal.model_class`) with parameters on meta, in eval mode, fused 3-D experts
     unfused into per-expert linears (:func:`qhf.architectures.fused_experts.unfuse_experts`)."""
-    from transformers import AutoModelForCausalLM
-
     from ..architectures.fused_experts import unfuse_experts
+    from ..architectures.multimodal import model_class
     from .remote_code import TRUST_REMOTE_CODE
 
     with _parameters_on_meta():
+        auto = model_class(config)
         try:
-            model = AutoModelForCausalLM.from_config(
+            model = auto.from_config(
                 config, dtype=dtype, attn_implementation="sdpa", trust_remote_code=TRUST_REMOTE_CODE
             )
         except ValueError as error:  # a family without an SDPA path (Gemma 2, GPT-OSS, BLOOM) runs eager
             if "attention implementation" not in str(error):
                 raise
             logger.info("%s: no SDPA attention in transformers, using eager attention", config.model_type)
-            model = AutoModelForCausalLM.from_config(
+            model = auto.from_config(
                 config, dtype=dtype, attn_implementation="eager", trust_remote_code=TRUST_REMOTE_CODE
             )
     unfuse_experts(model)
@@ -83,8 +84,14 @@ def embedding_names(model: Any) -> tuple[str, str]:
     return f"{names[id(embed)]}.weight", f"{names[id(head)]}.weight"
 
 
-def tied_output(config: Any) -> bool:
-    """Whether the output projection shares the input embedding's weight."""
+def tied_output(config: Any, model: nn.Module | None = None) -> bool:
+    """Whether the output projection shares the input embedding's weight (a vision-language ``model``: as
+    transformers ties it, :func:`qhf.architectures.multimodal.head_tied`)."""
+    from ..architectures.multimodal import head_tied
+
+    tied = head_tied(model) if model is not None else None
+    if tied is not None:
+        return tied
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return bool(getattr(text, "tie_word_embeddings", getattr(config, "tie_word_embeddings", False)))
 
