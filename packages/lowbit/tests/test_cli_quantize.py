@@ -75,3 +75,4 @@ def test_best_preset_runs_end_to_end_and_records_its_settings(
     assert config["desc_act"] is True
     meta = config["meta"]
     assert (meta["mse"], meta["damp_percent"], meta["act_group_aware"]) == (2.0, 0.05, False)
+    assert meta["rotation"]["kind"] == "hadamard"

@@ -34,6 +34,9 @@ def test_best_preset_and_explicit_flags_override_it() -> None:
     best = read_quantize_config(_config("--preset", "best"))
     found = (setting(best, "act_group_aware"), setting(best, "mse"), setting(best, "damp_percent"))
     assert (best.desc_act, *found) == (True, False, 2.0, 0.05)
+    assert setting(best, "rotation")["kind"] == "hadamard"
+    unrotated = read_quantize_config(_config("--preset", "best", "--rotation", "none"))
+    assert setting(unrotated, "rotation")["kind"] == "none"
     tuned = read_quantize_config(_config("--preset", "best", "--damp-percent", "0.02", "--group-size", "64", "--asym"))
     assert (tuned.desc_act, setting(tuned, "damp_percent"), tuned.group_size, tuned.sym) == (True, 0.02, 64, False)
     assert read_quantize_config(_config("--preset", "reference")) == read_quantize_config(_config())

@@ -1,13 +1,16 @@
 """Named sets of quantization settings: ``reference`` (GPT-QModel 7.7.0's defaults) and ``best``.
 
 A preset is a plain settings dict in the vocabulary of :func:`qhf.quant_config.read_quantize_config`; the user's
-own keys override it (:func:`apply_preset`). ``best`` is the most accurate 4-bit GPTQ recipe measured in
-``benchmarks/bench_quality.py`` (docs/algorithms.md quotes the table): activation order
-(``desc_act``) and a per-group MSE range search (``mse=2.0``, the norm the reference's search uses); the
-damping stays the reference's 0.05 (a lighter one fits the calibration text better and generalizes
-worse). It costs about 2x the solve time of the
-default (the range search), and its checkpoint carries a permuted ``g_idx``, which every GPTQ engine
-reads; a few engine kernels reorder the columns at load for it (``lowbit inspect`` says which).
+own keys override it (:func:`apply_preset`). ``best`` is the most accurate engine-loadable GPTQ recipe measured in
+``benchmarks/bench_quality.py`` at 4, 3 and 2 bits (docs/algorithms.md quotes the table): a randomized Hadamard
+rotation folded into the weights (``rotation="hadamard"``: each part applied where its float64 check passes,
+left out with the reason otherwise, :mod:`qhf.rotation`), activation order (``desc_act``) and a per-group MSE
+range search (``mse=2.0``, the norm the reference's search uses); the damping stays the reference's 0.05 (a
+lighter one fits the calibration text better and generalizes worse). The checkpoint stays a plain GPTQ model
+(rotated weights, norms at identity; a tied ``lm_head`` is written untied, one more dense matrix on disk); its
+permuted ``g_idx`` is read by every GPTQ engine, and a few kernels reorder the columns at load for it
+(``lowbit inspect`` says which). It costs about 2.1x the process CPU time of the default on SmolLM2 (the range
+search and the rotated reads), so the default stays the reference's recipe.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from .quant_config import QuantConfigError
 
 PRESETS: dict[str, dict[str, Any]] = {
     "reference": {"method": "gptq"},
-    "best": {"method": "gptq", "desc_act": True, "mse": 2.0},
+    "best": {"method": "gptq", "desc_act": True, "mse": 2.0, "rotation": "hadamard"},
 }
 
 

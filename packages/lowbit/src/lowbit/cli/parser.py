@@ -149,8 +149,8 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         "--preset",
         choices=("reference", "best"),
         default=None,
-        help="GPTQ recipe: reference (GPT-QModel's defaults) or best (act-order, MSE range search); "
-        "flags given explicitly override it",
+        help="GPTQ recipe: reference (GPT-QModel's defaults) or best (Hadamard rotation folded in, act-order, MSE "
+        "range search); flags given explicitly override it",
     )
     p.add_argument(
         "--format",
