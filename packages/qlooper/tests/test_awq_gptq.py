@@ -61,11 +61,15 @@ def reference_run(layers: int, spec: QuantSpec) -> tuple[dict[str, Any], ToyDeco
             xs: list[torch.Tensor] = []
             calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
             current: list[torch.Tensor] = []
-            hooks = [mods[0].register_forward_hook(lambda _m, a, _o: xs.append(a[0][current[0]].float()))]
+            hooks = [
+                mods[0].register_forward_hook(lambda _m, a, _o, xs=xs, cur=current: xs.append(a[0][cur[0]].float()))
+            ]
             inspect = layer.get_submodule(group.inspect) if group.inspect else None
             if inspect is not None:
                 hooks.append(
-                    inspect.register_forward_pre_hook(lambda _m, a, k: calls.append((a, dict(k))), with_kwargs=True)
+                    inspect.register_forward_pre_hook(
+                        lambda _m, a, k, calls=calls: calls.append((a, dict(k))), with_kwargs=True
+                    )
                 )
             with torch.no_grad():
                 for (hidden, kwargs), mask in zip(inputs, masks, strict=True):

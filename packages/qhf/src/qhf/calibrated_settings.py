@@ -7,7 +7,9 @@ default name and path. ``act_group_aware`` left unset resolves as the reference'
 groups (``group_size > 0``) and without ``desc_act``, off otherwise (the reference refuses it per channel; the
 ordering changes nothing there, so lowbit turns it off instead). It also resolves off with a ``gptaq`` or
 ``foem`` section: the reference's GPTAQ/FOEM solves visit columns in natural order whatever the setting. Set
-explicitly, it must not be combined with ``desc_act`` and only GPTQ accepts it.
+explicitly, it must not be combined with ``desc_act`` and only GPTQ accepts it. ``awq_scales: true`` (lowbit's,
+off by default) solves GPTQ on AWQ-scaled weights (qlooper's ``awq_gptq``); GPTQ only, not with a ``gptaq`` /
+``foem`` section or an EoRA ``adapter``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .quant_config import QuantConfigError
 #: The settings of a calibrated run and their defaults (the reference's).
 DEFAULTS: Mapping[str, Any] = {
     "damp_percent": 0.05, "damp_auto_increment": 0.01, "static_groups": False, "act_group_aware": None,
-    "mse": 0.0, "true_sequential": True, "gptaq": None, "foem": None, "adapter": None,
+    "mse": 0.0, "true_sequential": True, "gptaq": None, "foem": None, "adapter": None, "awq_scales": False,
 }  # fmt: skip
 GPTAQ_DEFAULTS = {"alpha": 0.25}
 FOEM_DEFAULTS = {"alpha": 0.0, "beta": 0.2}
@@ -42,6 +44,7 @@ def calibrated_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
             "gptaq, foem: choose one (FOEM's alpha is GPTAQ's term: foem {alpha: 0.25, beta: 0.2} is both)"
         )
     out["adapter"] = _adapter(out["adapter"], method)
+    out["awq_scales"] = _awq_scales(out, method)
     desc_act = bool(cfg.desc_act)
     gar = out["act_group_aware"]
     if gar is None:  # the reference's GPTAQ/FOEM solves ignore act_group_aware: natural order there
@@ -107,3 +110,21 @@ def _adapter(value: Any, method: str) -> dict[str, Any] | None:
     if method != "gptq":
         raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
     return {"name": "lora", "path": path, "rank": rank}
+
+
+def _awq_scales(resolved: dict[str, Any], method: str) -> bool:
+    """The ``awq_scales`` field: true or false; true only for GPTQ without a ``gptaq`` / ``foem`` section or an
+    ``adapter`` (their solves and covariances read the unscaled weights and inputs)."""
+    value = resolved["awq_scales"]
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise QuantConfigError(f"awq_scales: expected true or false, found {value!r}")
+    if not value:
+        return False
+    if method != "gptq":
+        raise QuantConfigError(f"awq_scales: GPTQ on AWQ-scaled weights; method {method!r} cannot use it")
+    others = [name for name in ("gptaq", "foem", "adapter") if resolved[name] is not None]
+    if others:
+        raise QuantConfigError(f"awq_scales: not combined with {', '.join(others)} (a GPTQ variant of its own)")
+    return True

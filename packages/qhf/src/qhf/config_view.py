@@ -60,6 +60,11 @@ def solver_variant(cfg: QuantizeConfig) -> tuple[str, dict[str, float]] | None:
     return None
 
 
+def awq_scales(cfg: QuantizeConfig) -> bool:
+    """Whether GPTQ solves AWQ-scaled weights (the ``awq_scales`` setting; qlooper's ``awq_gptq``)."""
+    return bool(cfg.settings.get("awq_scales"))
+
+
 def adapter(cfg: QuantizeConfig) -> dict[str, Any] | None:
     """The EoRA ``adapter`` (``{"name": "lora", "path", "rank"}``), else None."""
     value = cfg.settings.get("adapter")

@@ -60,8 +60,9 @@ class QuantizeSummary:
       largest decoder layer's parameter bytes; ``lockstep_skipped``: layer name -> why it ran per-group
       forwards;
     * ``adapter``: the EoRA adapter settings and its ``modules`` count; ``algorithm``: GPTAQ/FOEM's name and
-      terms; ``executor``: the executor's own description (None: this process); ``compute``: where the layers
-      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded);
+      terms, or ``{"name": "awq_gptq"}`` for GPTQ on AWQ-scaled weights; ``executor``: the executor's own
+      description (None: this process); ``compute``: where the layers ran (``device``, ``compute_dtype``,
+      ``cache_device``; None: not recorded);
     * set by ``save``: ``dense_dtype`` (of the non-quantized tensors), ``saved`` (:class:`SavedCheckpoint`),
       ``verification`` (the reload-and-compare report as a dict, or ``"skipped (verify=False)"``).
     """

@@ -44,9 +44,10 @@ HESSIAN_ROWS = 4096
 class AWQGPTQProcessor(AWQProcessor):
     """AWQ scale search and fold, then GPTQ solves of the scaled weights (see the module docstring).
 
-    ``search_tokens`` and ``gram_loss`` are the AWQ processor's scale-search options (same defaults). Solves run
-    inline or, under a sharded executor (``ctx.solve_map``), as GPTQ's :func:`~qlooper.processors.gptq.solve_shared_input`
-    jobs. Forwards run in the model's dtype only (no ``compute_dtype``), as for AWQ.
+    ``search_tokens`` and ``gram_loss`` are the AWQ processor's scale-search options (same defaults). Solves
+    run inline or, under a sharded executor (``ctx.solve_map``), as GPTQ's
+    :func:`~qlooper.processors.gptq.solve_shared_input` jobs. Forwards run in the model's dtype only (no
+    ``compute_dtype``), as for AWQ.
     """
 
     method = "awq_gptq"
