@@ -11,8 +11,8 @@ from conftest import run_lowbit
 from lowbit.cli.parser import build_parser
 from lowbit.cli.quantize_flags import quant_config
 from lowbit.errors import UsageError
-from qhf.config_view import awq_scales
-from qhf.quant_config import read_quantize_config
+from qhf.config_view import awq_scales, checkpoint_method
+from qhf.quant_config import QuantConfigError, read_quantize_config
 
 
 def _config(*flags: str) -> dict[str, object]:
@@ -23,6 +23,10 @@ def test_flag_becomes_the_setting() -> None:
     assert _config("--awq-scales")["awq_scales"] is True
     assert awq_scales(read_quantize_config(_config("--awq-scales", "--desc-act", "--mse", "2")))
     assert "awq_scales" not in _config()
+    awq_layout = read_quantize_config(_config("--awq-scales", "--asym", "--group-size", "64", "--format", "gemm"))
+    assert awq_scales(awq_layout) and checkpoint_method(awq_layout) == "awq" and not awq_layout.sym
+    with pytest.raises(QuantConfigError, match="use format 'gemm'"):
+        read_quantize_config(_config("--awq-scales", "--asym"))
 
 
 @pytest.mark.parametrize(
@@ -42,7 +46,8 @@ def test_bad_combinations_are_refused(flags: tuple[str, ...], match: str) -> Non
 def test_compute_dtype_is_refused_before_reading_the_model(tmp_path: Path) -> None:
     source = tmp_path / "not-a-model"
     source.mkdir()
-    ran = run_lowbit("quantize", str(source), "--out", str(tmp_path / "q"), "--awq-scales", "--compute-dtype", "bfloat16")
+    flags = ("--awq-scales", "--compute-dtype", "bfloat16")
+    ran = run_lowbit("quantize", str(source), "--out", str(tmp_path / "q"), *flags)
     assert ran.returncode == 2 and "found --method gptq --awq-scales" in ran.stderr, ran.stderr
 
 

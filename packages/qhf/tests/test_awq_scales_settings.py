@@ -33,6 +33,11 @@ def test_setting_parses_from_top_level_and_meta_and_is_written_under_meta() -> N
     assert not awq_scales(plain) and not awq_scales(read_quantize_config({**BASE, "awq_scales": False}))
     assert "awq_scales" not in checkpoint_dict(plain)["meta"]  # off: the config written as before
     assert read_quantize_config({**BASE, "awq_scales": True}).settings["act_group_aware"]  # GPTQ's default order
+    awq_layout = read_quantize_config({**BASE, "sym": False, "awq_scales": True, "format": "gemm"})
+    written = checkpoint_dict(awq_layout)  # AWQ's layout: an AWQ checkpoint, the recipe under meta
+    assert written["quant_method"] == "awq" and written["zero_point"] is True and written["version"] == "gemm"
+    assert written["meta"]["algorithm"] == "gptq" and written["meta"]["awq_scales"] is True
+    assert checkpoint_dict(read_quantize_config(written)) == written
 
 
 @pytest.mark.parametrize(
@@ -43,6 +48,10 @@ def test_setting_parses_from_top_level_and_meta_and_is_written_under_meta() -> N
         ({"method": "rtn", "awq_scales": True}, r"awq_scales: .*method 'rtn' cannot use it"),
         ({"awq_scales": True, "gptaq": {}}, r"awq_scales: not combined with gptaq"),
         ({"awq_scales": True, "adapter": {"rank": 4}}, r"awq_scales: not combined with adapter"),
+        ({"awq_scales": True, "sym": False}, r"awq_scales: asymmetric weights in format 'gptq' \(v1 stores zero - 1"),
+        ({"awq_scales": True, "format": "gemm", "desc_act": True}, r"awq_scales: desc_act permutes the groups"),
+        ({"format": "gemm"}, r"format: method 'gptq' writes one of gptq, gptq_v2, gptq_p, found 'gemm'"),
+        ({"awq_scales": True, "format": "qqq"}, r"format: method 'gptq' with awq_scales writes one of gptq, .*gemm"),
     ],
 )
 def test_bad_values_are_named(config: dict, match: str) -> None:
@@ -92,3 +101,16 @@ def test_quantize_save_verify_reload(tmp_path, tiny_dirs) -> None:
     again = tmp_path / "again"
     _quantize(src, {"awq_scales": True}).save(again)
     assert _weights_sha(again) == _weights_sha(out)  # deterministic, folded norms included
+
+
+def test_awq_layout_asymmetric_save_verify_reload(tmp_path, tiny_dirs) -> None:
+    qm = _quantize(tiny_dirs("llama"), {"sym": False, "awq_scales": True, "format": "gemm"})
+    in_memory = _logits(qm.model)
+    out = tmp_path / "q"
+    assert qm.save(out).verified
+    config = json.loads((out / "quantize_config.json").read_text())
+    assert config["quant_method"] == "awq" and config["meta"]["awq_scales"] is True
+    reloaded = qhf.load_quantized(out)
+    assert reloaded.config.format == "gemm"
+    logits = _logits(reloaded)
+    assert torch.allclose(logits, in_memory, atol=1e-4), float((logits - in_memory).abs().max())

@@ -108,8 +108,8 @@ def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"--eora-rank: EoRA follows a GPTQ-family solve; not with --method {args.method}")
         out["adapter"] = {"rank": args.eora_rank}
     if args.awq_scales:
-        given = [flag for flag, value in (("--gptaq", args.gptaq), ("--foem", args.foem), ("--eora-rank", args.eora_rank))
-                 if value is not None]  # fmt: skip
+        variants = (("--gptaq", args.gptaq), ("--foem", args.foem), ("--eora-rank", args.eora_rank))
+        given = [flag for flag, value in variants if value is not None]
         if args.method != "gptq" or given:
             with_what = " ".join([f"--method {args.method}", *given])
             raise UsageError(f"--awq-scales: a GPTQ variant of its own; not with {with_what}")
