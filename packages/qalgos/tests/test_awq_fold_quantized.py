@@ -6,18 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import correlated_activations
+from conftest import correlated_activations, run_gptq
 from qalgos.awq import fold_scales_into_quantized
 from qalgos.errors import ShapeError
-from qalgos.gptq import GPTQ
 from qalgos.rtn import quantize_rtn
 from qalgos.spec import QuantSpec
-
-
-def _gptq(x: torch.Tensor, weight: torch.Tensor, spec: QuantSpec):
-    task = GPTQ(weight.shape[1], spec)
-    task.add_batch(x)
-    return task.quantize(weight)
 
 
 @pytest.mark.parametrize(
@@ -33,10 +26,10 @@ def test_folding_equals_solving_the_folded_weight(spec: QuantSpec) -> None:
     x = correlated_activations(512, 96, seed=7)
     weight = torch.randn(40, 96, generator=gen)
     scales = torch.rand(24, generator=gen) * 3 + 0.25  # the last 24 output rows feed the scaled group
-    folded = fold_scales_into_quantized(_gptq(x, weight, spec), scales)
+    folded = fold_scales_into_quantized(run_gptq(weight, x, spec), scales)
     after = weight.clone()
     after[-24:] /= scales[:, None]
-    direct = _gptq(x, after, spec)
+    direct = run_gptq(after, x, spec)
     assert folded.weight.scales.dtype == direct.weight.scales.dtype
     # a weight on a rounding tie may take the neighbouring code, and its row's later columns then follow the
     # other error path: at most a couple of the 24 scaled rows, never an unscaled one
