@@ -18,6 +18,7 @@ from qalgos.awq import (
     search_scales,
 )
 from qalgos.awq_gram import search_scales_gram
+from qalgos.fallback import FallbackPolicy
 from qalgos.gptq import GPTQ
 from qalgos.spec import QuantSpec
 from qlooper import GroupSpec, LoopOptions, ModelDefinition, ProcessorError, quantize_model
@@ -25,7 +26,7 @@ from qlooper.executor import LocalShardExecutor
 from qlooper.identity import build_identity
 from qlooper.loop import LayerLoop
 from qlooper.processors.registry import make_processor
-from toy_models import DENSE, ToyDecoder, toy_calibration
+from toy_models import DENSE, MOE, ToyDecoder, toy_calibration
 
 SPEC = QuantSpec(bits=4, group_size=32, sym=True, act_group_aware=True, mse=2.0, scale_dtype="float16")
 
@@ -151,6 +152,18 @@ def test_unscalable_groups_get_plain_gptq_and_the_run_packs() -> None:
     rtn = ToyDecoder()
     quantize_model(rtn, DENSE, None, SPEC, "rtn")
     assert output_error(model) < output_error(rtn)
+
+
+def test_moe_experts_get_plain_gptq_and_rarely_routed_ones_fall_back() -> None:
+    options = LoopOptions(fallback=FallbackPolicy(min_token_fraction=0.05))
+    model = ToyDecoder(moe=True)
+    run = quantize_model(model, MOE, toy_calibration(batch_size=1), SPEC, "awq_gptq", options=options)
+    assert_packed_roundtrip(run, model)
+    fell_back = [row for row in run.report if row.fallback]
+    assert fell_back and all(row.fallback == "rtn" and ".experts." in row.module for row in fell_back)
+    expert = run.report_for("model.layers.0.mlp.experts.0.up_proj").notes
+    assert "skipped: modules do not share one input" in expert and "solver=gptq (unscaled)" in expert
+    assert "scale_ratio=" in run.report_for("model.layers.0.self_attn.q_proj").notes
 
 
 def _tensors(run) -> dict[str, np.ndarray]:
