@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from qalgos.gptq import GPTQ
+from qalgos.result import QuantResult
+from qalgos.spec import QuantSpec
 
 
 def correlated_activations(tokens: int, in_features: int, seed: int = 0) -> torch.Tensor:
@@ -22,6 +25,13 @@ def outlier_activations(tokens: int, in_features: int, outliers: int = 4, gain: 
     idx = torch.randperm(in_features, generator=gen)[:outliers]
     x[:, idx] *= gain
     return x, idx
+
+
+def run_gptq(w: torch.Tensor, x: torch.Tensor, spec: QuantSpec) -> QuantResult:
+    """One GPTQ solve of ``w [out, in]`` from activations ``x [tokens, in]``."""
+    gptq = GPTQ(w.shape[1], spec)
+    gptq.add_batch(x)
+    return gptq.quantize(w)
 
 
 def output_error(x: torch.Tensor, w: torch.Tensor, q: torch.Tensor) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import correlated_activations, outlier_activations, output_error
+from conftest import correlated_activations, outlier_activations, output_error, run_gptq
 from qalgos.errors import ShapeError
 from qalgos.gptq import GPTQ
 from qalgos.rtn import quantize_rtn
@@ -19,12 +19,6 @@ ORDERINGS = [
     {"static_groups": True},
     {"act_group_aware": True, "static_groups": True},
 ]
-
-
-def run_gptq(w: torch.Tensor, x: torch.Tensor, spec: QuantSpec):
-    gptq = GPTQ(w.shape[1], spec)
-    gptq.add_batch(x)
-    return gptq.quantize(w)
 
 
 @pytest.mark.parametrize(

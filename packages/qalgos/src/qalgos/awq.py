@@ -16,8 +16,9 @@ back to the input dtypes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from .awq_clip import apply_clip, clip_allowed, search_clip
@@ -200,6 +201,30 @@ def fold_scales_into_previous(
         new_bias[-n:] = new_bias[-n:] / s
         new_bias = new_bias.to(bias.dtype)
     return new_weight.to(weight.dtype), new_bias
+
+
+def fold_scales_into_quantized(result: QuantResult, scales: torch.Tensor) -> QuantResult:
+    """:func:`fold_scales_into_previous` for a previous linear that is already quantized: its last ``n`` output
+    rows divided by ``scales [n]``, done on the stored form (each row's group scales divided, codes and zero
+    points kept; every integer quantizer here, GPTQ with its range search included, picks the same codes for a
+    positively scaled row, so this is that row quantized after the fold, up to float rounding). Stored scales
+    keep their dtype, clamped to its finite range; ``dequantized`` is recomputed from them (the input's dtype).
+    ``loss``, ``damp``, ``nsamples`` and ``fallback`` are the original solve's."""
+    weight = result.weight
+    n = int(scales.shape[0]) if scales.ndim == 1 else -1
+    if n < 1 or n > weight.scales.shape[1]:
+        raise ShapeError(
+            f"scales: expected [n] with 1 <= n <= {weight.scales.shape[1]} (output rows of the quantized weight), "
+            f"found {tuple(scales.shape)}"
+        )
+    divisor = scales.detach().to(device="cpu", dtype=torch.float32).numpy()
+    stored = weight.scales.astype(np.float32)
+    stored[:, -n:] = stored[:, -n:] / divisor[None, :]
+    limits = np.finfo(weight.scales.dtype)
+    stored = np.clip(stored, float(limits.tiny), float(limits.max)).astype(weight.scales.dtype)
+    logical = replace(weight, scales=np.ascontiguousarray(stored))
+    dequantized = stored_dequantized(logical, result.dequantized)
+    return QuantResult(logical, dequantized, result.loss, result.damp, result.nsamples, result.fallback)
 
 
 def quantize_awq(weight: torch.Tensor, spec: QuantSpec, clip: torch.Tensor | None = None) -> QuantResult:

@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import nn
 
-from .config_view import adapter, algorithm, is_weight_only, needs_calibration, rotation, setting, solver_variant
+from .config_view import (
+    adapter,
+    algorithm,
+    awq_scales,
+    is_weight_only,
+    needs_calibration,
+    rotation,
+    setting,
+    solver_variant,
+)
 from .corpus import bundled_docs
 from .errors import StateError
 from .perplexity import PerplexityResult, evaluate
@@ -287,8 +296,14 @@ class QuantModel:
             largest_layer_bytes=loader.peak_layer_bytes,
             lockstep_skipped=dict(run.lockstep_skipped),
             adapter=({**eora, "modules": len(getattr(processor, "adapters", {}))} if eora is not None else None),
-            # GPTAQ / FOEM: the GPTQ variant and its terms
-            algorithm={"name": variant[0], **variant[1]} if variant is not None else None,
+            # GPTAQ / FOEM: the GPTQ variant and its terms; GPTQ on AWQ-scaled weights: its processor's name
+            algorithm=(
+                {"name": variant[0], **variant[1]}
+                if variant is not None
+                else {"name": "awq_gptq"}
+                if awq_scales(config)
+                else None
+            ),
             executor=executor.describe() if executor is not None else None,
             compute={
                 "device": str(run_device) if executor is None else "where the executor runs",

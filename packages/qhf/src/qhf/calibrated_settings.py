@@ -8,7 +8,10 @@ default). ``act_group_aware`` left unset resolves as the reference's default doe
 groups (``group_size > 0``) and without ``desc_act``, off otherwise (the reference refuses it per channel; the
 ordering changes nothing there, so lowbit turns it off instead). It also resolves off with a ``gptaq`` or
 ``foem`` section: the reference's GPTAQ/FOEM solves visit columns in natural order whatever the setting. Set
-explicitly, it must not be combined with ``desc_act`` and only GPTQ accepts it.
+explicitly, it must not be combined with ``desc_act`` and only GPTQ accepts it. ``awq_scales: true`` (lowbit's,
+off by default) solves GPTQ on AWQ-scaled weights (qlooper's ``awq_gptq``); GPTQ only, not with a ``gptaq`` /
+``foem`` section or an EoRA ``adapter``; it writes GPTQ's formats or AWQ's (then without ``desc_act``), and
+asymmetric weights not in the ``gptq`` (v1) format.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from qformats.config import QuantizeConfig
+from qformats.config.quantizer_formats import QUANTIZER_FORMATS
 
 from .quant_config import QuantConfigError
 from .rotation.setting import configured_rotation
@@ -25,6 +29,7 @@ from .rotation.setting import configured_rotation
 DEFAULTS: Mapping[str, Any] = {
     "damp_percent": 0.05, "damp_auto_increment": 0.01, "static_groups": False, "act_group_aware": None,
     "mse": 0.0, "true_sequential": True, "gptaq": None, "foem": None, "adapter": None, "rotation": None,
+    "awq_scales": False,
 }  # fmt: skip
 GPTAQ_DEFAULTS = {"alpha": 0.25}
 FOEM_DEFAULTS = {"alpha": 0.0, "beta": 0.2}
@@ -45,6 +50,7 @@ def calibrated_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
         )
     out["adapter"] = _adapter(out["adapter"], method)
     out["rotation"] = configured_rotation(cfg.settings, cfg.meta)
+    out["awq_scales"] = _awq_scales(out, method, cfg)
     desc_act = bool(cfg.desc_act)
     gar = out["act_group_aware"]
     if gar is None:  # the reference's GPTAQ/FOEM solves ignore act_group_aware: natural order there
@@ -110,3 +116,33 @@ def _adapter(value: Any, method: str) -> dict[str, Any] | None:
     if method != "gptq":
         raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
     return {"name": "lora", "path": path, "rank": rank}
+
+
+def _awq_scales(resolved: dict[str, Any], method: str, cfg: QuantizeConfig) -> bool:
+    """The ``awq_scales`` field: true or false; true only for GPTQ without a ``gptaq`` / ``foem`` section or an
+    ``adapter`` (their solves and covariances read the unscaled weights and inputs), and not asymmetric in the
+    ``gptq`` (v1) layout: v1 stores ``zero - 1``, and AWQ-scaled groups whose minimum is just below zero take a
+    true zero of 0 (SmolLM2 at group 64 did), which it cannot write."""
+    value = resolved["awq_scales"]
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise QuantConfigError(f"awq_scales: expected true or false, found {value!r}")
+    if not value:
+        return False
+    if method != "gptq":
+        raise QuantConfigError(f"awq_scales: GPTQ on AWQ-scaled weights; method {method!r} cannot use it")
+    others = [name for name in ("gptaq", "foem", "adapter") if resolved[name] is not None]
+    if others:
+        raise QuantConfigError(f"awq_scales: not combined with {', '.join(others)} (a GPTQ variant of its own)")
+    if cfg.desc_act and cfg.format in QUANTIZER_FORMATS["awq"]:
+        raise QuantConfigError(
+            f"awq_scales: desc_act permutes the groups (g_idx), which format {cfg.format!r} (AWQ's layout) cannot "
+            "store; use a gptq format or the default group-aware order"
+        )
+    if not cfg.sym and cfg.format == "gptq":
+        raise QuantConfigError(
+            "awq_scales: asymmetric weights in format 'gptq' (v1 stores zero - 1: a true zero of 0, which AWQ-scaled "
+            "groups produce, cannot be written); use format 'gemm' (AWQ's layout) or 'gptq_v2'"
+        )
+    return True

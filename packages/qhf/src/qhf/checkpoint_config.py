@@ -4,8 +4,9 @@
 ``method`` and ``quant_method``, ``format`` and ``checkpoint_format``, ``pack_dtype`` as a string, AWQ's
 ``zero_point``/``version``, QQQ's ``wbits``, ParoQuant's ``krot`` and ``opt_*``, and a ``meta`` block naming
 the quantizer and the calibrated settings (``damp_percent`` ... and a ``gptaq`` / ``foem`` section), as the
-reference writes them. The run's calibration record (not a setting) goes to ``meta.calibration``, its folded
-rotation's record (:mod:`qhf.rotation.fold_source`) to ``meta.rotation``.
+reference writes them, plus lowbit's ``awq_scales: true`` when GPTQ solved AWQ-scaled weights (absent otherwise).
+The run's calibration record (not a setting) goes to ``meta.calibration``, its folded rotation's record
+(:mod:`qhf.rotation.fold_source`) to ``meta.rotation``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from typing import Any
 from qformats.config import QuantizeConfig
 
 from . import __version__
-from .config_view import adapter, algorithm, checkpoint_method, gguf_dynamic, is_weight_only, setting, solver_variant
+from .config_view import (
+    adapter,
+    algorithm,
+    awq_scales,
+    checkpoint_method,
+    gguf_dynamic,
+    is_weight_only,
+    setting,
+    solver_variant,
+)
 
 QUANTIZER = f"lowbit-qhf:{__version__}"
 #: The calibrated settings written under ``meta`` (in this order, after ``quantizer`` and ``algorithm``).
@@ -101,6 +111,8 @@ def checkpoint_dict(
     if variant is not None:
         name, values = variant
         out["meta"][name] = {**values, "device": "auto"}
+    if awq_scales(cfg):  # lowbit's recipe (a plain GPTQ checkpoint; the scales are folded into the norms)
+        out["meta"]["awq_scales"] = True
     eora = adapter(cfg)
     if eora is not None:
         out["adapter"] = eora

@@ -34,9 +34,10 @@ def needs_calibration(cfg: QuantizeConfig) -> bool:
 
 
 def checkpoint_method(cfg: QuantizeConfig) -> str:
-    """The method written to the checkpoint: RTN exports as the family its format belongs to."""
+    """The method written to the checkpoint: RTN, and GPTQ on AWQ-scaled weights (``awq_scales``), export as the
+    family their format belongs to."""
     method = algorithm(cfg)
-    if method != "rtn":
+    if method != "rtn" and not (method == "gptq" and awq_scales(cfg)):
         return method
     return "awq" if cfg.format in QUANTIZER_FORMATS["awq"] else "gptq"
 
@@ -58,6 +59,11 @@ def solver_variant(cfg: QuantizeConfig) -> tuple[str, dict[str, float]] | None:
         if values is not None:
             return name, dict(values)
     return None
+
+
+def awq_scales(cfg: QuantizeConfig) -> bool:
+    """Whether GPTQ solves AWQ-scaled weights (the ``awq_scales`` setting; qlooper's ``awq_gptq``)."""
+    return bool(cfg.settings.get("awq_scales"))
 
 
 def adapter(cfg: QuantizeConfig) -> dict[str, Any] | None:

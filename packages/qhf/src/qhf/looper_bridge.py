@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .config_view import adapter, algorithm, is_weight_only, solver_variant
+from .config_view import adapter, algorithm, awq_scales, is_weight_only, solver_variant
 from .errors import QHFError
 from .live_tensors import live_tensor
 from .source.opened_source import OpenedSource
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 def make_quant_processor(settings: QuantizeConfig, spec: Any) -> Any:
     """The qlooper processor for the config ``settings``: GPTAQ/FOEM when a ``gptaq`` / ``foem`` section is set,
-    else the method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in qlooper's ``EoRAProcessor`` when
-    the config asks for an ``adapter``."""
+    ``awq_gptq`` with ``awq_scales``, else the method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in
+    qlooper's ``EoRAProcessor`` when the config asks for an ``adapter``."""
     from qlooper.api import make_processor
 
     variant = solver_variant(settings)
@@ -45,6 +45,8 @@ def make_quant_processor(settings: QuantizeConfig, spec: Any) -> Any:
 
         name, values = variant
         processor = make_processor(name, spec, AsymmetricSpec(name, values["alpha"], values.get("beta", 0.0)))
+    elif awq_scales(settings):
+        processor = make_processor("awq_gptq", spec)
     else:
         processor = make_processor("weight_only" if is_weight_only(settings) else algorithm(settings), spec)
     eora = adapter(settings)

@@ -7,7 +7,8 @@ are refused, unknown keys kept in ``QuantizeConfig.unknown``); :func:`read_quant
 and resolves the run's values into the config itself, so every later step reads only that object:
 
 * ``meta["algorithm"]``: the run's method as the user named it (``rtn`` included; see
-  :func:`qhf.config_view.algorithm`);
+  :func:`qhf.config_view.algorithm`); RTN and GPTQ with ``awq_scales`` write GPTQ's or AWQ's formats, the
+  config's method following the format;
 * ``settings``: the calibrated methods' settings with their defaults (:mod:`qhf.calibrated_settings`) or the
   weight-only methods' (:mod:`qhf.weight_only_settings`).
 
@@ -86,11 +87,15 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
         forced = {"group_size": -1, "sym": True, "desc_act": False, "pack_dtype": "int32"}
     else:
         fmt = fmt or DEFAULT_FORMATS[method]
-        if fmt not in QUANTIZER_FORMATS[method]:
+        # GPTQ on AWQ-scaled weights writes either family's layouts, as RTN does (its scales are folded either way)
+        either = method == "rtn" or (method == "gptq" and folded.settings.get("awq_scales") is True)
+        formats = (*QUANTIZER_FORMATS["gptq"], *QUANTIZER_FORMATS["awq"]) if either else QUANTIZER_FORMATS[method]
+        if fmt not in formats:
+            with_scales = " with awq_scales" if either and method == "gptq" else ""
             raise QuantConfigError(
-                f"format: method {method!r} writes one of {', '.join(QUANTIZER_FORMATS[method])}, found {fmt!r}"
+                f"format: method {method!r}{with_scales} writes one of {', '.join(formats)}, found {fmt!r}"
             )
-        resolved_method = ("awq" if fmt in QUANTIZER_FORMATS["awq"] else "gptq") if method == "rtn" else method
+        resolved_method = ("awq" if fmt in QUANTIZER_FORMATS["awq"] else "gptq") if either else method
     try:
         parsed = config_from_folded(folded, source=SOURCE, method=resolved_method, format=fmt, bits=bits)
     except ConfigError as exc:

@@ -60,12 +60,12 @@ class QuantizeSummary:
       largest decoder layer's parameter bytes; ``lockstep_skipped``: layer name -> why it ran per-group
       forwards;
     * ``adapter``: the EoRA adapter settings and its ``modules`` count; ``algorithm``: GPTAQ/FOEM's name and
-      terms; ``executor``: the executor's own description (None: this process); ``compute``: where the layers
-      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded); ``rotation``: the folded rotation's
-      record (:mod:`qhf.rotation.fold_source`: what applied, the matrices, an untied output projection, what was
-      refused; None: no rotation);
-      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded); ``multimodal``: a vision-language
-      model's ``language_model`` path, the ``dense`` subtrees and the ``note`` that calibration was text only
+      terms, or ``{"name": "awq_gptq"}`` for GPTQ on AWQ-scaled weights; ``executor``: the executor's own
+      description (None: this process); ``compute``: where the layers ran (``device``, ``compute_dtype``,
+      ``cache_device``; None: not recorded); ``rotation``: the folded rotation's record
+      (:mod:`qhf.rotation.fold_source`: what applied, the matrices, an untied output projection, what was
+      refused; None: no rotation); ``multimodal``: a vision-language model's ``language_model`` path, the
+      ``dense`` subtrees and the ``note`` that calibration was text only
       (:func:`qhf.architectures.multimodal.text_only_record`; None for a causal LM);
     * set by ``save``: ``dense_dtype`` (of the non-quantized tensors), ``saved`` (:class:`SavedCheckpoint`),
       ``verification`` (the reload-and-compare report as a dict, or ``"skipped (verify=False)"``).

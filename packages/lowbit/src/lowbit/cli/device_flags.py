@@ -32,7 +32,7 @@ def check_compute_flags(args: argparse.Namespace) -> None:
     if args.compute_dtype == "float32":
         return
     extras = [flag for flag, given in (("--gptaq", args.gptaq), ("--foem", args.foem), ("--eora-rank", args.eora_rank),
-                                       ("--ray", args.ray)) if given]  # fmt: skip
+                                       ("--awq-scales", args.awq_scales), ("--ray", args.ray)) if given]  # fmt: skip
     if args.method != "gptq" or extras:
         with_what = f"--method {args.method}" + "".join(f" {flag}" for flag in extras)
         raise UsageError(

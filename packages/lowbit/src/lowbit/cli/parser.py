@@ -109,6 +109,12 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         help="with --foem: also GPTAQ's native-input term (default: 0)",
     )
     p.add_argument(
+        "--awq-scales",
+        action="store_true",
+        help="GPTQ on AWQ-scaled weights: AWQ's per-channel scale search folded into the previous norm or linear, "
+        "then GPTQ solves the scaled weights (a plain GPTQ checkpoint; GPTQ only)",
+    )
+    p.add_argument(
         "--krot", type=_positive_int, default=None, metavar="N", help="paroquant: rotation rounds per group (default 8)"
     )
     p.add_argument(

@@ -186,7 +186,7 @@ def _run(args: argparse.Namespace) -> int:
     import qhf
     from qcheckpoint import ResumePolicyError
     from qformats.config import QUANTIZER_FORMATS
-    from qhf.config_view import algorithm, is_weight_only, needs_calibration
+    from qhf.config_view import algorithm, awq_scales, is_weight_only, needs_calibration
     from qlooper.errors import RunStopped
 
     if qhf_method(args.method) not in QUANTIZER_FORMATS:
@@ -215,8 +215,9 @@ def _run(args: argparse.Namespace) -> int:
         line = f"quantize     {method} {cfg.width}-bit -> format {cfg.format} (weight-only)"
         print(line, flush=True)
     else:
+        scaled = " on AWQ-scaled weights" if awq_scales(cfg) else ""
         print(
-            f"quantize     {method} {cfg.width}-bit group {cfg.group_size} "
+            f"quantize     {method}{scaled} {cfg.width}-bit group {cfg.group_size} "
             f"{'sym' if cfg.sym else 'asym'} -> format {cfg.format}",
             flush=True,
         )

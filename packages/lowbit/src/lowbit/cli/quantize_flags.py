@@ -16,8 +16,8 @@ _INTEGER_ONLY_FLAGS = {
     "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
     "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
-    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs", "rotation": "--rotation",
-    "rotation_seed": "--rotation-seed",
+    "awq_scales": "--awq-scales", "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
+    "rotation": "--rotation", "rotation_seed": "--rotation-seed",
 }  # fmt: skip
 
 
@@ -99,8 +99,9 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
-    """``--gptaq`` / ``--foem`` / ``--foem-alpha`` as the reference's ``gptaq`` / ``foem`` sections and
-    ``--eora-rank`` as its ``adapter: {rank}`` (GPTQ family only)."""
+    """``--gptaq`` / ``--foem`` / ``--foem-alpha`` as the reference's ``gptaq`` / ``foem`` sections,
+    ``--eora-rank`` as its ``adapter: {rank}`` (GPTQ family only) and ``--awq-scales`` as lowbit's ``awq_scales``
+    (plain GPTQ only)."""
     if args.foem_alpha is not None and args.foem is None:
         raise UsageError("--foem-alpha: only together with --foem")
     out: dict[str, Any] = {}
@@ -108,6 +109,13 @@ def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
         if args.method != "gptq":
             raise UsageError(f"--eora-rank: EoRA follows a GPTQ-family solve; not with --method {args.method}")
         out["adapter"] = {"rank": args.eora_rank}
+    if args.awq_scales:
+        variants = (("--gptaq", args.gptaq), ("--foem", args.foem), ("--eora-rank", args.eora_rank))
+        given = [flag for flag, value in variants if value is not None]
+        if args.method != "gptq" or given:
+            with_what = " ".join([f"--method {args.method}", *given])
+            raise UsageError(f"--awq-scales: a GPTQ variant of its own; not with {with_what}")
+        out["awq_scales"] = True
     if args.gptaq is None and args.foem is None:
         return out
     if args.method != "gptq":

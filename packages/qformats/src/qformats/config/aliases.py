@@ -23,7 +23,8 @@ from typing import Any
 
 from ..errors import ConfigError
 
-# Fields the reference reads and writes that this object carries verbatim (no semantics here).
+# Fields the reference reads and writes that this object carries verbatim (no semantics here), and lowbit's
+# ``awq_scales`` (GPTQ on AWQ-scaled weights).
 SETTINGS_KEYS: frozenset[str] = frozenset(
     {
         "true_sequential", "damp_percent", "damp_auto_increment", "static_groups", "mse", "act_group_aware",
@@ -32,15 +33,16 @@ SETTINGS_KEYS: frozenset[str] = frozenset(
         "wait_for_submodule_finalizers", "block_size", "compress_statistics", "weight_scale_method",
         "weight_block_size", "weight_scale_semantics", "backend", "modules_to_not_convert", "krot",
         "vector_lens", "num_centroids", "num_res_centroids", "npercent", "group_num", "kmeans_mode", "kmeans_iters",
-        "kmeans_tol", "kmeans_seed", "enable_norm", "norm_dim", "enable_perm", "percdamp",
+        "kmeans_tol", "kmeans_seed", "enable_norm", "norm_dim", "enable_perm", "percdamp", "awq_scales",
     }
 )  # fmt: skip
-# Settings the reference lifts from ``meta`` when they are absent at top level.
+# Settings the reference lifts from ``meta`` when they are absent at top level (and lowbit's ``awq_scales``,
+# which its checkpoints record under ``meta`` as the reference records ``gptaq``).
 META_LIFTED: frozenset[str] = frozenset(
     {
         "fallback", "hessian", "gptaq", "foem", "mse", "damp_percent", "damp_auto_increment", "act_group_aware",
         "true_sequential", "static_groups", "offload_to_disk", "offload_to_disk_path", "pack_impl", "gc_mode", "moe",
-        "wait_for_submodule_finalizers", "mock_quantization",
+        "wait_for_submodule_finalizers", "mock_quantization", "awq_scales",
     }
 )  # fmt: skip
 CANONICAL_KEYS: frozenset[str] = frozenset(

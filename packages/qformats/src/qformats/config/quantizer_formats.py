@@ -36,7 +36,7 @@ DEFAULT_FORMATS: Mapping[str, str] = MappingProxyType(
     }
 )  # fmt: skip
 #: Solver variants that write their base method's formats (qlooper's processor names).
-SOLVER_VARIANTS: Mapping[str, str] = MappingProxyType({"gptaq": "gptq", "foem": "gptq"})
+SOLVER_VARIANTS: Mapping[str, str] = MappingProxyType({"gptaq": "gptq", "foem": "gptq", "awq_gptq": "gptq"})
 #: Weight-only methods: quantized from the weight alone (no calibration, no groups, no act-order).
 WEIGHT_ONLY_METHODS: tuple[str, ...] = ("fp8", "bitsandbytes", "gguf")
 

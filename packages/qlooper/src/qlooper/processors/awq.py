@@ -94,6 +94,8 @@ class AWQProcessor:
                 f"search_tokens: expected a positive token count or None (every call), found {search_tokens}"
             )
         self.spec = spec
+        #: the spec the scale search fake-quantizes with (AWQ's own: the run's spec)
+        self.search_spec = spec
         self.clip = clip
         self.search_tokens = search_tokens
         self.gram_loss = gram_loss
@@ -191,6 +193,23 @@ class AWQProcessor:
                 mod.weight.copy_(awq.scale_consumer_weight(mod.weight.detach(), scales).to(mod.weight.dtype))
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
+        xs, scales, notes, spent = self.search_and_fold(ctx, group)
+        in_features = int(group.modules[0].weight.shape[1])
+        for mod in group.modules:
+            x = xs[mod.input_key]
+            if x is not None and scales is not None:
+                x = x / scales
+            x = x if x is not None else torch.empty(0, in_features)
+            self._pending.append((mod, x, dict(notes), spent))
+        return []
+
+    def search_and_fold(
+        self, ctx: LayerContext, group: ResolvedGroup
+    ) -> tuple[dict[str, torch.Tensor | None], torch.Tensor | None, dict[str, Any], float]:
+        """The group's scale search and fold (its captured inputs released from this processor). Returns the
+        captured inputs per input key (``[tokens, in]`` float32, unscaled; None when no token came), the folded
+        ``scales [in]`` float32 (None when the group was not scaled), the report notes (ratio, loss, tokens
+        scored, or why the search was skipped) and the search's wall seconds per module."""
         xs = {key: torch.cat(chunks, dim=0) if chunks else None for key, chunks in self._x[group.index].items()}
         in_features = int(group.modules[0].weight.shape[1])
         reason = self._scale_skip_reason(group, in_features)
@@ -202,9 +221,9 @@ class AWQProcessor:
             start = time.perf_counter()
             weights = [m.weight.detach().to(torch.float32) for m in group.modules]
             if group.inspect is None and self.gram_loss:
-                found, scored = search_scales_gram(x0, weights, self.spec), f"{x0.shape[0]} (gram)"
+                found, scored = search_scales_gram(x0, weights, self.search_spec), f"{x0.shape[0]} (gram)"
             else:
-                found = awq.search_scales(x0, weights, self._forward_with(group, x0), self.spec)
+                found = awq.search_scales(x0, weights, self._forward_with(group, x0), self.search_spec)
                 scored = str(self._scored_tokens(group, x0))
             scales = found.scales.to(torch.float32)
             self._fold(group, scales, ctx.definition.norm_weight_offset)
@@ -212,14 +231,8 @@ class AWQProcessor:
             spent = (time.perf_counter() - start) / len(group.modules)
         else:
             notes = {"scale_search": f"skipped: {reason or 'no tokens reached the group'}"}
-        for mod in group.modules:
-            x = xs[mod.input_key]
-            if x is not None and scales is not None:
-                x = x / scales
-            x = x if x is not None else torch.empty(0, in_features)
-            self._pending.append((mod, x, dict(notes), spent))
         del self._x[group.index], self._inspect_calls[group.index]
-        return []
+        return xs, scales, notes, spent
 
     def end_layer(self, ctx: LayerContext) -> list[ModuleResult]:
         """Clip search and quantization of every pending module: :func:`clip_and_quantize` jobs, run inline or

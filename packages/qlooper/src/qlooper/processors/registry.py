@@ -4,6 +4,7 @@
 expected type, and calls the factory. The built-in methods are registered when this module is imported:
 
 * ``gptq``, ``qqq``, ``awq``, ``rtn`` -- a qalgos ``QuantSpec``;
+* ``awq_gptq`` -- a ``QuantSpec``: AWQ's scale search and fold, then GPTQ solves of the scaled weights;
 * ``gptaq``, ``foem`` -- a ``QuantSpec`` plus optional alpha/beta ``terms`` (qalgos ``AsymmetricSpec``);
 * ``paroquant`` -- a qalgos ``ParoSpec``;
 * ``fp8``, ``bnb4``, ``int8``, ``gguf`` and ``weight_only`` -- a qalgos ``WeightOnlySpec`` (of that family;
@@ -26,6 +27,7 @@ from qalgos.weight_only import FAMILIES, WeightOnlySpec
 
 from ..errors import ProcessorError
 from .awq import AWQProcessor
+from .awq_gptq import AWQGPTQProcessor
 from .base import Processor
 from .gptaq import GPTAQProcessor
 from .gptq import GPTQProcessor
@@ -161,6 +163,7 @@ def _register_builtins() -> None:
         register_processor(name, QuantSpec, plain, with_terms=with_terms)
     register_processor("qqq", QuantSpec, QQQProcessor)
     register_processor("awq", QuantSpec, AWQProcessor)
+    register_processor("awq_gptq", QuantSpec, AWQGPTQProcessor)
     register_processor("rtn", QuantSpec, WeightOnlyProcessor)
     register_processor("paroquant", ParoSpec, ParoQuantProcessor)
     for family in FAMILIES:
