@@ -2,9 +2,11 @@
 ``config.json["quantization_config"]``, from the run's resolved :class:`~qformats.config.QuantizeConfig`.
 
 ``method`` and ``quant_method``, ``format`` and ``checkpoint_format``, ``pack_dtype`` as a string, AWQ's
-``zero_point``/``version``, QQQ's ``wbits``, ParoQuant's ``krot`` and ``opt_*``, and a ``meta`` block naming
-the quantizer and the calibrated settings (``damp_percent`` ... and a ``gptaq`` / ``foem`` section), as the
-reference writes them. The run's calibration record (not a setting) goes to ``meta.calibration``.
+``zero_point``/``version``, QQQ's ``wbits``, ParoQuant's ``krot`` and ``opt_*``, the ``dynamic`` per-module
+rules when the config has them (after ``bits``), and a ``meta`` block naming the quantizer and the calibrated
+settings (``damp_percent`` ... and a ``gptaq`` / ``foem`` section), as the reference writes them; a
+mixed-precision run adds lowbit's ``bits_budget`` / ``bits_candidates`` (:mod:`qhf.mixed_precision`). The run's
+calibration record (not a setting) goes to ``meta.calibration``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from typing import Any
 from qformats.config import QuantizeConfig
 
 from . import __version__
-from .config_view import adapter, algorithm, checkpoint_method, gguf_dynamic, is_weight_only, setting, solver_variant
+from .config_view import (
+    adapter,
+    algorithm,
+    bits_budget,
+    checkpoint_method,
+    gguf_dynamic,
+    is_weight_only,
+    setting,
+    solver_variant,
+)
 
 QUANTIZER = f"lowbit-qhf:{__version__}"
 #: The calibrated settings written under ``meta`` (in this order, after ``quantizer`` and ``algorithm``).
@@ -54,8 +65,10 @@ def checkpoint_dict(cfg: QuantizeConfig, calibration: dict[str, Any] | None = No
     if is_weight_only(cfg):
         return _weight_only_dict(cfg)
     method = checkpoint_method(cfg)
-    out: dict[str, Any] = {
-        "bits": cfg.width,
+    out: dict[str, Any] = {"bits": cfg.width}
+    if cfg.rules is not None:  # per-module overrides (a mixed-precision run's widths), in the reference's place
+        out["dynamic"] = cfg.rules.to_mapping()
+    out.update({
         "group_size": cfg.group_size,
         "desc_act": bool(cfg.desc_act),
         "lm_head": cfg.lm_head,
@@ -69,7 +82,7 @@ def checkpoint_dict(cfg: QuantizeConfig, calibration: dict[str, Any] | None = No
             "algorithm": algorithm(cfg),
             **{name: setting(cfg, name) for name in META_SETTINGS},
         },
-    }
+    })  # fmt: skip
     variant = solver_variant(cfg)
     if variant is not None:
         name, values = variant
@@ -92,4 +105,8 @@ def checkpoint_dict(cfg: QuantizeConfig, calibration: dict[str, Any] | None = No
         out["sym"] = cfg.sym
     if method == "qqq":
         out["wbits"] = cfg.width  # vLLM's QQQ loader reads the weight width from wbits (as the reference writes)
+    budget = bits_budget(cfg)
+    if budget is not None:  # lowbit's own fields (GPT-QModel and vLLM ignore them); the widths are in dynamic
+        out["bits_budget"] = cfg.settings["bits_budget"]
+        out["bits_candidates"] = list(setting(cfg, "bits_candidates"))
     return out

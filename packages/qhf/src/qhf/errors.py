@@ -42,3 +42,8 @@ class StateError(QHFError, RuntimeError):
 class InsufficientResourcesError(QHFError, MemoryError):
     """A run the machine cannot hold (estimated RAM or output disk above what is available), refused before any
     work; the message states the estimate and what is available."""
+
+
+class BitsBudgetError(QHFError, ValueError):
+    """A ``bits_budget`` the run cannot meet (below the cheapest or above the widest choice of widths, or exceeded
+    by the config's own ``dynamic`` rules), refused before any work; the message gives the achievable range."""

@@ -61,7 +61,10 @@ class QuantizeSummary:
       forwards;
     * ``adapter``: the EoRA adapter settings and its ``modules`` count; ``algorithm``: GPTAQ/FOEM's name and
       terms; ``executor``: the executor's own description (None: this process); ``compute``: where the layers
-      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded);
+      ran (``device``, ``compute_dtype``, ``cache_device``; None: not recorded); ``mixed_precision``: a
+      ``bits_budget`` run's record (budget, candidates, achieved ``bits_per_weight``, ``stored_bits`` /
+      ``weights``, ``modules_by_bits``, ``bits`` per module, the sensitivity pass's rows and seconds;
+      :mod:`qhf.mixed_precision.plan`; None without a budget);
     * set by ``save``: ``dense_dtype`` (of the non-quantized tensors), ``saved`` (:class:`SavedCheckpoint`),
       ``verification`` (the reload-and-compare report as a dict, or ``"skipped (verify=False)"``).
     """
@@ -87,6 +90,7 @@ class QuantizeSummary:
     algorithm: Mapping[str, Any] | None = None
     executor: Mapping[str, Any] | None = None
     compute: Mapping[str, str] | None = None
+    mixed_precision: Mapping[str, Any] | None = None
     dense_dtype: str | None = None
     saved: SavedCheckpoint | None = None
     verification: Mapping[str, Any] | str | None = None
@@ -127,6 +131,7 @@ class QuantizeSummary:
             "algorithm": _plain(self.algorithm),
             "executor": _plain(self.executor),
             "compute": _plain(self.compute),
+            "mixed_precision": _plain(self.mixed_precision),
             "dense_dtype": self.dense_dtype,
             "saved": self.saved.report_dict() if self.saved is not None else None,
             "verification": _plain(self.verification),

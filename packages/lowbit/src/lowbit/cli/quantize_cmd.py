@@ -214,9 +214,11 @@ def _run(args: argparse.Namespace) -> int:
         line = f"quantize     {method} {cfg.width}-bit -> format {cfg.format} (weight-only)"
         print(line, flush=True)
     else:
+        budget = cfg.settings.get("bits_budget")
+        mixed = f", widths {cfg.settings['bits_candidates']} within {budget} bits/weight" if budget is not None else ""
         print(
             f"quantize     {method} {cfg.width}-bit group {cfg.group_size} "
-            f"{'sym' if cfg.sym else 'asym'} -> format {cfg.format}",
+            f"{'sym' if cfg.sym else 'asym'} -> format {cfg.format}{mixed}",
             flush=True,
         )
     calibration, described = None, "none (rtn needs no calibration)"
@@ -284,6 +286,8 @@ def _run(args: argparse.Namespace) -> int:
     for worker in lost:
         where = f"pid {worker['pid']} on {worker['host']}"
         print(f"lost worker  {worker['name']} ({where}) during {worker['during']}; replaced")
+    if summary.mixed_precision is not None:
+        print(f"widths       {mixed_precision_text(summary.mixed_precision)}")
     fallbacks = summary.fallbacks
     print(f"fallbacks    {len(fallbacks)}" + (f": {', '.join(fallbacks)}" if fallbacks else ""))
     saved = summary.saved
@@ -323,3 +327,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.verbose:
         print(json.dumps(summary.report_dict(), indent=2, default=str))
     return 0
+
+
+def mixed_precision_text(record: Mapping[str, Any]) -> str:
+    """One line of a ``--bits-budget`` run's record: achieved and budgeted stored bits per weight, modules per
+    width, and where the widths came from."""
+    counts = ", ".join(f"{n} at {b}-bit" for b, n in record["modules_by_bits"].items())
+    how = "dynamic rules as given" if record.get("rules") == "as given" else f"{record.get('rules', 0)} dynamic rules"
+    return (
+        f"{record['bits_per_weight']:.4f} stored bits/weight (budget {record['bits_budget']}): {counts}; {how} "
+        "(per module: quant_report.json)"
+    )

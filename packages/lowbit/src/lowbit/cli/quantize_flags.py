@@ -16,7 +16,8 @@ _INTEGER_ONLY_FLAGS = {
     "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
     "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
-    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
+    "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs", "bits_budget": "--bits-budget",
+    "bits_candidates": "--bits-candidates",
 }  # fmt: skip
 
 
@@ -85,6 +86,7 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     config.update({key: value for key, value in flags.items() if value is not None})
     config.update(_asymmetric_config(args))
     config.update(_paroquant_config(args))
+    config.update(_budget_config(args))
     if args.preset is not None:
         if args.method != "gptq":
             raise UsageError(
@@ -129,4 +131,17 @@ def _paroquant_config(args: argparse.Namespace) -> dict[str, Any]:
         out["krot"] = args.krot
     if args.paro_epochs is not None:
         out["opt_rotation_epochs"], out["opt_finetune_epochs"] = args.paro_epochs
+    return out
+
+
+def _budget_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--bits-budget`` / ``--bits-candidates`` as lowbit's ``bits_budget`` / ``bits_candidates`` settings (checked
+    by qhf's reader, naming the field: :mod:`qhf.mixed_precision.settings`)."""
+    if args.bits_candidates is not None and args.bits_budget is None:
+        raise UsageError("--bits-candidates: only together with --bits-budget")
+    if args.bits_budget is None:
+        return {}
+    out: dict[str, Any] = {"bits_budget": args.bits_budget}
+    if args.bits_candidates is not None:
+        out["bits_candidates"] = list(args.bits_candidates)
     return out
