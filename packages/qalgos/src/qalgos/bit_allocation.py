@@ -132,7 +132,8 @@ def _hull(front: list[Candidate]) -> list[int]:
 def allocate_bits(units: Sequence[AllocationUnit], budget: float) -> Allocation:
     """Each unit's width so that the stored bits per weight are at most ``budget`` and the summed error is
     small (module docstring). Raises :class:`BudgetError` when even the cheapest choice exceeds the budget
-    or when the budget exceeds the most expensive choice (naming the achievable range)."""
+    or when the budget pays for at least one stored bit more than the most expensive choice (naming the
+    achievable range)."""
     _checked(units)
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget):
         raise BudgetError(f"budget: expected a finite number of bits per weight, found {budget!r}")
@@ -146,7 +147,7 @@ def allocate_bits(units: Sequence[AllocationUnit], budget: float) -> Allocation:
             f"bits_budget: {budget} bits per weight is below the cheapest choice ({low:.4f}; achievable "
             f"{low:.4f} .. {high:.4f})"
         )
-    if Fraction(budget) > Fraction(sum(max(c.cost for c in u.candidates) for u in units), weights):
+    if limit > sum(max(c.cost for c in u.candidates) for u in units):  # a whole stored bit more than the widest
         raise BudgetError(
             f"bits_budget: {budget} bits per weight is above the most expensive choice ({high:.4f}; achievable "
             f"{low:.4f} .. {high:.4f})"

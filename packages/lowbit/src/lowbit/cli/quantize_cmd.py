@@ -127,7 +127,31 @@ def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> 
     if changes:
         config = {**config, **{name: new for name, (_old, new) in changes.items()}}
         qm = qhf.load(args.source, config)
+    _check_candidate_widths(args.target, planned_facts(qm, args.dtype), qm.config.settings.get("bits_candidates"))
     return qm, line
+
+
+def _check_candidate_widths(target: str, facts: Any, candidates: list[int] | None) -> None:
+    """With ``--bits-budget``, every candidate width must load on ``target`` as the planned settings stand (a
+    module may get any of them); else ``UsageError`` naming the widths and the target's reason."""
+    if not candidates:
+        return
+    from qformats.engines import EngineTargetError, plan_target
+
+    refused = []
+    for bits in candidates:
+        try:
+            changes = plan_target(facts.changed(bits=bits), target, formats=(facts.format,)).changes
+        except EngineTargetError as exc:
+            refused.append(f"{bits}-bit ({exc})")
+            continue
+        if any(name != "dtype" for name in changes):
+            refused.append(f"{bits}-bit (needs {', '.join(sorted(changes))} changed)")
+    if refused:
+        raise UsageError(
+            f"--target {target}: with --bits-budget any module may get any candidate width; the target does not "
+            f"load {'; '.join(refused)}. Pass --bits-candidates with widths it reads"
+        )
 
 
 def _executor(args: argparse.Namespace) -> Any:
