@@ -16,9 +16,7 @@ WIDTHS = (2, 3, 4, 8)
 def unit(name: str, weights: int, scale: float, overhead: int = 0) -> AllocationUnit:
     """A unit whose error halves-ish per bit (``scale * 4**-bits``) and whose cost is ``bits * weights +
     overhead`` (the scales and zeros a layout adds)."""
-    return AllocationUnit(
-        name, weights, tuple(Candidate(b, scale * 4.0**-b, b * weights + overhead) for b in WIDTHS)
-    )
+    return AllocationUnit(name, weights, tuple(Candidate(b, scale * 4.0**-b, b * weights + overhead) for b in WIDTHS))
 
 
 def random_units(seed: int, count: int = 12) -> list[AllocationUnit]:
