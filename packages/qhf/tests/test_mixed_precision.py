@@ -92,6 +92,43 @@ def test_runs_are_deterministic_and_the_saved_config_reproduces_the_checkpoint(b
         assert json.loads((target / "quantize_config.json").read_text())["dynamic"] == saved_config["dynamic"]
 
 
+def test_a_streaming_run_writes_the_in_memory_run_s_bytes(budget_run, tmp_path) -> None:
+    src, out, _, summary, _ = budget_run
+    qm = qhf.load(src, {"method": "gptq", "bits": 4, "group_size": 32, "bits_budget": BUDGET})
+    blocks = token_blocks(qm.tokenizer, bundled_docs("calibration").texts, count=4, length=48)
+    streamed = qm.quantize(blocks, keep_in_memory=False, spill_dir=tmp_path)
+    saved = qm.save(tmp_path / "s")
+    assert saved.verified and streamed.mixed_precision["bits"] == summary.mixed_precision["bits"]
+    assert (tmp_path / "s" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
+
+def test_a_resumed_budget_run_writes_the_uninterrupted_bytes(budget_run, tmp_path, monkeypatch) -> None:
+    from qcheckpoint import CheckpointConfig
+    from qlooper.errors import LayerLoadError
+
+    src, out, _, _, _ = budget_run
+    config = {"method": "gptq", "bits": 4, "group_size": 32, "bits_budget": BUDGET}
+    checkpoint = CheckpointConfig(path=tmp_path / "ckpt", interval="layer:1")
+    first = qhf.load(src, config)
+    original, loads = first.source.materialize_layer, []
+
+    def failing(index: int) -> int:
+        loads.append(index)
+        if loads.count(1) == 2:  # layer 1 in the quantization loop (the sensitivity pass read it first)
+            raise OSError("disk went away")
+        return original(index)
+
+    monkeypatch.setattr(first.source, "materialize_layer", failing)
+    blocks = token_blocks(first.tokenizer, bundled_docs("calibration").texts, count=4, length=48)
+    with pytest.raises(LayerLoadError):
+        first.quantize(blocks, checkpoint=checkpoint)
+    resumed = qhf.load(src, config)
+    summary = resumed.quantize(blocks, checkpoint=checkpoint)
+    assert summary.resumed_from == 1
+    resumed.save(tmp_path / "r")
+    assert (tmp_path / "r" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
+
 def test_rtn_takes_a_budget_from_its_own_sensitivity_pass(tiny_dirs, tmp_path) -> None:
     _, summary, saved = _quantize(
         tiny_dirs("llama"), {"method": "rtn", "bits": 4, "group_size": 32, "bits_budget": 4.4}, tmp_path / "q"
