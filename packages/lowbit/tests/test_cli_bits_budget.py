@@ -21,7 +21,7 @@ def _config(*flags: str) -> dict[str, object]:
 
 def test_flags_become_settings() -> None:
     cfg = read_quantize_config(_config("--bits-budget", "4.25"))
-    assert cfg.settings["bits_budget"] == 4.25 and cfg.settings["bits_candidates"] == [2, 3, 4, 8]
+    assert cfg.settings["bits_budget"] == 4.25 and cfg.settings["bits_candidates"] == [3, 4, 8]
     cfg = read_quantize_config(_config("--bits-budget", "3.5", "--bits-candidates", "3,4", "--bits", "3"))
     assert (cfg.width, cfg.settings["bits_candidates"]) == (3, [3, 4])
     assert "bits_budget" not in _config() and "bits_candidates" not in _config()
@@ -60,7 +60,7 @@ def test_quantize_with_a_budget_and_inspect_the_widths(tiny_llama: Path, tmp_pat
         "--out", str(out), "--quiet",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "widths [2, 3, 4, 8] within 4.6 bits/weight" in result.stdout
+    assert "widths [3, 4, 8] within 4.6 bits/weight" in result.stdout
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith("widths "))
     achieved = float(line.split()[1])
     assert achieved <= 4.6 and "verified     passed" in result.stdout
@@ -82,4 +82,4 @@ def test_a_target_must_read_every_candidate_width(tiny_llama: Path, tmp_path: Pa
     )  # fmt: skip
     assert result.returncode == 2 and not out.exists()
     assert "--target vllm:exllama: with --bits-budget any module may get any candidate width" in result.stderr
-    assert "2-bit" in result.stderr and "3-bit" in result.stderr and "8-bit" not in result.stderr
+    assert "3-bit" in result.stderr and "8-bit" not in result.stderr and "4-bit" not in result.stderr

@@ -133,7 +133,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         type=_int_list,
         default=None,
         metavar="B,B,...",
-        help="with --bits-budget: the widths a module may get (default 2,3,4,8: what format gptq stores)",
+        help="with --bits-budget: the widths a module may get (default 3,4,8; format gptq stores 2,3,4,8)",
     )
     p.add_argument(
         "--no-act-group-aware",

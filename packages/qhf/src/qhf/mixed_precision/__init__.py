@@ -9,7 +9,7 @@ config reproduces the checkpoint:
 * :mod:`.units`: the allocation units (one decoder layer's modules reading one input; a layer's experts) and
   what each stores at each candidate width (the layout's own packed bytes);
 * :mod:`.sensitivity`: one dense forward over a subset of the calibration rows, layer by layer, measuring each
-  module's input power and its power-weighted RTN error per width (:func:`qalgos.sensitivity.weighted_rtn_error`);
+  module's input power and its RTN noise-to-signal ratio per width (:func:`qalgos.sensitivity.rtn_noise_to_signal`);
 * :mod:`.rules`: the chosen widths as ``dynamic`` rules;
 * :mod:`.plan`: the whole step (checked before any work, resolved after calibration) and its record.
 

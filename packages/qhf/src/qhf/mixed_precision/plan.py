@@ -151,8 +151,9 @@ def plan_budget(config: QuantizeConfig, source: OpenedSource) -> BudgetPlan | No
     try:
         allocate_bits(probe, budget)  # the range check the allocation makes, exact, with no error measured yet
     except BudgetError as exc:
+        lower = " (bits_candidates may add 2 to go lower)" if min(candidates) > 2 else ""
         raise BitsBudgetError(
             f"{exc}, with widths {list(candidates)} in format {config.format!r} group {config.group_size} "
-            f"({min(candidates)}-bit everywhere .. {max(candidates)}-bit everywhere)"
+            f"({min(candidates)}-bit everywhere .. {max(candidates)}-bit everywhere){lower}"
         ) from None
     return plan

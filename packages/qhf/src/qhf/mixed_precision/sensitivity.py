@@ -2,9 +2,10 @@
 
 qlooper's loop runs :class:`SensitivityProcessor`, which quantizes nothing: for every module it accumulates its
 input's mean square per column ``p_j = E[x_j**2]`` (float64, padding excluded; modules reading one input share
-it) and, once the layer's forward is done, computes for every candidate width ``b`` the power-weighted RTN
-error ``sum_j p_j * sum_i (W_ij - RTN_b(W)_ij)**2`` (:func:`qalgos.sensitivity.weighted_rtn_error`, the run's
-group size and symmetry). The layer is then replayed unchanged, so every layer sees the dense model's inputs.
+it) and then computes, for every candidate width ``b``, the module's RTN noise-to-signal ratio
+``sum_j p_j |W_:j - RTN_b(W)_:j|**2 / sum_j p_j |W_:j|**2`` (:func:`qalgos.sensitivity.rtn_noise_to_signal`, the
+run's group size and symmetry). Nothing changes the layer, so every layer sees the dense model's inputs; the loop
+runs it in lockstep (one forward of the layer per batch, paused before each group).
 
 :class:`TransientLayers` (the loop's layer loader) reads each layer from the source files when the loop starts it
 and sends it back to meta when it is done: peak memory is the modules outside the decoder layers, one dense layer
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
-from qalgos.sensitivity import weighted_rtn_error
+from qalgos.sensitivity import rtn_noise_to_signal
 from qalgos.spec import QuantSpec
 from qlooper.calibration import CalibrationSet
 from qlooper.definition import ResolvedGroup
@@ -30,13 +31,14 @@ from torch.utils.hooks import RemovableHandle
 
 from ..source.opened_source import OpenedSource
 
-#: Calibration rows the sensitivity pass reads at most (evenly spaced over the calibration set).
-SENSITIVITY_ROWS = 32
+#: Calibration rows the sensitivity pass reads at most (evenly spaced over the calibration set): 16 x 256 tokens
+#: estimate a diagonal input power well, and the pass's forwards stay a fraction of a GPTQ run's.
+SENSITIVITY_ROWS = 16
 
 
 class SensitivityProcessor:
     """A qlooper processor that measures (module docstring) and quantizes nothing. ``errors``: module full name
-    -> {width: error}, filled layer by layer."""
+    -> {width: noise-to-signal ratio}, filled layer by layer."""
 
     method = "sensitivity"
     needs_calibration = True
@@ -51,29 +53,40 @@ class SensitivityProcessor:
     def start_layer(self, ctx: LayerContext) -> None:
         self._power, self._tokens = {}, {}
 
+    def _add(self, ctx: LayerContext, key: str, x: torch.Tensor) -> None:
+        rows = ctx.valid_tokens(x.detach())
+        if key not in self._power:
+            self._power[key] = torch.zeros(int(rows.shape[-1]), dtype=torch.float64)
+            self._tokens[key] = 0
+        self._power[key] += (rows.to(torch.float64) ** 2).sum(dim=0).cpu()
+        self._tokens[key] += int(rows.shape[0])
+
+    def observe(self, ctx: LayerContext, group: ResolvedGroup, x: torch.Tensor) -> None:
+        """Lockstep: ``x`` ``[B, T, in]`` is the input every module of ``group`` reads."""
+        self._add(ctx, group.modules[0].input_key, x)
+
     def attach(self, ctx: LayerContext, group: ResolvedGroup) -> list[RemovableHandle]:
         handles = []
+        hooked: set[str] = set()
         for mod in group.modules:
-            if mod.input_key in self._power:
+            if mod.input_key in hooked:
                 continue
-            self._power[mod.input_key] = torch.zeros(int(mod.weight.shape[1]), dtype=torch.float64)
-            self._tokens[mod.input_key] = 0
+            hooked.add(mod.input_key)
 
             def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, key: str = mod.input_key) -> None:
-                x = ctx.valid_tokens(first_tensor(inputs).detach())
-                self._power[key] += (x.to(torch.float64) ** 2).sum(dim=0).cpu()
-                self._tokens[key] += int(x.shape[0])
+                self._add(ctx, key, first_tensor(inputs))
 
             handles.append(mod.module.register_forward_hook(hook))
         return handles
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
         for mod in group.modules:
-            tokens = self._tokens[mod.input_key]
-            power = self._power[mod.input_key] / max(tokens, 1)
+            tokens = self._tokens.get(mod.input_key, 0)  # an expert no token reached: power 0, ratio 0
+            power = self._power.get(mod.input_key, torch.zeros(int(mod.weight.shape[1]), dtype=torch.float64))
             weight = mod.weight.detach()
             self.errors[mod.full_name] = {
-                bits: weighted_rtn_error(weight, power, replace(self.spec, bits=bits)) for bits in self.candidates
+                bits: rtn_noise_to_signal(weight, power / max(tokens, 1), replace(self.spec, bits=bits))
+                for bits in self.candidates
             }
         return []
 
@@ -147,8 +160,8 @@ def measure_sensitivity(
     subset = row_subset(calibration)
     processor = SensitivityProcessor(spec, candidates)
     options = LoopOptions(
-        true_sequential=False,  # nothing changes between groups: one capture forward and one replay per layer
-        lockstep=False,
+        lockstep=True,  # one forward of each layer per batch (expert layers: per-group forwards)
+        lockstep_budget=None,  # the subset's parked activations are small
         layer_loader=TransientLayers(source),
         device=device,
         cache_device=cache_device,

@@ -3,8 +3,8 @@
 * ``bits_budget``: the average stored bits per weight the quantized decoder-layer modules may take (codes plus
   scales, zeros and ``g_idx`` as the config's layout stores them; lm_head is not quantized and not counted).
   Absent: every module at ``bits`` (the default; nothing below changes a run).
-* ``bits_candidates``: the widths a module may get (default :data:`DEFAULT_CANDIDATES`). Format ``gptq`` /
-  ``gptq_v2`` stores 2, 3, 4 and 8 bits (what GPT-QModel and vLLM's GPTQ kernels read); lowbit's planar
+* ``bits_candidates``: the widths a module may get (default :data:`DEFAULT_CANDIDATES`, 3, 4 and 8). Format
+  ``gptq`` / ``gptq_v2`` stores 2, 3, 4 and 8 bits (what GPT-QModel and vLLM's GPTQ kernels read); lowbit's planar
   ``gptq_p`` also 5, 6 and 7.
 
 Only the integer GPTQ-format methods take a budget: ``gptq`` (with its ``gptaq`` / ``foem`` variants and an EoRA
@@ -24,8 +24,10 @@ from ..quant_config import QuantConfigError
 
 BUDGET_KEY = "bits_budget"
 CANDIDATES_KEY = "bits_candidates"
-#: Every width an engine reads from format ``gptq`` (GPT-QModel, vLLM ``gptq``): the default candidates.
-DEFAULT_CANDIDATES: tuple[int, ...] = (2, 3, 4, 8)
+#: The default candidates: widths an engine reads from format ``gptq`` (GPT-QModel, vLLM ``gptq``), without 2
+#: bits: the RTN noise-to-signal estimate underrates a 2-bit module's damage (SmolLM2 at 3.25 bits per weight:
+#: worse with 2-bit modules than a uniform 3 bits; docs/algorithms.md). ``bits_candidates`` may add it.
+DEFAULT_CANDIDATES: tuple[int, ...] = (3, 4, 8)
 #: The widths each GPTQ-family format stores.
 FORMAT_BITS: dict[str, tuple[int, ...]] = {
     "gptq": (2, 3, 4, 8),
