@@ -88,10 +88,8 @@ class BudgetPlan:
     def _allocation_units(self, found: Sensitivity) -> list[AllocationUnit]:
         out = []
         for unit in self.units:
-            candidates = tuple(
-                Candidate(bits, sum(found.errors[m.name][bits] for m in unit.members), self.costs[unit.key][bits])
-                for bits in self.candidates
-            )
+            errors = found.errors[tuple(m.name for m in unit.members)]
+            candidates = tuple(Candidate(bits, errors[bits], self.costs[unit.key][bits]) for bits in self.candidates)
             out.append(AllocationUnit(unit.key, unit.weights, candidates))
         return out
 

@@ -18,12 +18,18 @@ from dataclasses import dataclass
 from qformats.config import QuantizeConfig
 from qformats.errors import LayoutError
 from qformats.layouts.stored_size import stored_bits
+from qlooper.definition import ResolvedModule
 
 from ..errors import QHFError
 from ..looper_bridge import decoder_groups
 from ..source.opened_source import OpenedSource
 
 EXPERTS_KEY = "experts"
+
+
+def unit_key(mod: ResolvedModule) -> str:
+    """The key of ``mod``'s unit within its layer: ``experts`` for an expert, else its input key."""
+    return EXPERTS_KEY if mod.expert is not None else mod.input_key
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ def budget_units(source: OpenedSource) -> list[Unit]:
         members: dict[str, list[Member]] = {}
         for group in groups:
             for mod in group.modules:
-                key = EXPERTS_KEY if mod.expert is not None else mod.input_key
+                key = unit_key(mod)
                 out_features, in_features = (int(d) for d in mod.weight.shape)
                 members.setdefault(key, []).append(Member(mod.full_name, out_features, in_features))
         units += [Unit(f"{prefix}|{key}", index, tuple(found)) for key, found in members.items()]
