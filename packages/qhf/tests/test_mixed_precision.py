@@ -182,6 +182,37 @@ def test_settings_resolve_and_stay_out_of_configs_without_a_budget() -> None:
     assert "bits_budget" not in plain.settings and "bits_budget" not in plain.to_dict()
 
 
+def test_the_sensitivity_pass_ranks_widths_and_leaves_the_model_as_it_was(tiny_dirs) -> None:
+    from qhf.mixed_precision.sensitivity import SensitivityProcessor
+    from qhf.spec_from_config import quant_spec
+    from qlooper.api import quantize_model
+    from qlooper.calibration import prepare_calibration
+    from qlooper.loop import LoopOptions
+
+    qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32, "bits_budget": BUDGET})
+    model = qm.source.materialize_all()
+    model.config.use_cache = False
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    blocks = token_blocks(qm.tokenizer, bundled_docs("calibration").texts, count=2, length=48)
+    processor = SensitivityProcessor(quant_spec(qm.config), (2, 3, 4, 8))
+    run = quantize_model(model, qm.source.definition, prepare_calibration(blocks), None, processor, format="gptq",
+                         options=LoopOptions(lockstep=True))  # fmt: skip
+    assert not run.modules  # nothing was quantized
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    expected = set()
+    for layer in (0, 1):
+        p = f"model.layers.{layer}."
+        expected |= {
+            (p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"),
+            (p + "self_attn.o_proj",),
+            (p + "mlp.gate_proj", p + "mlp.up_proj"),
+            (p + "mlp.down_proj",),
+        }
+    assert set(processor.errors) == expected
+    for unit, errors in processor.errors.items():
+        assert errors[2] > errors[3] > errors[4] > errors[8] > 0, unit
+
+
 def test_rule_patterns_match_the_members_and_the_names_engines_fuse_them_under() -> None:
     layer = [
         f"model.layers.3.{m}"
