@@ -21,7 +21,7 @@ def _config(*flags: str) -> dict[str, object]:
 
 def test_flags_become_settings() -> None:
     cfg = read_quantize_config(_config("--bits-budget", "4.25"))
-    assert cfg.settings["bits_budget"] == 4.25 and cfg.settings["bits_candidates"] == [3, 4, 8]
+    assert cfg.settings["bits_budget"] == 4.25 and cfg.settings["bits_candidates"] == [4, 8]
     cfg = read_quantize_config(_config("--bits-budget", "3.5", "--bits-candidates", "3,4", "--bits", "3"))
     assert (cfg.width, cfg.settings["bits_candidates"]) == (3, [3, 4])
     assert "bits_budget" not in _config() and "bits_candidates" not in _config()
@@ -56,14 +56,14 @@ def test_summary_line() -> None:
 def test_quantize_with_a_budget_and_inspect_the_widths(tiny_llama: Path, tmp_path: Path) -> None:
     out = tmp_path / "q"
     result = run_lowbit(
-        "quantize", str(tiny_llama), "--bits-budget", "4.6", "--group-size", "32", "--samples", "4", "--length", "48",
+        "quantize", str(tiny_llama), "--bits-budget", "5.5", "--group-size", "32", "--samples", "4", "--length", "48",
         "--out", str(out), "--quiet",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "widths [3, 4, 8] within 4.6 bits/weight" in result.stdout
+    assert "widths [4, 8] within 5.5 bits/weight" in result.stdout
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith("widths "))
     achieved = float(line.split()[1])
-    assert achieved <= 4.6 and "verified     passed" in result.stdout
+    assert achieved <= 5.5 and "verified     passed" in result.stdout
     widths = json.loads((out / "quant_report.json").read_text())["summary"]["mixed_precision"]["bits"]
     shown = run_lowbit("inspect", str(out))
     assert shown.returncode == 0, shown.stderr
@@ -71,14 +71,16 @@ def test_quantize_with_a_budget_and_inspect_the_widths(tiny_llama: Path, tmp_pat
         assert f"  {name}  " in shown.stdout and f"gptq {bits}-bit g32" in shown.stdout.split(f"  {name}  ", 1)[1]
     engines = shown.stdout.split("engines      ", 1)[1].splitlines()
     exllama = next(ln for ln in engines if ln.strip().startswith("vllm:exllama "))
-    assert exllama.split()[1] == "no" and "(a dynamic rule) not in {4, 8}" in exllama
+    assert exllama.split()[1] == "loads"  # 4 and 8 bits
+    four_only = next(ln for ln in engines if ln.strip().startswith("transformers+gptqmodel:exllamav2 "))
+    assert four_only.split()[1] == "no" and "8-bit (a dynamic rule) not in {4}" in four_only
 
 
 def test_a_target_must_read_every_candidate_width(tiny_llama: Path, tmp_path: Path) -> None:
     out = tmp_path / "q"
     result = run_lowbit(
-        "quantize", str(tiny_llama), "--bits-budget", "4.25", "--group-size", "32", "--target", "vllm:exllama",
-        "--out", str(out),
+        "quantize", str(tiny_llama), "--bits-budget", "4.25", "--bits-candidates", "3,4,8", "--group-size", "32",
+        "--target", "vllm:exllama", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 2 and not out.exists()
     assert "--target vllm:exllama: with --bits-budget any module may get any candidate width" in result.stderr

@@ -8,8 +8,8 @@ config reproduces the checkpoint:
 * :mod:`.settings`: the ``bits_budget`` / ``bits_candidates`` settings, checked when the config is read;
 * :mod:`.units`: the allocation units (one decoder layer's modules reading one input; a layer's experts) and
   what each stores at each candidate width (the layout's own packed bytes);
-* :mod:`.sensitivity`: over a few calibration rows, layer by layer, the relative change of each layer's output
-  when one unit is rounded to each candidate width;
+* :mod:`.sensitivity`: one dense forward over a subset of the calibration rows, layer by layer, measuring each
+  module's input power and its RTN noise-to-signal ratio per width (:func:`qalgos.sensitivity.rtn_noise_to_signal`);
 * :mod:`.rules`: the chosen widths as ``dynamic`` rules;
 * :mod:`.plan`: the whole step (checked before any work, resolved after calibration) and its record.
 

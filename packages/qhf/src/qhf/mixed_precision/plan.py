@@ -88,8 +88,10 @@ class BudgetPlan:
     def _allocation_units(self, found: Sensitivity) -> list[AllocationUnit]:
         out = []
         for unit in self.units:
-            errors = found.errors[tuple(m.name for m in unit.members)]
-            candidates = tuple(Candidate(bits, errors[bits], self.costs[unit.key][bits]) for bits in self.candidates)
+            candidates = tuple(
+                Candidate(bits, sum(found.errors[m.name][bits] for m in unit.members), self.costs[unit.key][bits])
+                for bits in self.candidates
+            )
             out.append(AllocationUnit(unit.key, unit.weights, candidates))
         return out
 
@@ -149,7 +151,7 @@ def plan_budget(config: QuantizeConfig, source: OpenedSource) -> BudgetPlan | No
     try:
         allocate_bits(probe, budget)  # the range check the allocation makes, exact, with no error measured yet
     except BudgetError as exc:
-        lower = " (bits_candidates may add 2 to go lower)" if min(candidates) > 2 else ""
+        lower = " (a lower bits, or narrower bits_candidates, go lower)" if min(candidates) > 2 else ""
         raise BitsBudgetError(
             f"{exc}, with widths {list(candidates)} in format {config.format!r} group {config.group_size} "
             f"({min(candidates)}-bit everywhere .. {max(candidates)}-bit everywhere){lower}"

@@ -1,24 +1,16 @@
-"""The sensitivity pass: how much each unit's width changes its decoder layer's output, one layer at a time.
+"""The sensitivity pass: one dense forward over a subset of the calibration rows, one decoder layer at a time.
 
-qlooper's loop runs :class:`SensitivityProcessor` over a few calibration rows; it quantizes nothing, so every layer
-sees the dense model's inputs. After a layer's forward, for every unit of the layer (:func:`.units.unit_key`) and
-every candidate width ``b``, the unit's weights are replaced by their round-to-nearest values at ``b`` (the run's
-group size and symmetry; qalgos' RTN parameters) and the layer is run again on the cached inputs:
-
-    error(unit, b) = sum ||h_b - h||**2 / sum ||h||**2
-
-over the calibration tokens (padding excluded), ``h`` the dense layer's output hidden states, ``h_b`` the output
-with the unit at ``b`` bits; then the unit's weights are put back. The layer output is the residual stream the
-next layer's norm reads, so the errors of different layers compare and add up, and the measure sees everything
-between the unit and the layer's output (attention, the gated MLP, massive activations of a ``down_proj``).
-An error per module relative to its own output, or absolute, did not: on SmolLM2 they gave ``down_proj`` modules
-3 bits that out-of-domain text needs (docs/algorithms.md).
+qlooper's loop runs :class:`SensitivityProcessor`, which quantizes nothing: for every module it accumulates its
+input's mean square per column ``p_j = E[x_j**2]`` (float64, padding excluded; modules reading one input share
+it) and then computes, for every candidate width ``b``, the module's RTN noise-to-signal ratio
+``sum_j p_j |W_:j - RTN_b(W)_:j|**2 / sum_j p_j |W_:j|**2`` (:func:`qalgos.sensitivity.rtn_noise_to_signal`, the
+run's group size and symmetry). Nothing changes the layer, so every layer sees the dense model's inputs; the loop
+runs it in lockstep (one forward of the layer per batch, paused before each group).
 
 :class:`TransientLayers` (the loop's layer loader) reads each layer from the source files when the loop starts it
 and sends it back to meta when it is done: peak memory is the modules outside the decoder layers, one dense layer
 and the subset's activations. Rows: :func:`row_subset` keeps :data:`SENSITIVITY_ROWS` rows at even spacing over
-the calibration set. Cost: per layer, one forward for the loop, one for the reference output and one per unit and
-candidate width, over those rows.
+the calibration set (a diagonal statistic needs few tokens).
 """
 
 from __future__ import annotations
@@ -29,28 +21,24 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
-from qalgos.group_params import gptq_params
-from qalgos.rtn import quantize_groups
+from qalgos.sensitivity import rtn_noise_to_signal
 from qalgos.spec import QuantSpec
 from qlooper.calibration import CalibrationSet
-from qlooper.capture import to_device
-from qlooper.definition import ResolvedGroup, ResolvedModule, resolve_groups
-from qlooper.forward import layer_device, layer_output
-from qlooper.processors.base import LayerContext, ModuleResult, replace_weight
+from qlooper.definition import ResolvedGroup
+from qlooper.processors.base import LayerContext, ModuleResult, first_tensor
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..source.opened_source import OpenedSource
-from .units import unit_key
 
-#: Calibration rows the sensitivity pass reads at most (evenly spaced over the calibration set): the relative
-#: error of a layer's output over 8 x 256 tokens ranks the units, and the pass's forwards stay cheap.
-SENSITIVITY_ROWS = 8
+#: Calibration rows the sensitivity pass reads at most (evenly spaced over the calibration set): 16 x 256 tokens
+#: estimate a diagonal input power well, and the pass's forwards stay a fraction of a GPTQ run's.
+SENSITIVITY_ROWS = 16
 
 
 class SensitivityProcessor:
-    """A qlooper processor that measures (module docstring) and quantizes nothing. ``errors``: the names of a
-    unit's modules (a tuple, in the layer's order) -> {width: relative error of the layer's output}."""
+    """A qlooper processor that measures (module docstring) and quantizes nothing. ``errors``: module full name
+    -> {width: noise-to-signal ratio}, filled layer by layer."""
 
     method = "sensitivity"
     needs_calibration = True
@@ -58,58 +46,52 @@ class SensitivityProcessor:
     def __init__(self, spec: QuantSpec, candidates: tuple[int, ...]) -> None:
         self.spec = spec
         self.candidates = candidates
-        self.errors: dict[tuple[str, ...], dict[int, float]] = {}
+        self.errors: dict[str, dict[int, float]] = {}
+        self._power: dict[str, torch.Tensor] = {}  # input key -> sum of x**2 per column, float64 [in]
+        self._tokens: dict[str, int] = {}
 
     def start_layer(self, ctx: LayerContext) -> None:
-        return None
+        self._power, self._tokens = {}, {}
+
+    def _add(self, ctx: LayerContext, key: str, x: torch.Tensor) -> None:
+        rows = ctx.valid_tokens(x.detach())
+        if key not in self._power:
+            self._power[key] = torch.zeros(int(rows.shape[-1]), dtype=torch.float64)
+            self._tokens[key] = 0
+        self._power[key] += (rows.to(torch.float64) ** 2).sum(dim=0).cpu()
+        self._tokens[key] += int(rows.shape[0])
 
     def observe(self, ctx: LayerContext, group: ResolvedGroup, x: torch.Tensor) -> None:
-        """Lockstep: nothing to collect while the layer runs; :meth:`end_layer` measures."""
-        return None
+        """Lockstep: ``x`` ``[B, T, in]`` is the input every module of ``group`` reads."""
+        self._add(ctx, group.modules[0].input_key, x)
 
     def attach(self, ctx: LayerContext, group: ResolvedGroup) -> list[RemovableHandle]:
-        return []
+        handles = []
+        hooked: set[str] = set()
+        for mod in group.modules:
+            if mod.input_key in hooked:
+                continue
+            hooked.add(mod.input_key)
+
+            def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, key: str = mod.input_key) -> None:
+                self._add(ctx, key, first_tensor(inputs))
+
+            handles.append(mod.module.register_forward_hook(hook))
+        return handles
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
+        for mod in group.modules:
+            tokens = self._tokens.get(mod.input_key, 0)  # an expert no token reached: power 0, ratio 0
+            power = self._power.get(mod.input_key, torch.zeros(int(mod.weight.shape[1]), dtype=torch.float64))
+            weight = mod.weight.detach()
+            self.errors[mod.full_name] = {
+                bits: rtn_noise_to_signal(weight, power / max(tokens, 1), replace(self.spec, bits=bits))
+                for bits in self.candidates
+            }
         return []
 
     def end_layer(self, ctx: LayerContext) -> list[ModuleResult]:
-        if ctx.cache is None:
-            raise ValueError(f"sensitivity: layer {ctx.name} has no input cache")
-        units: dict[str, list[ResolvedModule]] = {}
-        for group in resolve_groups(ctx.layer, ctx.name, ctx.definition):
-            for mod in group.modules:
-                units.setdefault(unit_key(mod), []).append(mod)
-        device = layer_device(ctx.layer)
-        calls = [to_device(ctx.cache.call_args(b), device) for b in range(len(ctx.cache))]
-        masks = [ctx.cache.token_masks[b].to(device=device, dtype=torch.bool) for b in range(len(ctx.cache))]
-        reference = self._outputs(ctx.layer, calls, masks)
-        power = sum(float((h.to(torch.float64) ** 2).sum()) for h in reference)
-        for members in units.values():
-            originals = [mod.weight.detach().clone() for mod in members]
-            found: dict[int, float] = {}
-            try:
-                for bits in self.candidates:
-                    spec = replace(self.spec, bits=bits)
-                    for mod, weight in zip(members, originals, strict=True):
-                        replace_weight(mod.module, quantize_groups(weight.to(torch.float32), spec, gptq_params)[3])
-                    changed = self._outputs(ctx.layer, calls, masks)
-                    noise = sum(
-                        float(((h - r).to(torch.float64) ** 2).sum()) for h, r in zip(changed, reference, strict=True)
-                    )
-                    found[bits] = noise / power if power > 0 else 0.0
-            finally:
-                for mod, weight in zip(members, originals, strict=True):
-                    replace_weight(mod.module, weight)
-            self.errors[tuple(mod.full_name for mod in members)] = found
         return []
-
-    @staticmethod
-    def _outputs(layer: nn.Module, calls: list[Any], masks: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The layer's output hidden states of every cached call, real tokens only (``[tokens, hidden]``)."""
-        with torch.no_grad():
-            pairs = zip(calls, masks, strict=True)
-            return [layer_output(layer(*args, **kwargs))[mask] for (args, kwargs), mask in pairs]
 
     def describe(self) -> dict[str, Any]:
         return {"method": self.method, "spec": asdict(self.spec), "candidates": list(self.candidates)}
@@ -149,10 +131,10 @@ def row_subset(calibration: CalibrationSet, rows: int = SENSITIVITY_ROWS) -> Cal
 
 @dataclass
 class Sensitivity:
-    """The pass's result: ``errors`` (a unit's module names -> {width: error}), the ``rows`` and ``tokens`` it
-    read, its wall ``seconds`` and the process CPU seconds (``cpu_seconds``, every thread)."""
+    """The pass's result: ``errors`` (module -> {width: error}), the ``rows`` and ``tokens`` it read, its wall
+    ``seconds`` and the process CPU seconds (``cpu_seconds``, every thread)."""
 
-    errors: dict[tuple[str, ...], dict[int, float]] = field(default_factory=dict)
+    errors: dict[str, dict[int, float]] = field(default_factory=dict)
     rows: int = 0
     tokens: int = 0
     seconds: float = 0.0
@@ -178,7 +160,7 @@ def measure_sensitivity(
     subset = row_subset(calibration)
     processor = SensitivityProcessor(spec, candidates)
     options = LoopOptions(
-        lockstep=True,  # one forward of each layer per batch for the loop (expert layers: per-group forwards)
+        lockstep=True,  # one forward of each layer per batch (expert layers: per-group forwards)
         lockstep_budget=None,  # the subset's parked activations are small
         layer_loader=TransientLayers(source),
         device=device,

@@ -3,9 +3,9 @@
 * ``bits_budget``: the average stored bits per weight the quantized decoder-layer modules may take (codes plus
   scales, zeros and ``g_idx`` as the config's layout stores them; lm_head is not quantized and not counted).
   Absent: every module at ``bits`` (the default; nothing below changes a run).
-* ``bits_candidates``: the widths a module may get (default :data:`DEFAULT_CANDIDATES`, 3, 4 and 8). Format
-  ``gptq`` / ``gptq_v2`` stores 2, 3, 4 and 8 bits (what GPT-QModel and vLLM's GPTQ kernels read); lowbit's planar
-  ``gptq_p`` also 5, 6 and 7.
+* ``bits_candidates``: the widths a module may get (default :func:`default_candidates`: ``bits`` and the wider
+  of 3, 4 and 8). Format ``gptq`` / ``gptq_v2`` stores 2, 3, 4 and 8 bits (what GPT-QModel and vLLM's GPTQ
+  kernels read); lowbit's planar ``gptq_p`` also 5, 6 and 7.
 
 Only the integer GPTQ-format methods take a budget: ``gptq`` (with its ``gptaq`` / ``foem`` variants and an EoRA
 ``adapter``) and ``rtn`` writing a GPTQ format. AWQ is refused: the AWQ layouts engines read hold 4-bit codes
@@ -24,10 +24,19 @@ from ..quant_config import QuantConfigError
 
 BUDGET_KEY = "bits_budget"
 CANDIDATES_KEY = "bits_candidates"
-#: The default candidates: widths an engine reads from format ``gptq`` (GPT-QModel, vLLM ``gptq``), without 2
-#: bits: the RTN noise-to-signal estimate underrates a 2-bit module's damage (SmolLM2 at 3.25 bits per weight:
-#: worse with 2-bit modules than a uniform 3 bits; docs/algorithms.md). ``bits_candidates`` may add it.
-DEFAULT_CANDIDATES: tuple[int, ...] = (3, 4, 8)
+#: The widths a default candidate set draws from: what an engine reads from format ``gptq`` (GPT-QModel, vLLM
+#: ``gptq``) but 2 bits, whose damage the sensitivity estimate underrates (docs/algorithms.md).
+DEFAULT_WIDTHS: tuple[int, ...] = (3, 4, 8)
+
+
+def default_candidates(base: int) -> list[int]:
+    """The default ``bits_candidates`` of a run at ``base`` bits: the base and the wider :data:`DEFAULT_WIDTHS`
+    (4 -> [4, 8], 3 -> [3, 4, 8]). A budget then buys wider modules and never narrows one below ``bits``: on
+    SmolLM2, narrowing ``down_proj`` modules to pay for wider ones doubled the out-of-domain perplexity
+    (docs/algorithms.md); ``bits_candidates`` may list narrower widths."""
+    return sorted({base, *(b for b in DEFAULT_WIDTHS if b > base)})
+
+
 #: The widths each GPTQ-family format stores.
 FORMAT_BITS: dict[str, tuple[int, ...]] = {
     "gptq": (2, 3, 4, 8),
@@ -65,7 +74,7 @@ def budget_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
             "take per-module widths an engine reads"
         )
     allowed = FORMAT_BITS[fmt]
-    chosen = DEFAULT_CANDIDATES if candidates is None else candidates
+    chosen = default_candidates(int(cfg.width)) if candidates is None else candidates
     if (
         not isinstance(chosen, (list, tuple))
         or not chosen

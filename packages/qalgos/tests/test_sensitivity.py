@@ -1,5 +1,5 @@
-"""GPTQ solves of one accumulator under several specs (``with_spec``): each as a fresh solver would, sharing the
-statistics and the factorisation."""
+"""The RTN noise-to-signal ratio a sensitivity pass measures, and GPTQ solves of one accumulator under several
+specs (``with_spec``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,28 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import correlated_activations
-from qalgos.errors import StateError
+from qalgos.errors import ShapeError, StateError
 from qalgos.gptq import GPTQ
+from qalgos.rtn import quantize_rtn
+from qalgos.sensitivity import rtn_noise_to_signal
 from qalgos.spec import QuantSpec
 
 SPEC = QuantSpec(bits=4, group_size=32, scale_dtype="float16")
+
+
+def test_noise_to_signal_is_the_power_weighted_rtn_error_over_the_output_power(weight: torch.Tensor) -> None:
+    power = torch.rand(weight.shape[1], generator=torch.Generator().manual_seed(3)) * 4
+    deq = quantize_rtn(weight, replace(SPEC, scale_dtype="float32")).dequantized
+    noise = float((((weight - deq).double() ** 2).sum(dim=0) * power.double()).sum())
+    signal = float(((weight.double() ** 2).sum(dim=0) * power.double()).sum())
+    assert rtn_noise_to_signal(weight, power, SPEC) == pytest.approx(noise / signal, rel=1e-9)
+    # free of the activations' and the weights' scale: deeper layers' larger residual stream does not count
+    assert rtn_noise_to_signal(weight * 8, power * 100, SPEC) == pytest.approx(noise / signal, rel=1e-6)
+    assert rtn_noise_to_signal(weight, torch.zeros_like(power), SPEC) == 0.0
+    ratios = [rtn_noise_to_signal(weight, power, replace(SPEC, bits=b)) for b in (2, 3, 4, 8)]
+    assert ratios == sorted(ratios, reverse=True) and ratios[-1] < ratios[0] / 100 and ratios[0] < 1
+    with pytest.raises(ShapeError, match="input_power"):
+        rtn_noise_to_signal(weight, power[:-1], SPEC)
 
 
 def test_with_spec_solves_the_shared_statistics_as_a_fresh_solver_would(weight: torch.Tensor) -> None:
