@@ -72,6 +72,21 @@ def test_out_divisible_by_pack_factor() -> None:
     assert OutDivisibleByPackFactor().check(odd) == "m: N=48 not divisible by 32"  # 32/3: numerator 32
 
 
+def test_a_module_s_own_width_is_checked() -> None:
+    """A mixed-precision checkpoint: the config's bits pass, a module's dynamic width is named when it fails."""
+    mixed = BASE.changed(
+        modules=(
+            LinearShape("model.layers.0.self_attn.q_proj", 576, 576),
+            LinearShape("model.layers.0.mlp.down_proj", 1536, 48, bits=3),
+            LinearShape("model.layers.1.mlp.down_proj", 1536, 576, bits=8),
+        )
+    )
+    assert mixed.widths() == (3, 4, 8) and mixed.module_bits(mixed.modules[0]) == 4
+    assert BitsIn((4, 8)).check(mixed) == "model.layers.0.mlp.down_proj: 3-bit (a dynamic rule) not in {4, 8}"
+    assert BitsIn((2, 3, 4, 8)).check(mixed) is None
+    assert OutDivisibleByPackFactor().check(mixed) == "model.layers.0.mlp.down_proj: N=48 not divisible by 32"
+
+
 @pytest.mark.parametrize(("group", "fails"), [(64, False), (-1, False), (128, True), (32, False), (96, False)])
 def test_in_divisible_by_group(group: int, fails: bool) -> None:
     reason = InDivisibleByGroup().check(BASE.changed(group_size=group))

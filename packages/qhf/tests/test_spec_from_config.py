@@ -1,9 +1,10 @@
 """The qalgos specs of a run come from its ``QuantizeConfig`` alone: the run's spec, and per-module specs from
-``QuantizeConfig.for_module`` (GGUF ``dynamic`` types)."""
+``QuantizeConfig.for_module`` (GGUF ``dynamic`` types, integer methods' ``bits`` / ``group_size`` rules)."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
 from qalgos.paroquant import ParoSpec
@@ -46,7 +47,11 @@ def test_per_module_specs_follow_the_config_dynamic_rules() -> None:
     assert list(specs) == ["model.layers.1.mlp.down_proj"] and specs["model.layers.1.mlp.down_proj"].gguf_type == "Q8_0"
     assert quant_spec(cfg).gguf_type == "Q4_0"
     plain = read_quantize_config({"method": "gptq", "dynamic": {r"+:.*down_proj$": {"bits": 8}}})
-    assert module_specs(plain, names) == {}  # calibrated runs quantize every module with the run's spec
+    integer = module_specs(plain, names)  # an integer method's modules take a rule's bits / group_size too
+    assert list(integer) == names[:2] and all(s.bits == 8 and s.group_size == 128 for s in integer.values())
+    assert integer[names[0]] == replace(quant_spec(plain), bits=8)
+    paro = read_quantize_config({"method": "paroquant", "group_size": 64, "dynamic": {r"+:.*down_proj$": {"bits": 8}}})
+    assert module_specs(paro, names) == {}
 
 
 def test_the_deprecated_settings_name_warns_and_gives_the_config(tiny_dirs) -> None:

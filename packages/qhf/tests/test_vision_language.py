@@ -261,3 +261,20 @@ def test_llava_processor_is_carried_and_drives_the_reloaded_model(tokenizer: Any
     loaded = qhf.load_quantized(tmp_path / "out")
     batch = {"input_ids": inputs["input_ids"], "pixel_values": inputs["pixel_values"]}
     assert torch.equal(_logits(qm.model, batch), _logits(loaded.model, batch))
+
+
+def test_dense_parts_join_the_configs_own_dynamic_rules() -> None:
+    """A VLM's kept-dense rules are added to the run's own ``dynamic`` rules (a mixed-precision run's widths),
+    not written over them; without rules of its own the checkpoint holds only the dense parts' rules."""
+    from qhf.checkpoint_config import checkpoint_dict
+    from qhf.quant_config import read_quantize_config
+
+    own = {r"+:^model\.language_model\.layers\.0\.mlp\.down_proj$": {"bits": 8}}
+    parts = ("model.visual",)
+    with_rules = checkpoint_dict(read_quantize_config({"method": "gptq", "dynamic": own}), dense_parts=parts)
+    plain = checkpoint_dict(read_quantize_config({"method": "gptq"}), dense_parts=parts)
+    dense_rule = r"-:^(?:model\.)?visual\b"
+    assert list(plain["dynamic"]) == [dense_rule]
+    assert list(with_rules["dynamic"]) == [*own, dense_rule]
+    assert with_rules["dynamic"][next(iter(own))] == {"bits": 8}
+    assert with_rules["modules_to_not_convert"] == plain["modules_to_not_convert"] == ["visual"]

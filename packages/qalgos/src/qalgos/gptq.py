@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -31,7 +32,19 @@ class GPTQ:
         self.spec = spec
         self.in_features = in_features
         self._acc = HessianAccumulator(in_features)
-        self._prepared: tuple[torch.Tensor, ColumnPlan, DampedInverse] | None = None
+        #: factorisations of the current Hessian by :func:`factor_key` (shared with :meth:`with_spec` views)
+        self._factors: dict[tuple[object, ...], tuple[torch.Tensor, ColumnPlan, DampedInverse]] = {}
+
+    def with_spec(self, spec: QuantSpec) -> GPTQ:
+        """A solver of the same statistics under another ``spec`` (a module's own width or group size): it
+        shares this accumulator (nothing is copied; releasing the statistics releases them for both) and the
+        factorisation cache, so specs that order, group and damp alike (:func:`factor_key`) factorise once.
+        ``self`` when ``spec`` is this solver's."""
+        if spec == self.spec:
+            return self
+        view = copy.copy(self)
+        view.spec = spec
+        return view
 
     @property
     def nsamples(self) -> int:
@@ -40,7 +53,7 @@ class GPTQ:
 
     def add_batch(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> int:
         """Add activations ``x [..., in]``; ``mask [...]`` bool keeps True tokens. Returns tokens added."""
-        self._prepared = None
+        self._factors.clear()
         return self._acc.add_batch(x, mask)
 
     def hessian(self) -> torch.Tensor:
@@ -54,7 +67,7 @@ class GPTQ:
 
     def load_state_dict(self, state: dict[str, torch.Tensor | int | float]) -> None:
         """Continue from a :meth:`state_dict` (raises :class:`~qalgos.errors.StateError` naming a bad key)."""
-        self._prepared = None
+        self._factors.clear()
         self._acc.load_state_dict(state)
 
     def quantize(
@@ -88,10 +101,13 @@ class GPTQ:
 
     def _factor(self, release_statistics: bool = False) -> tuple[torch.Tensor, ColumnPlan, DampedInverse]:
         """Dead columns, column plan and damped inverse factor of the current Hessian. They depend on the
-        Hessian alone, so modules sharing this accumulator (q/k/v, gate/up) reuse one factorisation; any
-        new statistics drop it. ``release_statistics``: free the float64 sum as soon as the float32 Hessian
-        is formed, before the factorisation's work matrices exist (the last reader of this input)."""
-        if self._prepared is None:
+        Hessian and the spec's ordering, grouping and damping alone (:func:`factor_key`), so modules sharing
+        this accumulator (q/k/v, gate/up) reuse one factorisation; any new statistics drop it.
+        ``release_statistics``: free the float64 sum as soon as the float32 Hessian is formed, before the
+        factorisation's work matrices exist (the last reader of this input)."""
+        key = factor_key(self.spec)
+        prepared = self._factors.get(key)
+        if prepared is None:
             hessian = self._acc.hessian()
             if release_statistics:
                 self._acc.release()
@@ -107,8 +123,9 @@ class GPTQ:
             spec = self.spec  # the Hessian is ours and exactly symmetric: the first factorisation works in it
             inverse = damped_inverse(hessian, spec.damp_percent, spec.damp_auto_increment, consume=True)
             del hessian
-            self._prepared = (dead, plan, inverse)
-        return self._prepared
+            prepared = (dead, plan, inverse)
+            self._factors[key] = prepared
+        return prepared
 
     def _column_solve(
         self,
@@ -126,7 +143,7 @@ class GPTQ:
     def _release(self) -> None:
         """Free the float64 sum and any shared factorisation (``release_statistics``)."""
         self._acc.release()
-        self._prepared = None
+        self._factors.clear()
 
     def _solve(self, weight: torch.Tensor, release_statistics: bool = False) -> QuantResult:
         spec = self.spec
@@ -162,3 +179,16 @@ class GPTQ:
             meta["damp_floor"] = inverse.floor
         logical = build_logical(codes, out.scales, out.zeros, plan.g_idx(), spec, meta)
         return QuantResult(logical, stored_dequantized(logical, weight), loss, inverse.damp, self.nsamples, None)
+
+
+def factor_key(spec: QuantSpec) -> tuple[object, ...]:
+    """The spec fields a GPTQ factorisation depends on (column order, group map, damping); specs equal on
+    these (e.g. differing only in ``bits``) share one factorisation of a Hessian."""
+    return (
+        spec.group_size,
+        spec.desc_act,
+        spec.static_groups,
+        spec.act_group_aware,
+        spec.damp_percent,
+        spec.damp_auto_increment,
+    )

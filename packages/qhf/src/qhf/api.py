@@ -165,8 +165,9 @@ class QuantModel:
             replacer_hooks,
             weight_only_processor,
         )
+        from .mixed_precision.plan import plan_budget
         from .resources import check_run, wants_streaming
-        from .spec_from_config import quant_spec
+        from .spec_from_config import module_specs, quant_spec
         from .weight_only import with_mixture
 
         if self.results is not None:
@@ -179,6 +180,7 @@ class QuantModel:
         run_dtype = resolve_compute_dtype(compute_dtype, argument="compute_dtype")
         run_cache = resolve_device(cache_device, argument="cache_device")
         preflight(self.config, self.source)
+        budget = plan_budget(self.config, self.source)  # refuses a bits_budget it cannot meet, before any work
         streaming = wants_streaming(self.source, keep_in_memory)
         if streaming and adapter(self.config) is not None:  # its verify wraps whole-model modules
             if keep_in_memory != AUTO:
@@ -192,7 +194,7 @@ class QuantModel:
             from .rotation import prepare_rotation
 
             rotated = prepare_rotation(self.source, wanted)
-        modules = layer_modules(self.source) if algorithm(self.config) == "gguf" else []
+        modules = layer_modules(self.source)
         self.config = with_mixture(self.config, modules, self.source.num_layers)  # q_k_m: -> dynamic
         start = time.perf_counter()
         config = self.config
@@ -224,38 +226,52 @@ class QuantModel:
         self.source.materialize_base()
         if rotated is not None:
             source_identity = rotation_identity(source_fingerprint(self.model), rotated.record)
-        processor = (
-            weight_only_processor(config, spec, [name for name, _ in modules])
-            if is_weight_only(config)
-            else make_quant_processor(config, spec)
-        )
-        loader = SourceLayerLoader(self.source, spill)
-
-        def adapter_for(name: str) -> Any:
-            return getattr(processor, "adapters", {}).get(name)
-
-        replacer = kernel_replacer(
-            backend, dtype=self.source.dtype, **replacer_hooks(config, self.source.dtype, adapter_for)
-        )
-
-        options = LoopOptions(
-            true_sequential=is_weight_only(config) or bool(setting(config, "true_sequential")),
-            lockstep=lockstep,
-            lockstep_budget=lockstep_budget,
-            pack_dtype=config.pack_dtype,
-            replace_module=loader.collect if streaming else replacer,
-            progress=progress,
-            executor=executor,
-            layer_loader=loader,
-            device=run_device if executor is None else None,
-            compute_dtype=run_dtype,
-            cache_device=str(run_cache),
-            source_identity=source_identity,
-        )
+        mixed: dict[str, Any] | None = None
         # The loop calls model(input_ids=, attention_mask=) and replays the captured kwargs; a KV cache
         # created there would be captured too and grow with every replay, so caching is off meanwhile.
         try:
             with kv_cache_off(self.model):
+                if budget is not None and budget.needs_allocation:
+                    # bits_budget -> dynamic rules, before the loop: the saved config carries them
+                    if cal is None:
+                        raise StateError(
+                            "quantize: the bits_budget's sensitivity pass needs calibration rows; none made"
+                        )
+                    config, mixed = budget.resolve(
+                        config, self.source, cal, spec, device=run_device if executor is None else None,
+                        cache_device=str(run_cache),
+                    )  # fmt: skip
+                    self.config = config
+                elif budget is not None:
+                    mixed = budget.given
+                names = [name for name, _ in modules]
+                processor = (
+                    weight_only_processor(config, spec, names)
+                    if is_weight_only(config)
+                    else make_quant_processor(config, spec, module_specs(config, names))
+                )
+                loader = SourceLayerLoader(self.source, spill)
+
+                def adapter_for(name: str) -> Any:
+                    return getattr(processor, "adapters", {}).get(name)
+
+                replacer = kernel_replacer(
+                    backend, dtype=self.source.dtype, **replacer_hooks(config, self.source.dtype, adapter_for)
+                )
+                options = LoopOptions(
+                    true_sequential=is_weight_only(config) or bool(setting(config, "true_sequential")),
+                    lockstep=lockstep,
+                    lockstep_budget=lockstep_budget,
+                    pack_dtype=config.pack_dtype,
+                    replace_module=loader.collect if streaming else replacer,
+                    progress=progress,
+                    executor=executor,
+                    layer_loader=loader,
+                    device=run_device if executor is None else None,
+                    compute_dtype=run_dtype,
+                    cache_device=str(run_cache),
+                    source_identity=source_identity,
+                )
                 run = quantize_model(
                     self.model,
                     self.source.definition,
@@ -312,6 +328,7 @@ class QuantModel:
             },
             rotation=self.rotation_record,
             multimodal=multimodal,
+            mixed_precision=mixed,
         )
         return self.summary
 

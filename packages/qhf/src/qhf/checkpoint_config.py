@@ -2,11 +2,12 @@
 ``config.json["quantization_config"]``, from the run's resolved :class:`~qformats.config.QuantizeConfig`.
 
 ``method`` and ``quant_method``, ``format`` and ``checkpoint_format``, ``pack_dtype`` as a string, AWQ's
-``zero_point``/``version``, QQQ's ``wbits``, ParoQuant's ``krot`` and ``opt_*``, and a ``meta`` block naming
-the quantizer and the calibrated settings (``damp_percent`` ... and a ``gptaq`` / ``foem`` section), as the
-reference writes them, plus lowbit's ``awq_scales: true`` when GPTQ solved AWQ-scaled weights (absent otherwise).
-The run's calibration record (not a setting) goes to ``meta.calibration``, its folded rotation's record
-(:mod:`qhf.rotation.fold_source`) to ``meta.rotation``.
+``zero_point``/``version``, QQQ's ``wbits``, ParoQuant's ``krot`` and ``opt_*``, the ``dynamic`` per-module
+rules when the config has them (after ``bits``), and a ``meta`` block naming the quantizer and the calibrated
+settings (``damp_percent`` ... and a ``gptaq`` / ``foem`` section), as the reference writes them, plus lowbit's
+``awq_scales: true`` when GPTQ solved AWQ-scaled weights (absent otherwise); a mixed-precision run adds lowbit's
+``bits_budget`` / ``bits_candidates`` (:mod:`qhf.mixed_precision`). The run's calibration record (not a setting)
+goes to ``meta.calibration``, its folded rotation's record (:mod:`qhf.rotation.fold_source`) to ``meta.rotation``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .config_view import (
     adapter,
     algorithm,
     awq_scales,
+    bits_budget,
     checkpoint_method,
     gguf_dynamic,
     is_weight_only,
@@ -91,8 +93,10 @@ def checkpoint_dict(
     if is_weight_only(cfg):
         return _weight_only_dict(cfg)
     method = checkpoint_method(cfg)
-    out: dict[str, Any] = {
-        "bits": cfg.width,
+    out: dict[str, Any] = {"bits": cfg.width}
+    if cfg.rules is not None:  # per-module overrides (a mixed-precision run's widths), in the reference's place
+        out["dynamic"] = cfg.rules.to_mapping()
+    out.update({
         "group_size": cfg.group_size,
         "desc_act": bool(cfg.desc_act),
         "lm_head": cfg.lm_head,
@@ -106,7 +110,7 @@ def checkpoint_dict(
             "algorithm": algorithm(cfg),
             **{name: setting(cfg, name) for name in META_SETTINGS},
         },
-    }
+    })  # fmt: skip
     variant = solver_variant(cfg)
     if variant is not None:
         name, values = variant
@@ -133,5 +137,12 @@ def checkpoint_dict(
         out["sym"] = cfg.sym
     if method == "qqq":
         out["wbits"] = cfg.width  # vLLM's QQQ loader reads the weight width from wbits (as the reference writes)
-    out.update(kept_dense_fields(dense_parts))
+    dense = kept_dense_fields(dense_parts)
+    if dense:  # the dense parts' negative rules join the run's own (a mixed-precision run's widths)
+        out["dynamic"] = {**out.get("dynamic", {}), **dense["dynamic"]}
+        out["modules_to_not_convert"] = dense["modules_to_not_convert"]
+    budget = bits_budget(cfg)
+    if budget is not None:  # lowbit's own fields (GPT-QModel and vLLM ignore them); the widths are in dynamic
+        out["bits_budget"] = cfg.settings["bits_budget"]
+        out["bits_candidates"] = list(setting(cfg, "bits_candidates"))
     return out

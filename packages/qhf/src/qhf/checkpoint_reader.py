@@ -198,9 +198,11 @@ class QuantizedCheckpoint:
             tensors["bias"] = _numpy(self.reader.get(f"{module}.bias"))
         return tensors
 
-    def layout_meta(self, in_features: int, out_features: int) -> LayoutMeta:
-        c = self.config
-        return LayoutMeta(c.width, c.group_size, in_features, out_features, c.sym, c.pack_dtype)
+    def layout_meta(self, module: str, in_features: int, out_features: int) -> LayoutMeta:
+        """The kernel metadata of quantized ``module``: its own bits, group size and symmetry (the config's
+        after its ``dynamic`` override, as qformats resolved the module) with the expected dimensions."""
+        own = self.entry(module).meta
+        return LayoutMeta(own.bits, own.group_size, in_features, out_features, own.sym, own.pack_dtype)
 
     def logical_weight(self, module: str, in_features: int, out_features: int) -> QuantizedWeight:
         """The module's logical weight ``[out_features, in_features]``, decoded by qformats.
@@ -248,7 +250,7 @@ class QuantizedCheckpoint:
         (stored with a borrow, which a field-by-field reader gets wrong) is instead given as the ``gptq_v2``
         packing of the weight qformats decoded, so the kernel computes with the right zeros.
         """
-        meta = self.layout_meta(in_features, out_features)
+        meta = self.layout_meta(module, in_features, out_features)
         tensors: dict[str, Any] = self.module_tensors(module)
         entry = self.entry(module)
         if entry.layout != "gptq" or "qzeros" not in tensors or not self._layout_modules().written_by_reference():

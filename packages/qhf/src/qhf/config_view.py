@@ -30,7 +30,23 @@ def is_weight_only(cfg: QuantizeConfig) -> bool:
 
 
 def needs_calibration(cfg: QuantizeConfig) -> bool:
-    return algorithm(cfg) != "rtn" and not is_weight_only(cfg)
+    """Whether a run of ``cfg`` reads calibration rows: every calibrated method, and RTN while a ``bits_budget``
+    is still to be resolved into ``dynamic`` rules (its sensitivity pass reads them; :mod:`qhf.mixed_precision`)."""
+    if is_weight_only(cfg):
+        return False
+    return algorithm(cfg) != "rtn" or needs_allocation(cfg)
+
+
+def bits_budget(cfg: QuantizeConfig) -> float | None:
+    """The ``bits_budget`` (stored bits per weight) of a mixed-precision config, else None."""
+    value = cfg.settings.get("bits_budget")
+    return float(value) if value is not None else None
+
+
+def needs_allocation(cfg: QuantizeConfig) -> bool:
+    """A ``bits_budget`` whose widths are not chosen yet: no ``dynamic`` rules (a saved config carries its rules
+    and is reproduced as given)."""
+    return bits_budget(cfg) is not None and cfg.rules is None
 
 
 def checkpoint_method(cfg: QuantizeConfig) -> str:

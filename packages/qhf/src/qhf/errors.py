@@ -47,3 +47,8 @@ class InsufficientResourcesError(QHFError, MemoryError):
 class RotationError(QHFError, ValueError):
     """A rotation the config asked for explicitly cannot be folded into this architecture's weights (names the
     rotation, the layer structure and why), refused before any work."""
+
+
+class BitsBudgetError(QHFError, ValueError):
+    """A ``bits_budget`` the run cannot meet (below the cheapest or above the widest choice of widths, or exceeded
+    by the config's own ``dynamic`` rules), refused before any work; the message gives the achievable range."""

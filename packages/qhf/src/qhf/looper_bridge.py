@@ -16,6 +16,7 @@ area and sends the layer back to meta. Peak memory is then flat in depth: the ba
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,13 +31,15 @@ from .spill import SpillArea
 
 if TYPE_CHECKING:
     from qformats.config import QuantizeConfig
+    from qlooper.definition import ResolvedGroup
     from qlooper.finalize import FinalizedModule
 
 
-def make_quant_processor(settings: QuantizeConfig, spec: Any) -> Any:
+def make_quant_processor(settings: QuantizeConfig, spec: Any, module_specs: dict[str, Any] | None = None) -> Any:
     """The qlooper processor for the config ``settings``: GPTAQ/FOEM when a ``gptaq`` / ``foem`` section is set,
     ``awq_gptq`` with ``awq_scales``, else the method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in
-    qlooper's ``EoRAProcessor`` when the config asks for an ``adapter``."""
+    qlooper's ``EoRAProcessor`` when the config asks for an ``adapter``. ``module_specs``: modules' own specs
+    (:func:`qhf.spec_from_config.module_specs`; a method that cannot take them refuses them naming itself)."""
     from qlooper.api import make_processor
 
     variant = solver_variant(settings)
@@ -44,11 +47,13 @@ def make_quant_processor(settings: QuantizeConfig, spec: Any) -> Any:
         from qalgos.gptaq import AsymmetricSpec
 
         name, values = variant
-        processor = make_processor(name, spec, AsymmetricSpec(name, values["alpha"], values.get("beta", 0.0)))
+        terms = AsymmetricSpec(name, values["alpha"], values.get("beta", 0.0))
+        processor = make_processor(name, spec, terms, module_specs=module_specs)
     elif awq_scales(settings):
-        processor = make_processor("awq_gptq", spec)
+        processor = make_processor("awq_gptq", spec, module_specs=module_specs)
     else:
-        processor = make_processor("weight_only" if is_weight_only(settings) else algorithm(settings), spec)
+        method = "weight_only" if is_weight_only(settings) else algorithm(settings)
+        processor = make_processor(method, spec, module_specs=module_specs)
     eora = adapter(settings)
     if eora is not None:
         from qlooper.processors.eora import EoRAProcessor
@@ -153,17 +158,20 @@ def replacer_hooks(settings: QuantizeConfig, dtype: torch.dtype, adapter_for: An
     return {"pack_dtype": settings.pack_dtype, "family_options": family_options, "wrap": wrap}
 
 
+def decoder_groups(source: OpenedSource) -> Iterator[tuple[int, list[ResolvedGroup]]]:
+    """``(layer index, its resolved groups)`` for every decoder layer, bound to the skeleton's modules (from the
+    layers' structure; nothing is materialized: a module's ``weight`` may be a meta tensor, shape only)."""
+    from qlooper.definition import resolve_groups
+
+    for index in range(source.num_layers):
+        prefix = source.layer_prefix(index)
+        yield index, resolve_groups(source.model.get_submodule(prefix), prefix, source.definition)
+
+
 def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:
     """``(full module name, layer index)`` of every quantized linear of every decoder layer (from the layers'
     structure; nothing is materialized)."""
-    from qlooper.definition import resolve_groups
-
-    found = []
-    for index in range(source.num_layers):
-        prefix = source.layer_prefix(index)
-        layer = source.model.get_submodule(prefix)
-        found += [(m.full_name, index) for g in resolve_groups(layer, prefix, source.definition) for m in g.modules]
-    return found
+    return [(m.full_name, index) for index, groups in decoder_groups(source) for g in groups for m in g.modules]
 
 
 def weight_only_processor(settings: QuantizeConfig, spec: Any, modules: list[str]) -> Any:
@@ -185,9 +193,8 @@ def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     needs in/out divisible by 64 and no partial group (:func:`qhf.qqq_settings.module_problem`); ParoQuant
     needs an even group size dividing every ``in_features`` (e.g. SmolLM2's 576 takes 64, not 128).
     """
-    import numpy as np
     from qformats.layouts.registry import get_layout
-    from qformats.logical import QuantizedWeight, default_g_idx, group_count
+    from qformats.layouts.stored_size import zero_probe
     from qlooper.definition import resolve_groups
 
     from .qqq_settings import module_problem
@@ -230,17 +237,7 @@ def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
             if problem is not None:
                 raise QHFError(f"method 'fp8' cannot hold {resolved.full_name}: {problem}")
             continue
-        groups = group_count(in_features, settings.group_size)
-        zero = 1 << (settings.width - 1)
-        probe = QuantizedWeight(
-            codes=np.zeros((out_features, in_features), dtype=np.uint8),
-            scales=np.ones((groups, out_features), dtype=np.float16),
-            zeros=np.full((groups, out_features), zero, dtype=np.int32),
-            g_idx=default_g_idx(in_features, settings.group_size),
-            bits=settings.width,
-            group_size=settings.group_size,
-            sym=settings.sym,
-        )
+        probe = zero_probe(out_features, in_features, settings.width, settings.group_size, settings.sym)
         reason = layout.cannot_represent(probe)
         if reason is not None:
             raise QHFError(

@@ -10,7 +10,8 @@ and resolves the run's values into the config itself, so every later step reads 
   :func:`qhf.config_view.algorithm`); RTN and GPTQ with ``awq_scales`` write GPTQ's or AWQ's formats, the
   config's method following the format;
 * ``settings``: the calibrated methods' settings with their defaults (:mod:`qhf.calibrated_settings`) or the
-  weight-only methods' (:mod:`qhf.weight_only_settings`).
+  weight-only methods' (:mod:`qhf.weight_only_settings`); a ``bits_budget`` with its ``bits_candidates``
+  (:mod:`qhf.mixed_precision.settings`).
 
 Reading a config that was read before (or a checkpoint's saved config) gives an equal config. The qalgos
 specs are built from it by :mod:`qhf.spec_from_config`; the dict written on save by :mod:`qhf.checkpoint_config`.
@@ -57,6 +58,7 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
     from qformats.errors import ConfigError
 
     from .calibrated_settings import calibrated_settings
+    from .mixed_precision.settings import budget_settings
     from .weight_only_settings import weight_only_bits_format, weight_only_settings
 
     try:
@@ -107,6 +109,7 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
         if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
             raise QuantConfigError(f"bits: expected an integer in 2..8, found {bits!r}")
         settings = calibrated_settings(method, parsed)
+    settings.update(budget_settings(method, parsed))  # {} without a bits_budget
     try:
         resolved = parsed.with_changes(
             settings={**parsed.settings, **settings}, meta={**parsed.meta, "algorithm": method}, **forced

@@ -46,10 +46,32 @@ def quant_spec(cfg: QuantizeConfig) -> Any:
 
 def module_specs(cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
     """``{module: spec}`` for the ``modules`` (full dotted names) whose spec differs from :func:`quant_spec`'s
-    after the config's per-module overrides: a GGUF config's ``dynamic`` types (:func:`qhf.weight_only.module_specs`);
-    the other methods quantize every module with the run's spec."""
-    if algorithm(cfg) != "gguf":
-        return {}
-    from .weight_only import module_specs as gguf_module_specs
+    after the config's per-module overrides (``QuantizeConfig.for_module``): a GGUF config's ``dynamic`` types
+    (:func:`qhf.weight_only.module_specs`); for the integer methods a rule's ``bits``, ``group_size``, ``sym`` and
+    ``desc_act`` (a mixed-precision run's widths, :mod:`qhf.mixed_precision`). A module a negative rule names is
+    left to the run's spec here. ParoQuant and the other weight-only methods quantize every module alike."""
+    if algorithm(cfg) == "gguf":
+        from .weight_only import module_specs as gguf_module_specs
 
-    return gguf_module_specs(cfg, modules)
+        return gguf_module_specs(cfg, modules)
+    if cfg.rules is None or is_weight_only(cfg) or algorithm(cfg) == "paroquant":
+        return {}
+    from dataclasses import replace
+
+    base = quant_spec(cfg)
+    out = {}
+    for name in modules:
+        own = cfg.for_module(name)
+        if own is None:
+            continue
+        spec = replace(
+            base,
+            bits=own.bits,
+            group_size=own.group_size,
+            sym=own.sym,
+            desc_act=own.desc_act,
+            act_group_aware=base.act_group_aware and not own.desc_act,
+        )
+        if spec != base:
+            out[name] = spec
+    return out

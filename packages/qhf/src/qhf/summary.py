@@ -66,7 +66,10 @@ class QuantizeSummary:
       (:mod:`qhf.rotation.fold_source`: what applied, the matrices, an untied output projection, what was
       refused; None: no rotation); ``multimodal``: a vision-language model's ``language_model`` path, the
       ``dense`` subtrees and the ``note`` that calibration was text only
-      (:func:`qhf.architectures.multimodal.text_only_record`; None for a causal LM);
+      (:func:`qhf.architectures.multimodal.text_only_record`; None for a causal LM); ``mixed_precision``: a
+      ``bits_budget`` run's record (budget, candidates, achieved ``bits_per_weight``, ``stored_bits`` /
+      ``weights``, ``modules_by_bits``, ``bits`` per module, the sensitivity pass's rows and seconds;
+      :mod:`qhf.mixed_precision.plan`; None without a budget);
     * set by ``save``: ``dense_dtype`` (of the non-quantized tensors), ``saved`` (:class:`SavedCheckpoint`),
       ``verification`` (the reload-and-compare report as a dict, or ``"skipped (verify=False)"``).
     """
@@ -94,6 +97,7 @@ class QuantizeSummary:
     compute: Mapping[str, str] | None = None
     rotation: Mapping[str, Any] | None = None
     multimodal: Mapping[str, Any] | None = None
+    mixed_precision: Mapping[str, Any] | None = None
     dense_dtype: str | None = None
     saved: SavedCheckpoint | None = None
     verification: Mapping[str, Any] | str | None = None
@@ -136,6 +140,7 @@ class QuantizeSummary:
             "compute": _plain(self.compute),
             "rotation": _plain(self.rotation),
             "multimodal": _plain(self.multimodal),
+            "mixed_precision": _plain(self.mixed_precision),
             "dense_dtype": self.dense_dtype,
             "saved": self.saved.report_dict() if self.saved is not None else None,
             "verification": _plain(self.verification),

@@ -147,6 +147,22 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         help="with --rotation: the seed of its random signs / matrix (default: 0)",
     )
     p.add_argument(
+        "--bits-budget",
+        type=float,
+        default=None,
+        metavar="BPW",
+        help="mixed precision: average stored bits per weight (codes, scales, zeros, g_idx) the decoder-layer "
+        "modules may take, e.g. 4.25; widths per module from a sensitivity pass, --bits is then the base "
+        "(gptq, rtn with a GPTQ format)",
+    )
+    p.add_argument(
+        "--bits-candidates",
+        type=_int_list,
+        default=None,
+        metavar="B,B,...",
+        help="with --bits-budget: the widths a module may get (default 3,4,8; format gptq stores 2,3,4,8)",
+    )
+    p.add_argument(
         "--no-act-group-aware",
         action="store_true",
         help="GPTQ in natural column order (default: group-aware order, as GPT-QModel)",

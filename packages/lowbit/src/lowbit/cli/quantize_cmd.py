@@ -128,7 +128,31 @@ def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> 
     if changes:
         config = {**config, **{name: new for name, (_old, new) in changes.items()}}
         qm = qhf.load(args.source, config)
+    _check_candidate_widths(args.target, planned_facts(qm, args.dtype), qm.config.settings.get("bits_candidates"))
     return qm, line
+
+
+def _check_candidate_widths(target: str, facts: Any, candidates: list[int] | None) -> None:
+    """With ``--bits-budget``, every candidate width must load on ``target`` as the planned settings stand (a
+    module may get any of them); else ``UsageError`` naming the widths and the target's reason."""
+    if not candidates:
+        return
+    from qformats.engines import EngineTargetError, plan_target
+
+    refused = []
+    for bits in candidates:
+        try:
+            changes = plan_target(facts.changed(bits=bits), target, formats=(facts.format,)).changes
+        except EngineTargetError as exc:
+            refused.append(f"{bits}-bit ({exc})")
+            continue
+        if any(name != "dtype" for name in changes):
+            refused.append(f"{bits}-bit (needs {', '.join(sorted(changes))} changed)")
+    if refused:
+        raise UsageError(
+            f"--target {target}: with --bits-budget any module may get any candidate width; the target does not "
+            f"load {'; '.join(refused)}. Pass --bits-candidates with widths it reads"
+        )
 
 
 def _executor(args: argparse.Namespace) -> Any:
@@ -216,9 +240,11 @@ def _run(args: argparse.Namespace) -> int:
         print(line, flush=True)
     else:
         scaled = " on AWQ-scaled weights" if awq_scales(cfg) else ""
+        budget = cfg.settings.get("bits_budget")
+        mixed = f", widths {cfg.settings['bits_candidates']} within {budget} bits/weight" if budget is not None else ""
         print(
             f"quantize     {method}{scaled} {cfg.width}-bit group {cfg.group_size} "
-            f"{'sym' if cfg.sym else 'asym'} -> format {cfg.format}",
+            f"{'sym' if cfg.sym else 'asym'} -> format {cfg.format}{mixed}",
             flush=True,
         )
     calibration, described = None, "none (rtn needs no calibration)"
@@ -286,6 +312,8 @@ def _run(args: argparse.Namespace) -> int:
     for worker in lost:
         where = f"pid {worker['pid']} on {worker['host']}"
         print(f"lost worker  {worker['name']} ({where}) during {worker['during']}; replaced")
+    if summary.mixed_precision is not None:
+        print(f"widths       {mixed_precision_text(summary.mixed_precision)}")
     fallbacks = summary.fallbacks
     print(f"fallbacks    {len(fallbacks)}" + (f": {', '.join(fallbacks)}" if fallbacks else ""))
     if summary.rotation is not None:
@@ -327,3 +355,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.verbose:
         print(json.dumps(summary.report_dict(), indent=2, default=str))
     return 0
+
+
+def mixed_precision_text(record: Mapping[str, Any]) -> str:
+    """One line of a ``--bits-budget`` run's record: achieved and budgeted stored bits per weight, modules per
+    width, and where the widths came from."""
+    counts = ", ".join(f"{n} at {b}-bit" for b, n in record["modules_by_bits"].items())
+    how = "dynamic rules as given" if record.get("rules") == "as given" else f"{record.get('rules', 0)} dynamic rules"
+    return (
+        f"{record['bits_per_weight']:.4f} stored bits/weight (budget {record['bits_budget']}): {counts}; {how} "
+        "(per module: quant_report.json)"
+    )

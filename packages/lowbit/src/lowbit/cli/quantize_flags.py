@@ -17,7 +17,8 @@ _INTEGER_ONLY_FLAGS = {
     "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
     "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
     "awq_scales": "--awq-scales", "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
-    "rotation": "--rotation", "rotation_seed": "--rotation-seed",
+    "rotation": "--rotation", "rotation_seed": "--rotation-seed", "bits_budget": "--bits-budget",
+    "bits_candidates": "--bits-candidates",
 }  # fmt: skip
 
 
@@ -87,6 +88,7 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     config.update(_asymmetric_config(args))
     config.update(_paroquant_config(args))
     config.update(_rotation_config(args))
+    config.update(_budget_config(args))
     if args.preset is not None:
         if args.method != "gptq":
             raise UsageError(
@@ -152,4 +154,17 @@ def _paroquant_config(args: argparse.Namespace) -> dict[str, Any]:
         out["krot"] = args.krot
     if args.paro_epochs is not None:
         out["opt_rotation_epochs"], out["opt_finetune_epochs"] = args.paro_epochs
+    return out
+
+
+def _budget_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--bits-budget`` / ``--bits-candidates`` as lowbit's ``bits_budget`` / ``bits_candidates`` settings (checked
+    by qhf's reader, naming the field: :mod:`qhf.mixed_precision.settings`)."""
+    if args.bits_candidates is not None and args.bits_budget is None:
+        raise UsageError("--bits-candidates: only together with --bits-budget")
+    if args.bits_budget is None:
+        return {}
+    out: dict[str, Any] = {"bits_budget": args.bits_budget}
+    if args.bits_candidates is not None:
+        out["bits_candidates"] = list(args.bits_candidates)
     return out

@@ -34,6 +34,8 @@ SETTINGS_KEYS: frozenset[str] = frozenset(
         "weight_block_size", "weight_scale_semantics", "backend", "modules_to_not_convert", "krot",
         "vector_lens", "num_centroids", "num_res_centroids", "npercent", "group_num", "kmeans_mode", "kmeans_iters",
         "kmeans_tol", "kmeans_seed", "enable_norm", "norm_dim", "enable_perm", "percdamp", "awq_scales",
+        # lowbit's own: mixed precision under a stored-bits budget (qhf.mixed_precision); GPT-QModel ignores them
+        "bits_budget", "bits_candidates",
     }
 )  # fmt: skip
 # Settings the reference lifts from ``meta`` when they are absent at top level (and lowbit's ``awq_scales``,

@@ -33,7 +33,10 @@ def facts_from_summary(summary: CheckpointSummary) -> CheckpointFacts:
         sym=bool(summary.sym),
         desc_act=bool(quant.get("desc_act", False)),
         dtype=str(dtype) if isinstance(dtype, str) else None,
-        modules=tuple(LinearShape(m.name, m.in_features, m.out_features) for m in summary.modules),
+        modules=tuple(
+            LinearShape(m.name, m.in_features, m.out_features, m.bits if m.bits != summary.bits else None)
+            for m in summary.modules
+        ),
     )
 
 

@@ -61,7 +61,13 @@ class BitsIn:
         return f"bits in {{{_values(self.values)}}}"
 
     def check(self, facts: CheckpointFacts) -> str | None:
-        return None if facts.bits in self.values else f"bits {facts.bits} not in {{{_values(self.values)}}}"
+        if facts.bits not in self.values:
+            return f"bits {facts.bits} not in {{{_values(self.values)}}}"
+        return _shape_failure(
+            facts,
+            lambda m: facts.module_bits(m) not in self.values,
+            lambda m: f"{facts.module_bits(m)}-bit (a dynamic rule) not in {{{_values(self.values)}}}",
+        )
 
 
 @dataclass(frozen=True)
@@ -142,9 +148,11 @@ class OutDivisibleByPackFactor:
     rule = "N % numerator(32/bits) == 0"
 
     def check(self, facts: CheckpointFacts) -> str | None:
-        by = Fraction(32, facts.bits).numerator
+        def by(m: LinearShape) -> int:
+            return Fraction(32, facts.module_bits(m)).numerator
+
         return _shape_failure(
-            facts, lambda m: m.out_features % by != 0, lambda m: f"N={m.out_features} not divisible by {by}"
+            facts, lambda m: m.out_features % by(m) != 0, lambda m: f"N={m.out_features} not divisible by {by(m)}"
         )
 
 

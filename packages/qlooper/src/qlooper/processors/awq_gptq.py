@@ -34,7 +34,7 @@ from qalgos.spec import QuantSpec
 
 from ..definition import ResolvedGroup
 from .awq import DEFAULT_SEARCH_TOKENS, AWQProcessor
-from .base import LayerContext, ModuleResult, replace_weight
+from .base import LayerContext, ModuleResult, module_specs_description, replace_weight
 from .gptq import GPTQProcessor
 
 HESSIAN_ROWS = 4096
@@ -44,7 +44,8 @@ HESSIAN_ROWS = 4096
 class AWQGPTQProcessor(AWQProcessor):
     """AWQ scale search and fold, then GPTQ solves of the scaled weights (see the module docstring).
 
-    ``search_tokens`` and ``gram_loss`` are the AWQ processor's scale-search options (same defaults). Solves
+    ``module_specs``: named modules' own specs (solved at their width, as GPTQ's); ``search_tokens`` and
+    ``gram_loss`` are the AWQ processor's scale-search options (same defaults). Solves
     run inline or, under a sharded executor (``ctx.solve_map``), as GPTQ's
     :func:`~qlooper.processors.gptq.solve_shared_input` jobs. Forwards run in the model's dtype only (no
     ``compute_dtype``), as for AWQ.
@@ -54,11 +55,16 @@ class AWQGPTQProcessor(AWQProcessor):
     needs_calibration = True
 
     def __init__(
-        self, spec: QuantSpec, *, search_tokens: int | None = DEFAULT_SEARCH_TOKENS, gram_loss: bool = True
+        self,
+        spec: QuantSpec,
+        module_specs: dict[str, QuantSpec] | None = None,
+        *,
+        search_tokens: int | None = DEFAULT_SEARCH_TOKENS,
+        gram_loss: bool = True,
     ) -> None:
         super().__init__(spec, clip=False, search_tokens=search_tokens, gram_loss=gram_loss)
         self.search_spec = replace(spec, desc_act=False, act_group_aware=False)
-        self._solver = GPTQProcessor(spec)
+        self._solver = GPTQProcessor(spec, module_specs)  # modules' own widths (dynamic rules)
         self._rows: dict[str, ModuleResult] = {}  # this layer's solved modules, in solve order
         self._owners: dict[int, str] = {}  # id(module) -> full name, for this layer's solved modules
 
@@ -77,8 +83,7 @@ class AWQGPTQProcessor(AWQProcessor):
             if mod.input_key not in tasks:
                 tasks[mod.input_key] = self._hessian(int(mod.weight.shape[1]), xs[mod.input_key], scales)
         spent += (time.perf_counter() - start) / len(group.modules)
-        self._solver._tasks = tasks  # the GPTQ processor solves from these statistics (inline or spread)
-        solved = {row.name: row for row in self._solver.process(ctx, group)}
+        solved = {row.name: row for row in self._solver.solve_from(ctx, group, tasks)}
         notes = {**notes, "solver": "gptq" if scales is not None else "gptq (unscaled)"}
         for mod in group.modules:
             row = solved[mod.full_name]
@@ -121,4 +126,5 @@ class AWQGPTQProcessor(AWQProcessor):
             "spec": asdict(self.spec),
             "search_tokens": self.search_tokens,
             "gram_loss": self.gram_loss,
+            **module_specs_description(self._solver.module_specs),
         }

@@ -8,8 +8,8 @@ finalizers. The loop never branches on the processor's class: it reads ``needs_c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -111,6 +111,14 @@ class ObservingProcessor(Processor, Protocol):
     def observe(self, ctx: LayerContext, group: ResolvedGroup, x: torch.Tensor) -> None:
         """Take the input ``x`` ``[B, T, in]`` that every module of ``group`` reads, for batch ``ctx.batch``."""
         ...
+
+
+def module_specs_description(module_specs: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"module_specs": {name: spec fields}}`` (names sorted) for a processor's :meth:`~Processor.describe`
+    when some modules have their own spec, else ``{}`` (so a run without them describes itself as before)."""
+    if not module_specs:
+        return {}
+    return {"module_specs": {name: asdict(spec) for name, spec in sorted(module_specs.items())}}
 
 
 def first_tensor(inputs: tuple[Any, ...]) -> torch.Tensor:

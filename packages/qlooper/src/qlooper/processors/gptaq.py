@@ -20,7 +20,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup, ResolvedModule, resolve_groups
 from ..native_inputs import NativeInputs
-from .base import LayerContext, first_tensor
+from .base import LayerContext, first_tensor, module_specs_description
 from .gptq import GPTQProcessor
 
 
@@ -31,8 +31,10 @@ class GPTAQProcessor(GPTQProcessor):
 
     spread_solves = False
 
-    def __init__(self, spec: QuantSpec, terms: AsymmetricSpec) -> None:
-        super().__init__(spec)
+    def __init__(
+        self, spec: QuantSpec, terms: AsymmetricSpec, module_specs: dict[str, QuantSpec] | None = None
+    ) -> None:
+        super().__init__(spec, module_specs)
         self.terms = terms
         self.method = terms.method
         self.native = NativeInputs()
@@ -80,7 +82,12 @@ class GPTAQProcessor(GPTQProcessor):
         return super().end_layer(ctx)
 
     def describe(self) -> dict[str, Any]:
-        return {"method": self.method, "spec": asdict(self.spec), "terms": asdict(self.terms)}
+        return {
+            "method": self.method,
+            "spec": asdict(self.spec),
+            "terms": asdict(self.terms),
+            **module_specs_description(self.module_specs),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"native": self.native.state_dict()} if self.terms.needs_native else {}

@@ -4,6 +4,11 @@ Modules of a group that share an input (same ``input_key``) accumulate one Hessi
 works on its own float32 copy of it, so a solve never sees another's changes, and the last module
 reading that input frees the float64 sum. A module the loop marked for fallback is quantized with RTN and recorded.
 
+``module_specs`` gives named modules their own spec (a ``dynamic`` rule's ``bits`` / ``group_size``, e.g. a mixed
+precision run's widths): such a module is solved from its input's statistics under its own spec
+(qalgos' ``GPTQ.with_spec``: one accumulator per input whatever the specs); it is part of :meth:`describe`,
+so a resumed run must use the same.
+
 Under a sharded executor (``ctx.solve_map`` set) the modules sharing one input are one job,
 :func:`solve_shared_input`: the accumulator's state (float64 sum plus unflushed rows) and their weights go
 to a worker, which rebuilds the accumulator and solves them in order, exactly as the inline path does.
@@ -23,7 +28,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup, ResolvedModule
-from .base import LayerContext, ModuleResult, first_tensor, replace_weight
+from .base import LayerContext, ModuleResult, first_tensor, module_specs_description, replace_weight
 
 
 class GPTQProcessor:
@@ -38,9 +43,15 @@ class GPTQProcessor:
     #: accumulated in float32 from whatever dtype the activations have; solves read the float32 masters)
     supports_compute_dtype = True
 
-    def __init__(self, spec: QuantSpec) -> None:
+    def __init__(self, spec: QuantSpec, module_specs: dict[str, QuantSpec] | None = None) -> None:
         self.spec = spec
+        #: Full module name -> the spec it gets instead of ``spec`` (module docstring).
+        self.module_specs = dict(module_specs or {})
         self._tasks: dict[str, GPTQ] = {}
+
+    def spec_for(self, mod: ResolvedModule) -> QuantSpec:
+        """The spec ``mod`` is quantized with: its own (``module_specs``) or the run's."""
+        return self.module_specs.get(mod.full_name, self.spec)
 
     def start_layer(self, ctx: LayerContext) -> None:
         self._tasks = {}
@@ -81,12 +92,12 @@ class GPTQProcessor:
         for mod in group.modules:
             start = time.perf_counter()
             remaining[mod.input_key] -= 1
-            task = self._tasks[mod.input_key]
+            task = self._tasks[mod.input_key].with_spec(self.spec_for(mod))
             tokens = int(task.nsamples)
             reason = ctx.fallback.get(mod.full_name)
             weight = mod.weight.detach()
             if reason is not None:
-                result = self._fall_back(weight, reason, tokens)
+                result = self._fall_back(weight, reason, tokens, self.spec_for(mod))
             else:
                 # a solve reads a float32 copy of the shared sum; the last reader frees the sum
                 result = task.quantize(weight, release_statistics=remaining[mod.input_key] == 0)
@@ -96,9 +107,16 @@ class GPTQProcessor:
                 self._tasks.pop(key, None)
         return results
 
-    def _fall_back(self, weight: torch.Tensor, reason: str, tokens: int) -> Any:
-        """The result of a module the loop marked for fallback (RTN, the reason recorded)."""
-        return fall_back(weight, self.spec, reason, tokens)
+    def solve_from(self, ctx: LayerContext, group: ResolvedGroup, statistics: dict[str, GPTQ]) -> list[ModuleResult]:
+        """:meth:`process` from statistics a caller accumulated itself (input key -> accumulator; qlooper's
+        ``awq_gptq``: the Hessians of AWQ-scaled inputs) instead of this processor's hooks."""
+        self._tasks.update(statistics)
+        return self.process(ctx, group)
+
+    def _fall_back(self, weight: torch.Tensor, reason: str, tokens: int, spec: QuantSpec | None = None) -> Any:
+        """The result of a module the loop marked for fallback (RTN at ``spec``, default the run's; the reason
+        recorded)."""
+        return fall_back(weight, spec or self.spec, reason, tokens)
 
     def _finished(
         self, ctx: LayerContext, mod: ResolvedModule, result: Any, tokens: int, seconds: float
@@ -127,7 +145,12 @@ class GPTQProcessor:
             if ctx.fallback.get(mod.full_name) is None:
                 jobs.setdefault(mod.input_key, []).append(mod)
         keys = list(jobs)
-        spec_jobs = [(self.spec, self._tasks[k].state_dict(), [m.weight.detach() for m in jobs[k]]) for k in keys]
+        spec_jobs: list[tuple[Any, ...]] = []
+        for k in keys:
+            job: tuple[Any, ...] = (self.spec, self._tasks[k].state_dict(), [m.weight.detach() for m in jobs[k]])
+            if any(m.full_name in self.module_specs for m in jobs[k]):
+                job += ([self.spec_for(m) for m in jobs[k]],)
+            spec_jobs.append(job)
         solved = ctx.solve_map(solve_shared_input, spec_jobs)
         by_name: dict[str, tuple[Any, float]] = {}
         for key, (outs, seconds) in zip(keys, solved, strict=True):
@@ -139,7 +162,7 @@ class GPTQProcessor:
             tokens = int(self._tasks[mod.input_key].nsamples)
             reason = ctx.fallback.get(mod.full_name)
             if reason is not None:
-                result, seconds = self._fall_back(mod.weight.detach(), reason, tokens), 0.0
+                result, seconds = self._fall_back(mod.weight.detach(), reason, tokens, self.spec_for(mod)), 0.0
             else:
                 result, seconds = by_name[mod.full_name]
             results.append(self._finished(ctx, mod, result, tokens, seconds + time.perf_counter() - start))
@@ -153,7 +176,7 @@ class GPTQProcessor:
 
     def describe(self) -> dict[str, Any]:
         """What identifies this processor's numerics (part of a checkpoint's identity)."""
-        return {"method": self.method, "spec": asdict(self.spec)}
+        return {"method": self.method, "spec": asdict(self.spec), **module_specs_description(self.module_specs)}
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -162,13 +185,20 @@ class GPTQProcessor:
         return None
 
 
-def solve_shared_input(spec: QuantSpec, state: dict[str, Any], weights: list[torch.Tensor]) -> tuple[list[Any], float]:
+def solve_shared_input(
+    spec: QuantSpec, state: dict[str, Any], weights: list[torch.Tensor], specs: list[QuantSpec] | None = None
+) -> tuple[list[Any], float]:
     """GPTQ solves of the modules reading one input: ``state`` is the accumulator's ``state_dict`` (float64
-    sum ``[in, in]`` plus unflushed rows), ``weights`` their ``[out, in]`` weights in group order. The last
-    solve releases the statistics, as inline. Returns (``QuantResult`` per weight, wall seconds)."""
+    sum ``[in, in]`` plus unflushed rows), ``weights`` their ``[out, in]`` weights in group order, ``specs``
+    each module's own spec (None: ``spec`` for all). The last solve releases the statistics, as inline.
+    Returns (``QuantResult`` per weight, wall seconds)."""
     start = time.perf_counter()
     task = GPTQ(int(state["in_features"]), spec)
     task.load_state_dict(state)
     last = len(weights) - 1
-    results = [task.quantize(w, release_statistics=i == last) for i, w in enumerate(weights)]
+    own = specs if specs is not None else [spec] * len(weights)
+    results = [
+        task.with_spec(s).quantize(w, release_statistics=i == last)
+        for i, (w, s) in enumerate(zip(weights, own, strict=True))
+    ]
     return results, time.perf_counter() - start

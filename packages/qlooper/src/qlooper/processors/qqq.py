@@ -39,7 +39,8 @@ class QQQProcessor(GPTQProcessor):
         self._tasks[mod.input_key] = task
         return task
 
-    def _fall_back(self, weight: torch.Tensor, reason: str, tokens: int) -> Any:
+    def _fall_back(self, weight: torch.Tensor, reason: str, tokens: int, spec: QuantSpec | None = None) -> Any:
+        """RTN on QQQ's grids (QQQ takes no per-module spec: ``spec`` is always the run's)."""
         result = quantize_qqq_rtn(weight, self.spec, reason)
         return type(result)(result.weight, result.dequantized, result.loss, None, tokens, reason)
 

@@ -12,6 +12,11 @@ expected type, and calls the factory. The built-in methods are registered when t
 
 A third party registers its own with :func:`register_processor` (``replace=True`` to override a name) and
 passes the method name to ``qlooper.quantize_model`` with ``format=`` its target layout.
+
+``make_processor(..., module_specs=)`` gives named modules their own spec (``dynamic`` per-module overrides);
+only entries registered with ``per_module=True`` take them (``gptq``, ``gptaq``, ``foem``, ``awq_gptq``, ``rtn`` and the
+weight-only ones: their factories accept ``module_specs=``); for the others a non-empty mapping is refused
+naming the method, never ignored.
 """
 
 from __future__ import annotations
@@ -41,20 +46,34 @@ SpecT = TypeVar("SpecT")
 @dataclass(frozen=True)
 class ProcessorEntry(Generic[SpecT]):
     """One registered method: ``spec_type`` (the spec class its factory takes), ``factory(spec) -> Processor``
-    and, for methods with alpha/beta terms (GPTAQ, FOEM), ``with_terms(spec, terms) -> Processor``."""
+    and, for methods with alpha/beta terms (GPTAQ, FOEM), ``with_terms(spec, terms) -> Processor``.
+    ``per_module``: both also take ``module_specs=`` (full module name -> spec)."""
 
     method: str
     spec_type: type[SpecT]
-    factory: Callable[[SpecT], Processor]
-    with_terms: Callable[[SpecT, AsymmetricSpec], Processor] | None = None
+    factory: Callable[..., Processor]
+    with_terms: Callable[..., Processor] | None = None
+    per_module: bool = False
 
-    def build(self, spec: SpecT, terms: AsymmetricSpec | None = None) -> Processor:
-        """The processor for ``spec`` (``terms`` only for a method registered ``with_terms``)."""
+    def build(
+        self, spec: SpecT, terms: AsymmetricSpec | None = None, module_specs: dict[str, Any] | None = None
+    ) -> Processor:
+        """The processor for ``spec`` (``terms`` only for a method registered ``with_terms``; a non-empty
+        ``module_specs`` only for one registered ``per_module``)."""
+        extra: dict[str, Any] = {}
+        if module_specs:
+            if not self.per_module:
+                raise ProcessorError(
+                    f"module_specs: method {self.method!r} quantizes every module with one spec; per-module "
+                    f"overrides (dynamic bits / group_size) were given for {len(module_specs)} modules, e.g. "
+                    f"{next(iter(sorted(module_specs)))!r}"
+                )
+            extra["module_specs"] = dict(module_specs)
         if terms is None:
-            return self.factory(spec)
+            return self.factory(spec, **extra)
         if self.with_terms is None:
             raise ProcessorError(f"terms: method {self.method!r} takes no alpha/beta terms, found {terms!r}")
-        return self.with_terms(spec, terms)
+        return self.with_terms(spec, terms, **extra)
 
 
 _REGISTRY: dict[str, ProcessorEntry[Any]] = {}
@@ -63,14 +82,16 @@ _REGISTRY: dict[str, ProcessorEntry[Any]] = {}
 def register_processor(
     method: str,
     spec_type: type[SpecT],
-    factory: Callable[[SpecT], Processor],
+    factory: Callable[..., Processor],
     *,
-    with_terms: Callable[[SpecT, AsymmetricSpec], Processor] | None = None,
+    with_terms: Callable[..., Processor] | None = None,
     replace: bool = False,
+    per_module: bool = False,
 ) -> ProcessorEntry[SpecT]:
     """Register ``factory`` as the processor of ``method`` for specs of ``spec_type``; returns the entry.
 
-    A name already registered is refused unless ``replace`` (then the new entry wins)."""
+    A name already registered is refused unless ``replace`` (then the new entry wins). ``per_module``: the
+    factory (and ``with_terms``) accept ``module_specs=`` (module docstring)."""
     if not method or not isinstance(method, str):
         raise ProcessorError(f"method: expected a non-empty string, found {method!r}")
     if not isinstance(spec_type, type):
@@ -80,7 +101,7 @@ def register_processor(
             f"method: {method!r} is already registered (for a {_REGISTRY[method].spec_type.__name__}); "
             f"pass replace=True to override it"
         )
-    entry = ProcessorEntry(method, spec_type, factory, with_terms)
+    entry = ProcessorEntry(method, spec_type, factory, with_terms, per_module)
     _REGISTRY[method] = entry
     return entry
 
@@ -118,9 +139,16 @@ def _methods_for(spec: object) -> list[str]:
     return out
 
 
-def make_processor(method: str, spec: object, terms: AsymmetricSpec | None = None) -> Processor:
+def make_processor(
+    method: str,
+    spec: object,
+    terms: AsymmetricSpec | None = None,
+    *,
+    module_specs: dict[str, Any] | None = None,
+) -> Processor:
     """The registered processor for ``method`` built from ``spec`` (and ``terms`` for GPTAQ/FOEM: alpha/beta,
-    default the reference's). A spec that is not the method's spec type is refused naming both."""
+    default the reference's; ``module_specs``: named modules' own specs, module docstring). A spec that is not
+    the method's spec type is refused naming both."""
     entry = processor_entry(method)
     if not isinstance(spec, entry.spec_type):
         hint = _methods_for(spec)
@@ -128,47 +156,47 @@ def make_processor(method: str, spec: object, terms: AsymmetricSpec | None = Non
         raise ProcessorError(
             f"method: {method!r} runs with a qalgos {entry.spec_type.__name__}, found {spec!r}{runs_as}"
         )
-    return entry.build(spec, terms)
+    return entry.build(spec, terms, module_specs)
 
 
-def _asymmetric(
-    method: str,
-) -> tuple[Callable[[QuantSpec], Processor], Callable[[QuantSpec, AsymmetricSpec], Processor]]:
+def _asymmetric(method: str) -> tuple[Callable[..., Processor], Callable[..., Processor]]:
     defaults = gptaq_defaults if method == "gptaq" else foem_defaults
 
-    def plain(spec: QuantSpec) -> Processor:
-        return GPTAQProcessor(spec, defaults())
+    def plain(spec: QuantSpec, module_specs: dict[str, QuantSpec] | None = None) -> Processor:
+        return GPTAQProcessor(spec, defaults(), module_specs)
 
-    def with_terms(spec: QuantSpec, terms: AsymmetricSpec) -> Processor:
+    def with_terms(
+        spec: QuantSpec, terms: AsymmetricSpec, module_specs: dict[str, QuantSpec] | None = None
+    ) -> Processor:
         if terms.method != method:
             raise ProcessorError(f"terms: method {method!r} got {terms.method!r} terms")
-        return GPTAQProcessor(spec, terms)
+        return GPTAQProcessor(spec, terms, module_specs)
 
     return plain, with_terms
 
 
-def _family(family: str) -> Callable[[WeightOnlySpec], Processor]:
-    def build(spec: WeightOnlySpec) -> Processor:
+def _family(family: str) -> Callable[..., Processor]:
+    def build(spec: WeightOnlySpec, module_specs: dict[str, WeightOnlySpec] | None = None) -> Processor:
         if spec.family != family:
             raise ProcessorError(f"method: a WeightOnlySpec({spec.family!r}) runs as {spec.family!r}, found {family!r}")
-        return WeightOnlyProcessor(spec)
+        return WeightOnlyProcessor(spec, module_specs=module_specs)
 
     return build
 
 
 def _register_builtins() -> None:
-    register_processor("gptq", QuantSpec, GPTQProcessor)
+    register_processor("gptq", QuantSpec, GPTQProcessor, per_module=True)
     for name in ("gptaq", "foem"):
         plain, with_terms = _asymmetric(name)
-        register_processor(name, QuantSpec, plain, with_terms=with_terms)
+        register_processor(name, QuantSpec, plain, with_terms=with_terms, per_module=True)
     register_processor("qqq", QuantSpec, QQQProcessor)
     register_processor("awq", QuantSpec, AWQProcessor)
-    register_processor("awq_gptq", QuantSpec, AWQGPTQProcessor)
-    register_processor("rtn", QuantSpec, WeightOnlyProcessor)
+    register_processor("awq_gptq", QuantSpec, AWQGPTQProcessor, per_module=True)
+    register_processor("rtn", QuantSpec, WeightOnlyProcessor, per_module=True)
     register_processor("paroquant", ParoSpec, ParoQuantProcessor)
     for family in FAMILIES:
-        register_processor(family, WeightOnlySpec, _family(family))
-    register_processor("weight_only", WeightOnlySpec, WeightOnlyProcessor)
+        register_processor(family, WeightOnlySpec, _family(family), per_module=True)
+    register_processor("weight_only", WeightOnlySpec, WeightOnlyProcessor, per_module=True)
 
 
 _register_builtins()

@@ -26,7 +26,7 @@ from qformats.layouts.families import get_family
 from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup
-from .base import LayerContext, ModuleResult, replace_weight
+from .base import LayerContext, ModuleResult, module_specs_description, replace_weight
 
 WeightQuantizer = Callable[[torch.Tensor, Any], Any]
 Packer = Callable[[Any], dict[str, np.ndarray]]
@@ -83,9 +83,7 @@ class WeightOnlyProcessor:
         """What identifies this processor's numerics (part of a checkpoint's identity)."""
         fn = f"{self.quantize.__module__}.{self.quantize.__qualname__}"
         described = {"method": self.method, "spec": asdict(self.spec), "quantize": fn}
-        if self.module_specs:
-            described["module_specs"] = {name: asdict(spec) for name, spec in sorted(self.module_specs.items())}
-        return described
+        return {**described, **module_specs_description(self.module_specs)}
 
     def state_dict(self) -> dict[str, Any]:
         return {}
