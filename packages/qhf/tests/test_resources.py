@@ -61,3 +61,21 @@ def test_meminfo_and_disk_readers_report_this_machine(tmp_path) -> None:
     ram = resources.available_ram()
     assert ram is None or ram > 0
     assert resources.available_disk(tmp_path / "not" / "yet") > 0  # the nearest existing ancestor
+
+
+def test_a_folded_rotation_counts_its_replica_untied_head_and_working_set(tiny_dirs) -> None:
+    from qhf.resources import rotation_sizes
+
+    qm = qhf.load(tiny_dirs("llama"), {"method": "gptq", "bits": 4, "group_size": 32, "rotation": "hadamard"})
+    sizes = model_sizes(qm.source)
+    extra = rotation_sizes(qm.source, sizes)
+    structures = len(qm.source.discovery.layer_structures)
+    assert extra.replica == structures * sizes.largest_layer // sizes.element * 8  # float64 layers
+    head = qm.model.get_output_embeddings().weight
+    assert extra.untied_head == (head.numel() * sizes.element if qm.source.tied else 0)
+    largest = max(p.numel() for p in qm.model.parameters())
+    assert extra.working == sizes.hidden**2 * 8 + 2 * largest * 8
+    plain = run_ram_bytes(sizes, 4, 1000, True)
+    rotated = run_ram_bytes(sizes, 4, 1000, True, extra)
+    assert rotated == max(sizes.base + extra.replica + extra.working, plain + extra.untied_head + extra.working)
+    assert rotated > plain

@@ -188,7 +188,10 @@ class QuantModel:
             streaming = False
         spill = SpillArea.create(spill_dir) if streaming else None
         tokens = samples * length * (2 if calibration is None else 1) if needs_calibration(self.config) else 0
-        check_run(self.source, self.config, tokens, streaming, spill.root if spill is not None else None)
+        check_run(
+            self.source, self.config, tokens, streaming, spill.root if spill is not None else None,
+            rotated=rotation(self.config) is not None,
+        )  # fmt: skip
         rotated, wanted = None, rotation(self.config)
         if wanted is not None:  # verified on a float64 replica before any work
             from .rotation import prepare_rotation

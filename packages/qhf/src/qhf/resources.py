@@ -6,7 +6,11 @@ quantized and one whose finalizers catch up) + the calibration cache (``tokens x
 bytes, x2: a layer's inputs and outputs) and, keeping the model in memory, every quantized weight at
 ``1 + bits/8`` bytes a weight (codes and packed words). A streaming run spills ``1 + bits/8`` bytes a weight
 plus the layers' other tensors to disk; a checkpoint takes ``bits/8`` bytes a weight (plus 2 bytes of scale a
-group) and the dense tensors at their stored size. :func:`check_run` / :func:`check_save` raise
+group) and the dense tensors at their stored size. A folded rotation (:mod:`qhf.rotation`) adds its own peaks:
+before the run, the float64 replica (one decoder layer per layer structure, 8 bytes an element) beside the
+modules outside the layers; during it, an output projection the rotation unties (its own copy of the embedding)
+and the working set of the per-tensor transform (the ``[hidden, hidden]`` matrix in float64 and the largest
+tensor read and rotated in float64, twice). :func:`check_run` / :func:`check_save` raise
 :class:`~qhf.errors.InsufficientResourcesError` stating estimate and availability when the machine has less.
 """
 
@@ -42,6 +46,17 @@ class ModelSizes:
     hidden: int
 
 
+@dataclass(frozen=True)
+class RotationSizes:
+    """Bytes a folded rotation adds: ``replica`` (the float64 replica's decoder layers, one per layer structure),
+    ``untied_head`` (a tied output projection the residual rotation gives its own tensor; 0 when not tied) and
+    ``working`` (the float64 ``[hidden, hidden]`` matrix plus the largest tensor read and rotated in float64)."""
+
+    replica: int
+    untied_head: int
+    working: int
+
+
 def model_sizes(source: OpenedSource) -> ModelSizes:
     """:class:`ModelSizes` of ``source``'s skeleton (shapes only; nothing materialized)."""
     layers_path = source.definition.layers_path + "."
@@ -62,6 +77,17 @@ def model_sizes(source: OpenedSource) -> ModelSizes:
     hidden = int(getattr(text, "hidden_size", 0) or 0)
     layers = sum(per_layer.values())
     return ModelSizes(base, max(per_layer.values(), default=0), layers, linear, element, hidden)
+
+
+def rotation_sizes(source: OpenedSource, sizes: ModelSizes) -> RotationSizes:
+    """:class:`RotationSizes` of ``source`` (shapes only; an upper bound: the residual part may be left out)."""
+    structures = max(len(source.discovery.layer_structures), 1)
+    replica = structures * (sizes.largest_layer // max(sizes.element, 1)) * 8
+    params = dict(source.model.named_parameters(remove_duplicate=False))
+    head = params.get(source.head_weight)
+    untied = head.numel() * sizes.element if source.tied and head is not None else 0
+    largest = max((p.numel() for p in params.values()), default=0)
+    return RotationSizes(replica, untied, sizes.hidden * sizes.hidden * 8 + 2 * largest * 8)
 
 
 def wants_streaming(source: OpenedSource, keep_in_memory: Any) -> bool:
@@ -93,11 +119,17 @@ def available_disk(path: str | Path) -> int:
     return int(shutil.disk_usage(where).free)
 
 
-def run_ram_bytes(sizes: ModelSizes, bits: int, calibration_tokens: int, streaming: bool) -> int:
-    """Estimated peak RAM of a quantization run (module docstring)."""
+def run_ram_bytes(
+    sizes: ModelSizes, bits: int, calibration_tokens: int, streaming: bool, rotation: RotationSizes | None = None
+) -> int:
+    """Estimated peak RAM of a quantization run (module docstring); ``rotation``: a folded rotation's sizes."""
     cache = 2 * calibration_tokens * sizes.hidden * sizes.element
     kept = 0 if streaming else sizes.linear_weights * (8 + bits) // 8
-    return sizes.base + 2 * sizes.largest_layer + cache + kept
+    run = sizes.base + 2 * sizes.largest_layer + cache + kept
+    if rotation is None:
+        return run
+    before = sizes.base + rotation.replica + rotation.working  # the replica check, before any layer runs
+    return max(before, run + rotation.untied_head + rotation.working)
 
 
 def spill_bytes(sizes: ModelSizes, bits: int) -> int:
@@ -120,14 +152,20 @@ def _refuse(what: str, need: int, have: int, where: str) -> None:
 
 
 def check_run(
-    source: OpenedSource, config: QuantizeConfig, calibration_tokens: int, streaming: bool, spill: Path | None
+    source: OpenedSource,
+    config: QuantizeConfig,
+    calibration_tokens: int,
+    streaming: bool,
+    spill: Path | None,
+    rotated: bool = False,
 ) -> None:
     """Refuse a quantization whose estimated peak RAM exceeds ``MemAvailable`` or (streaming) whose spill exceeds
-    the free disk at ``spill`` (raises :class:`~qhf.errors.InsufficientResourcesError`)."""
+    the free disk at ``spill`` (raises :class:`~qhf.errors.InsufficientResourcesError`); ``rotated``: the run
+    folds a rotation in (its replica, untied head and working set counted)."""
     sizes = model_sizes(source)
     bits = int(config.width)
     ram = available_ram()
-    need = run_ram_bytes(sizes, bits, calibration_tokens, streaming)
+    need = run_ram_bytes(sizes, bits, calibration_tokens, streaming, rotation_sizes(source, sizes) if rotated else None)
     if ram is not None and need > ram:
         hint = "" if streaming else "; keep_in_memory=False streams finished layers to disk"
         _refuse(f"quantize {source.path}{hint}", need, ram, "RAM (MemAvailable)")
