@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import family_options as config_options
 from .. import family_transcode as bridges
 from .. import stored_families as stored
 from .. import weight_only_summaries as summaries
@@ -167,6 +168,7 @@ register_family(
     WeightFamily(
         "fp8", "fp8", (), ("weight_scale_inv",), FP8Weight, "fp8", True, pack_fp8, _read_fp8, _codes_shape,
         member=WEIGHT_ONLY, summary=summaries.summarize_fp8, quantize=_quantize_fp8,
+        read_options=config_options.fp8_read_options, quantize_options=config_options.fp8_quantize_options,
     )
 )  # fmt: skip
 register_family(
@@ -174,6 +176,7 @@ register_family(
         "bnb4", "bitsandbytes", (), ("weight_quant_map",), BnB4Weight, "bnb4", True, pack_bnb4, _read_bnb4,
         lambda w: (int(w.shape[0]), int(w.shape[1])), accepts=lambda t: _bnb_weight(t).dtype != np.int8,
         member=WEIGHT_ONLY, summary=summaries.summarize_bnb4, quantize=_quantize_bnb4, option_problem=_bnb4_problem,
+        quantize_options=config_options.bnb4_quantize_options,
     )
 )  # fmt: skip
 register_family(
@@ -181,12 +184,14 @@ register_family(
         "int8", "bitsandbytes", ("int8",), ("weight_scb",), BnB8Weight, "bnb8", True, pack_bnb8, _read_bnb8,
         lambda w: (int(w.weight.shape[0]), int(w.weight.shape[1])), accepts=lambda t: _bnb_weight(t).dtype == np.int8,
         member=WEIGHT_ONLY, summary=summaries.summarize_int8, quantize=lambda w, _: BnB8Weight.quantize(w),
+        quantize_options=config_options.no_options,
     )
 )  # fmt: skip
 register_family(
     WeightFamily(
         "gguf", "gguf", (), ("qweight",), GGUFWeight, "gguf_blocks", True, _pack_gguf, _read_gguf, _dims,
         member=WEIGHT_ONLY, summary=summaries.summarize_gguf, quantize=_quantize_gguf, option_problem=_gguf_problem,
+        read_options=config_options.gguf_read_options, quantize_options=config_options.gguf_quantize_options,
     )
 )  # fmt: skip
 register_family(
@@ -194,6 +199,7 @@ register_family(
         "qqq", "qqq", (), ("B",), QQQWeight, "qqq", False, pack_qqq, _read_qqq, _codes_shape,
         stored=_stored(("B", "s_channel", "s_group"), stored.qqq_meta, stored.check_qqq, stored.load_qqq),
         scalar=ScalarBridge(bridges.qqq_to_scalar, bridges.qqq_from_scalar),
+        read_options=config_options.qqq_read_options,
     )
 )  # fmt: skip
 register_family(
@@ -205,6 +211,7 @@ register_family(
             stored.paroquant_meta, stored.check_paroquant, stored.load_paroquant,
         ),
         scalar=ScalarBridge(bridges.paroquant_to_scalar, bridges.paroquant_from_scalar),
+        read_options=config_options.group_size_read_options,
     )
 )  # fmt: skip
 register_family(

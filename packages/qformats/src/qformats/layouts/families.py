@@ -19,7 +19,7 @@ module keeps a family-keyed table or compares family keys): which local tensor n
 registry (:class:`StoredModules`: QQQ, ParoQuant, VPTQ, EXL3), how a weight-only directory summarizes a
 module (``summary``: FP8, bitsandbytes, GGUF), the exact bridges to and from a scalar weight
 (:class:`ScalarBridge`: QQQ, ParoQuant), how the weight-only families quantize a float weight
-(``quantize``) and the reading options a config gives one module (``read_options``). The scalar-code
+(``quantize``) and the options a config gives them (``read_options``, ``quantize_options``). The scalar-code
 layouts (GPTQ, AWQ, Marlin, ... of :mod:`qformats.layouts.registry`) are the one ``integer`` family here:
 the layout registry is the second, related registry, keyed by ``format`` (docs/internals.md). A duplicate
 registration raises :class:`~qformats.errors.DuplicateRegistrationError`; an unknown key, method or
@@ -137,8 +137,10 @@ class WeightFamily:
     * ``quantize(w, options) -> logical``: a weight-only family's reference quantizer of a float32
       ``[out, in]`` weight; ``options`` holds qalgos' ``WeightOnlySpec`` fields and ``source_dtype``;
       ``option_problem(options) -> str | None`` says which option is wrong before quantizing.
-    * ``read_options(config, module) -> {name: value}``: the :class:`ModuleInput` fields (``config``,
-      ``qtype``) one stored module of a checkpoint with ``config`` is read with (after ``dynamic``).
+    * ``read_options(config, module, logical) -> {name: value}``: the :class:`ModuleInput` fields
+      (``config``, ``qtype``) one stored module of a checkpoint with ``config`` is read with (after
+      ``dynamic``; ``logical``: the module's logical weight when at hand); ``quantize_options(config) ->
+      {name: value}``: the ``quantize`` options a weight-only config gives (:mod:`qformats.family_options`).
     """
 
     key: str
@@ -158,7 +160,8 @@ class WeightFamily:
     scalar: ScalarBridge | None = None
     quantize: Callable[[np.ndarray, Mapping[str, Any]], object] | None = None
     option_problem: Callable[[Mapping[str, Any]], str | None] | None = None
-    read_options: Callable[[Any, str | None], dict[str, Any]] | None = None
+    read_options: Callable[[Any, str | None, Any], dict[str, Any]] | None = None
+    quantize_options: Callable[[Any], dict[str, Any]] | None = None
 
     def owns(self, local: str) -> bool:
         """Whether local tensor name ``local`` belongs to one stored module of this family."""
