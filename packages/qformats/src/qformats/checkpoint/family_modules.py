@@ -34,7 +34,7 @@ import numpy as np
 
 from ..config.model import QuantizeConfig
 from ..errors import CheckpointFormatError, ConfigError, LayoutError
-from ..layouts.families import StoredModules, get_family, marked_modules, stored_family_keys
+from ..layouts.families import StoredModules, WeightFamily, get_family, marked_modules, stored_family_keys
 from ..stored_families import UNKNOWN_DIMS
 from ..violations import Violation
 from .modules import ModuleEntry
@@ -46,6 +46,12 @@ def is_family(layout: str) -> bool:
     """True for the keys of the families a checkpoint lists as modules of their own (``qqq``, ``paroquant``,
     ``vptq``, ``exl3``: :func:`~qformats.layouts.families.stored_family_keys`)."""
     return layout in stored_family_keys()
+
+
+def entry_family(entry: ModuleEntry) -> WeightFamily:
+    """The weight family of a listed module: its stored family (``qqq`` ...), else ``integer`` (a layout-registry
+    module, whose ``layout`` is a layout key such as ``gptq``)."""
+    return get_family(entry.layout if is_family(entry.layout) else "integer")
 
 
 def group_family_modules(layout: str, names: Iterable[str]) -> dict[str, dict[str, str]]:
