@@ -9,6 +9,9 @@ Two hooks of :class:`~qformats.layouts.families.WeightFamily` (wired up in
   when given, is the module's logical weight (QQQ reads its own group size from it).
 * ``quantize_options(config) -> {name: value}``: the fields of qalgos' ``WeightOnlySpec`` a weight-only config
   gives (FP8 format and scale method, bitsandbytes quant type and block size, the GGUF type).
+* ``config_fields(config) -> {name: value}``: the family's own fields of the stored quantization config, in
+  the order the reference writes them (FP8: ``weight_scale_method``, ``weight_block_size`` when set,
+  ``weight_scale_semantics``; bitsandbytes 4-bit and int8: ``block_size``, ``compress_statistics``).
 
 A setting the config lacks raises :class:`~qformats.layouts.families.FamilyInputError` naming it.
 """
@@ -99,3 +102,21 @@ def no_options(config: QuantizeConfig) -> dict[str, Any]:
 def gguf_quantize_options(config: QuantizeConfig) -> dict[str, Any]:
     """GGUF: ``gguf_type``, the config's base ggml type."""
     return {"gguf_type": gguf_type_name(config)}
+
+
+def fp8_config_fields(config: QuantizeConfig) -> dict[str, Any]:
+    """FP8's stored fields: the scale method, the block when set, ``inverse`` semantics."""
+    scheme = fp8_scheme(config)
+    fields: dict[str, Any] = {"weight_scale_method": scheme["weight_scale_method"]}
+    if "weight_block_size" in scheme:
+        fields["weight_block_size"] = scheme["weight_block_size"]
+    fields["weight_scale_semantics"] = "inverse"
+    return fields
+
+
+def bnb_config_fields(config: QuantizeConfig) -> dict[str, Any]:
+    """bitsandbytes' stored fields (4-bit and int8 alike): ``block_size``, ``compress_statistics``."""
+    return {
+        "block_size": _setting(config, "block_size"),
+        "compress_statistics": _setting(config, "compress_statistics"),
+    }

@@ -169,6 +169,7 @@ register_family(
         "fp8", "fp8", (), ("weight_scale_inv",), FP8Weight, "fp8", True, pack_fp8, _read_fp8, _codes_shape,
         member=WEIGHT_ONLY, summary=summaries.summarize_fp8, quantize=_quantize_fp8,
         read_options=config_options.fp8_read_options, quantize_options=config_options.fp8_quantize_options,
+        config_fields=config_options.fp8_config_fields,
     )
 )  # fmt: skip
 register_family(
@@ -176,7 +177,7 @@ register_family(
         "bnb4", "bitsandbytes", (), ("weight_quant_map",), BnB4Weight, "bnb4", True, pack_bnb4, _read_bnb4,
         lambda w: (int(w.shape[0]), int(w.shape[1])), accepts=lambda t: _bnb_weight(t).dtype != np.int8,
         member=WEIGHT_ONLY, summary=summaries.summarize_bnb4, quantize=_quantize_bnb4, option_problem=_bnb4_problem,
-        quantize_options=config_options.bnb4_quantize_options,
+        quantize_options=config_options.bnb4_quantize_options, config_fields=config_options.bnb_config_fields,
     )
 )  # fmt: skip
 register_family(
@@ -184,7 +185,7 @@ register_family(
         "int8", "bitsandbytes", ("int8",), ("weight_scb",), BnB8Weight, "bnb8", True, pack_bnb8, _read_bnb8,
         lambda w: (int(w.weight.shape[0]), int(w.weight.shape[1])), accepts=lambda t: _bnb_weight(t).dtype == np.int8,
         member=WEIGHT_ONLY, summary=summaries.summarize_int8, quantize=lambda w, _: BnB8Weight.quantize(w),
-        quantize_options=config_options.no_options,
+        quantize_options=config_options.no_options, config_fields=config_options.bnb_config_fields,
     )
 )  # fmt: skip
 register_family(

@@ -140,7 +140,8 @@ class WeightFamily:
     * ``read_options(config, module, logical) -> {name: value}``: the :class:`ModuleInput` fields
       (``config``, ``qtype``) one stored module of a checkpoint with ``config`` is read with (after
       ``dynamic``; ``logical``: the module's logical weight when at hand); ``quantize_options(config) ->
-      {name: value}``: the ``quantize`` options a weight-only config gives (:mod:`qformats.family_options`).
+      {name: value}``: the ``quantize`` options a weight-only config gives; ``config_fields(config) ->
+      {name: value}``: the family's own fields of the stored config (:mod:`qformats.family_options`).
     """
 
     key: str
@@ -162,6 +163,7 @@ class WeightFamily:
     option_problem: Callable[[Mapping[str, Any]], str | None] | None = None
     read_options: Callable[[Any, str | None, Any], dict[str, Any]] | None = None
     quantize_options: Callable[[Any], dict[str, Any]] | None = None
+    config_fields: Callable[[Any], dict[str, Any]] | None = None
 
     def owns(self, local: str) -> bool:
         """Whether local tensor name ``local`` belongs to one stored module of this family."""
