@@ -31,6 +31,7 @@ from .config.dynamic import DynamicRules
 from .errors import QFormatsError
 from .layouts.gguf import tensor_type
 
+INT8 = np.dtype(np.int8).name  # the stored dtype of a bitsandbytes int8 ``weight``
 Shapes = Mapping[str, tuple[tuple[int, ...], str]]
 
 
@@ -111,7 +112,7 @@ def summarize_int8(ck: Any, prefix: str, shapes: Shapes) -> WeightOnlyModule:
     """A bitsandbytes int8 module: ``weight`` int8 ``[out, in]``."""
     weight = shapes.get("weight", ((0, 0), "?"))
     out_features, in_features = weight[0] if len(weight[0]) == 2 else (0, 0)
-    problems = [] if weight[1] == "int8" else [f"weight: expected int8 [out, in], found {weight[1]} {weight[0]}"]
+    problems = [] if weight[1] == INT8 else [f"weight: expected int8 [out, in], found {weight[1]} {weight[0]}"]
     return WeightOnlyModule(prefix, "int8", 8, in_features, out_features, _listed(shapes), _nbytes(shapes), problems)
 
 

@@ -162,44 +162,86 @@ def _stored(tensors: Iterable[str], meta: Any, check: Any, load: Any) -> StoredM
 
 
 WEIGHT_ONLY = summaries.weight_only_member
+# The fields the reference writes for a QQQ / ParoQuant checkpoint (``wbits``: the name vLLM's QQQ loader reads;
+# ParoQuant's AWQ part always stores explicit zeros, so like the reference it writes ``zero_point: false``, no ``sym``).
+QQQ_FIELDS = {"wbits": 4, "sym": True}
+PAROQUANT_FIELDS = {"krot": bridges.PAROQUANT_KROT, "zero_point": False}
+BNB_ZEROS = "bitsandbytes codes index a value table scaled per block (int8: per row); no zero point"
+
+
+def _bnb4_shape(weight: BnB4Weight) -> tuple[int, int]:
+    return int(weight.shape[0]), int(weight.shape[1])
+
+
+def _bnb8_shape(weight: BnB8Weight) -> tuple[int, int]:
+    return int(weight.weight.shape[0]), int(weight.weight.shape[1])
+
+
+def _quantize_bnb8(w: np.ndarray, options: Mapping[str, Any]) -> BnB8Weight:
+    return BnB8Weight.quantize(w)
+
+
+def _vptq_shape(weight: VPTQWeight) -> tuple[int, int]:
+    return int(weight.spec.out_features), int(weight.spec.in_features)
+
 
 register_family(WeightFamily("integer", "", (), (), QuantizedWeight, "integer", False, None, None, _dims))
 register_family(
     WeightFamily(
         "fp8", "fp8", (), ("weight_scale_inv",), FP8Weight, "fp8", True, pack_fp8, _read_fp8, _codes_shape,
-        member=WEIGHT_ONLY, summary=summaries.summarize_fp8, quantize=_quantize_fp8,
-        read_options=config_options.fp8_read_options, quantize_options=config_options.fp8_quantize_options,
+        zeros="FP8 values times a scale (no zero point)",
+        member=WEIGHT_ONLY,
+        summary=summaries.summarize_fp8,
+        quantize=_quantize_fp8,
+        read_options=config_options.fp8_read_options,
+        quantize_options=config_options.fp8_quantize_options,
         config_fields=config_options.fp8_config_fields,
     )
 )  # fmt: skip
 register_family(
     WeightFamily(
-        "bnb4", "bitsandbytes", (), ("weight_quant_map",), BnB4Weight, "bnb4", True, pack_bnb4, _read_bnb4,
-        lambda w: (int(w.shape[0]), int(w.shape[1])), accepts=lambda t: _bnb_weight(t).dtype != np.int8,
-        member=WEIGHT_ONLY, summary=summaries.summarize_bnb4, quantize=_quantize_bnb4, option_problem=_bnb4_problem,
-        quantize_options=config_options.bnb4_quantize_options, config_fields=config_options.bnb_config_fields,
+        "bnb4", "bitsandbytes", (), ("weight_quant_map",), BnB4Weight, "bnb4", True, pack_bnb4, _read_bnb4, _bnb4_shape,
+        accepts=lambda t: _bnb_weight(t).dtype != np.int8,
+        zeros=BNB_ZEROS,
+        member=WEIGHT_ONLY,
+        summary=summaries.summarize_bnb4,
+        quantize=_quantize_bnb4,
+        option_problem=_bnb4_problem,
+        quantize_options=config_options.bnb4_quantize_options,
+        config_fields=config_options.bnb_config_fields,
     )
 )  # fmt: skip
 register_family(
     WeightFamily(
         "int8", "bitsandbytes", ("int8",), ("weight_scb",), BnB8Weight, "bnb8", True, pack_bnb8, _read_bnb8,
-        lambda w: (int(w.weight.shape[0]), int(w.weight.shape[1])), accepts=lambda t: _bnb_weight(t).dtype == np.int8,
-        member=WEIGHT_ONLY, summary=summaries.summarize_int8, quantize=lambda w, _: BnB8Weight.quantize(w),
-        quantize_options=config_options.no_options, config_fields=config_options.bnb_config_fields,
+        _bnb8_shape,
+        accepts=lambda t: _bnb_weight(t).dtype == np.int8,
+        zeros=BNB_ZEROS,
+        member=WEIGHT_ONLY,
+        summary=summaries.summarize_int8,
+        quantize=_quantize_bnb8,
+        quantize_options=config_options.no_options,
+        config_fields=config_options.bnb_config_fields,
     )
 )  # fmt: skip
 register_family(
     WeightFamily(
         "gguf", "gguf", (), ("qweight",), GGUFWeight, "gguf_blocks", True, _pack_gguf, _read_gguf, _dims,
-        member=WEIGHT_ONLY, summary=summaries.summarize_gguf, quantize=_quantize_gguf, option_problem=_gguf_problem,
-        read_options=config_options.gguf_read_options, quantize_options=config_options.gguf_quantize_options,
+        zeros="GGUF blocks carry their own scales (and minima for Q4_K/Q5_K); no config zero point",
+        member=WEIGHT_ONLY,
+        summary=summaries.summarize_gguf,
+        quantize=_quantize_gguf,
+        option_problem=_gguf_problem,
+        read_options=config_options.gguf_read_options,
+        quantize_options=config_options.gguf_quantize_options,
     )
 )  # fmt: skip
 register_family(
     WeightFamily(
         "qqq", "qqq", (), ("B",), QQQWeight, "qqq", False, pack_qqq, _read_qqq, _codes_shape,
+        zeros="QQQ codes are symmetric around the fixed zero 8 (no stored zeros)",
         stored=_stored(("B", "s_channel", "s_group"), stored.qqq_meta, stored.check_qqq, stored.load_qqq),
-        scalar=ScalarBridge(bridges.qqq_to_scalar, bridges.qqq_from_scalar),
+        scalar=ScalarBridge(bridges.qqq_to_scalar, bridges.qqq_from_scalar, QQQ_FIELDS),
         read_options=config_options.qqq_read_options,
     )
 )  # fmt: skip
@@ -207,18 +249,19 @@ register_family(
     WeightFamily(
         "paroquant", "paroquant", (), ("qweight",), ParoQuantWeight, "paroquant", False, pack_paroquant,
         _read_paroquant, lambda w: _dims(w.weight),
+        zeros="ParoQuant stores AWQ GEMM true zeros (AWQ-005) behind its input transform",
         stored=_stored(
             ("qweight", "qzeros", "scales", "pairs", "theta", "channel_scales"),
             stored.paroquant_meta, stored.check_paroquant, stored.load_paroquant,
         ),
-        scalar=ScalarBridge(bridges.paroquant_to_scalar, bridges.paroquant_from_scalar),
+        scalar=ScalarBridge(bridges.paroquant_to_scalar, bridges.paroquant_from_scalar, PAROQUANT_FIELDS),
         read_options=config_options.group_size_read_options,
     )
 )  # fmt: skip
 register_family(
     WeightFamily(
-        "vptq", "vptq", (), ("indices",), VPTQWeight, "vptq", False, pack_vptq, _read_vptq,
-        lambda w: (int(w.spec.out_features), int(w.spec.in_features)),
+        "vptq", "vptq", (), ("indices",), VPTQWeight, "vptq", False, pack_vptq, _read_vptq, _vptq_shape,
+        zeros="VPTQ indices address codebooks (no zero point)",
         stored=_stored(
             ("centroids.weight", "indices", *VPTQ_OPTIONAL), stored.vptq_meta, stored.check_vptq, stored.load_vptq
         ),
@@ -227,6 +270,7 @@ register_family(
 register_family(
     WeightFamily(
         "exl3", "exl3", (), ("trellis",), EXL3Weight, "exl3", False, pack_exl3, _read_exl3, _dims,
+        zeros="EXL3 trellis symbols decode through a codebook (no zero point)",
         stored=_stored(
             ("trellis", "suh", "svh", "mcg", "mul1", "su", "sv"), stored.exl3_meta, stored.check_exl3, stored.load_exl3
         ),

@@ -101,10 +101,13 @@ class ScalarBridge:
     """The exact bridges between a family and a scalar :class:`~qformats.logical.QuantizedWeight`.
 
     ``to_scalar(tensors, meta) -> QuantizedWeight`` and ``from_scalar(weight) -> (tensors, meta)``; both
-    raise :class:`~qformats.errors.TranscodeError` saying why a weight has no exact counterpart."""
+    raise :class:`~qformats.errors.TranscodeError` saying why a weight has no exact counterpart.
+    ``config_fields``: the family's own fields of a transcoded checkpoint's config, in the order written
+    (``qformats.checkpoint.transcode_dir``)."""
 
     to_scalar: Callable[[Tensors, Any], Any]
     from_scalar: Callable[[Any], tuple[dict[str, np.ndarray], Any]]
+    config_fields: Mapping[str, object] = field(default_factory=dict)
 
 
 def _no_tensors(local: str) -> bool:
@@ -128,6 +131,8 @@ class WeightFamily:
       (out, in)`` from its fields; ``accepts(tensors) -> bool`` picks among the families of one method
       from a module's tensors (``None``: the method has this family only). ``pack`` / ``read`` are
       ``None`` for ``integer`` (its layouts do both, :func:`qformats.layouts.registry.get_layout`).
+    * ``zeros``: how its weights hold a zero point, as ``qformats.inspect`` reports it (``""``: the
+      layout's zero convention is probed from the tensors, the ``integer`` family).
     * ``member(local) -> bool``: whether a local tensor name (no module prefix) belongs to a stored module
       (``bias`` never does); :meth:`owns` asks it, or ``stored.tensors`` when given.
     * ``stored``: :class:`StoredModules` for the families a checkpoint lists as modules of their own.
@@ -155,6 +160,7 @@ class WeightFamily:
     read: Reader | None
     shape: Callable[[Any], tuple[int, int]]
     accepts: Callable[[Mapping[str, np.ndarray]], bool] | None = None
+    zeros: str = ""
     member: Callable[[str], bool] = _no_tensors
     stored: StoredModules | None = None
     summary: Callable[[Any, str, Mapping[str, tuple[tuple[int, ...], str]]], Any] | None = None
