@@ -15,7 +15,8 @@ grouped QQQ weight whose two scale levels do not multiply exactly, a family with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,41 +39,46 @@ def _meta(weight: QuantizedWeight) -> LayoutMeta:
     return LayoutMeta(weight.bits, weight.group_size, weight.in_features, weight.out_features, weight.sym)
 
 
+def _exact_scalar(family: str, unpack: Callable[[], Any]) -> QuantizedWeight:
+    """``unpack()``'s family weight as its exact scalar weight (a ``LayoutError`` reading it -> TranscodeError)."""
+    try:
+        weight = unpack()
+    except LayoutError as exc:
+        raise TranscodeError(f"cannot read the source as {family!r}: {exc}") from exc
+    return weight.to_quantized_weight()  # type: ignore[no-any-return]
+
+
+def _packed(family: str, weight: QuantizedWeight, pack: Callable[[], dict[str, np.ndarray]]) -> Packed:
+    """``pack()``'s tensors and the meta of ``weight`` (a ``LayoutError`` packing it -> TranscodeError)."""
+    meta = _meta(weight)
+    try:
+        return pack(), meta
+    except LayoutError as exc:
+        raise TranscodeError(f"cannot transcode to {family!r}: {exc}") from exc
+
+
 def qqq_to_scalar(tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
     """The scalar weight QQQ tensors hold exactly (per-channel, or grouped when the scales multiply exactly)."""
-    try:
-        weight = qqq.unpack_qqq(tensors, meta)
-    except LayoutError as exc:
-        raise TranscodeError(f"cannot read the source as 'qqq': {exc}") from exc
-    return weight.to_quantized_weight()
+    return _exact_scalar("qqq", lambda: qqq.unpack_qqq(tensors, meta))
 
 
 def qqq_from_scalar(weight: QuantizedWeight) -> Packed:
     """``weight`` as QQQ tensors (``group_size -1``) and the meta to read them back."""
-    meta = _meta(weight)
-    try:
-        return qqq.pack_qqq(qqq.QQQWeight.from_quantized_weight(weight)), meta
-    except LayoutError as exc:
-        raise TranscodeError(f"cannot transcode to 'qqq': {exc}") from exc
+    return _packed("qqq", weight, lambda: qqq.pack_qqq(qqq.QQQWeight.from_quantized_weight(weight)))
 
 
 def paroquant_to_scalar(tensors: Mapping[str, np.ndarray], meta: LayoutMeta) -> QuantizedWeight:
     """The scalar weight an identity-transform ParoQuant module holds exactly (its AWQ GEMM part)."""
-    try:
-        weight = paroquant.unpack_paroquant(tensors, meta)
-    except LayoutError as exc:
-        raise TranscodeError(f"cannot read the source as 'paroquant': {exc}") from exc
-    return weight.to_quantized_weight()
+    return _exact_scalar("paroquant", lambda: paroquant.unpack_paroquant(tensors, meta))
 
 
 def paroquant_from_scalar(weight: QuantizedWeight) -> Packed:
     """``weight`` as ParoQuant tensors with the identity transform (``krot`` :data:`PAROQUANT_KROT`)."""
-    meta = _meta(weight)
-    try:
-        paro = paroquant.ParoQuantWeight.from_quantized_weight(weight, krot=PAROQUANT_KROT)
-        return paroquant.pack_paroquant(paro), meta
-    except LayoutError as exc:
-        raise TranscodeError(f"cannot transcode to 'paroquant': {exc}") from exc
+    return _packed(
+        "paroquant",
+        weight,
+        lambda: paroquant.pack_paroquant(paroquant.ParoQuantWeight.from_quantized_weight(weight, krot=PAROQUANT_KROT)),
+    )
 
 
 def _bridge(family: str) -> ScalarBridge:
