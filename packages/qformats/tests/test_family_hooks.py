@@ -79,3 +79,26 @@ def test_a_family_without_a_scalar_bridge_is_refused_by_name() -> None:
         family_source_weight({}, "vptq", meta)
     with pytest.raises(TranscodeError, match="no weight family registered as 'nope'"):
         pack_family(None, "nope")  # type: ignore[arg-type]
+
+
+def test_shape_problems_come_from_the_family() -> None:
+    from qformats.config import QuantizeConfig
+
+    qqq = get_family("qqq").shape_problem
+    paro = get_family("paroquant").shape_problem
+    fp8 = get_family("fp8").shape_problem
+    assert qqq is not None and paro is not None and fp8 is not None
+    assert get_family("integer").shape_problem is None and get_family("gguf").shape_problem is None
+    config = QuantizeConfig(bits=4, group_size=128)
+    assert qqq(config, 128, 256) is None
+    assert qqq(config, 32, 64) == (
+        " [32 x 64] at group 128: the QQQ kernels need in_features and out_features divisible by 64; found in=64, "
+        "out=32"
+    )
+    assert paro(config, 64, 256) is None
+    assert paro(config, 64, 576) == (
+        " [64 x 576]: group_size: ParoQuant rotates groups of an even size dividing in_features=576; found 128"
+    )
+    block = QuantizeConfig(bits=8, group_size=-1, settings={"weight_block_size": [48, 48]})
+    assert fp8(block, 96, 96) is None
+    assert fp8(block, 64, 96) == ": weight_block_size [48, 48] must divide [out, in] = [64, 96]"

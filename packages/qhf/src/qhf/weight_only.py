@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from qformats.layouts.families import WeightFamily, family_for_config
 
-from .config_view import algorithm, setting
+from .config_view import algorithm
 
 if TYPE_CHECKING:
     from qformats.config import QuantizeConfig
@@ -178,14 +178,3 @@ def fp8_storage_dtypes(settings: QuantizeConfig, modules: list[str]) -> dict[str
     reference does (a uint8 tag would make engines cast the bit patterns as numbers)."""
     tag = FP8_STORAGE.get(str(settings.format)) if algorithm(settings) == "fp8" else None
     return {} if tag is None else {f"{name}.weight": tag for name in modules}
-
-
-def fp8_block_problem(settings: QuantizeConfig, out_features: int, in_features: int) -> str | None:
-    """Why FP8 block scaling cannot hold an ``[out, in]`` weight (both dims must divide), else None."""
-    block = setting(settings, "weight_block_size") if algorithm(settings) == "fp8" else None
-    if block is None:
-        return None
-    rows, cols = block
-    if out_features % rows or in_features % cols:
-        return f"weight_block_size {[rows, cols]} must divide [out, in] = [{out_features}, {in_features}]"
-    return None

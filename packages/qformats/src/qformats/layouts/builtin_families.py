@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import family_options as config_options
+from .. import family_shapes as shapes
 from .. import family_transcode as bridges
 from .. import stored_families as stored
 from .. import weight_only_summaries as summaries
@@ -196,6 +197,7 @@ register_family(
         read_options=config_options.fp8_read_options,
         quantize_options=config_options.fp8_quantize_options,
         config_fields=config_options.fp8_config_fields,
+        shape_problem=shapes.fp8_shape_problem,
     )
 )  # fmt: skip
 register_family(
@@ -243,6 +245,7 @@ register_family(
         stored=_stored(("B", "s_channel", "s_group"), stored.qqq_meta, stored.check_qqq, stored.load_qqq),
         scalar=ScalarBridge(bridges.qqq_to_scalar, bridges.qqq_from_scalar, QQQ_FIELDS),
         read_options=config_options.qqq_read_options,
+        shape_problem=shapes.qqq_shape_problem,
     )
 )  # fmt: skip
 register_family(
@@ -256,6 +259,7 @@ register_family(
         ),
         scalar=ScalarBridge(bridges.paroquant_to_scalar, bridges.paroquant_from_scalar, PAROQUANT_FIELDS),
         read_options=config_options.group_size_read_options,
+        shape_problem=shapes.paroquant_shape_problem,
     )
 )  # fmt: skip
 register_family(

@@ -147,6 +147,8 @@ class WeightFamily:
       ``dynamic``; ``logical``: the module's logical weight when at hand); ``quantize_options(config) ->
       {name: value}``: the ``quantize`` options a weight-only config gives; ``config_fields(config) ->
       {name: value}``: the family's own fields of the stored config (:mod:`qformats.family_options`).
+    * ``shape_problem(config, out, in) -> str | None``: why the family cannot hold an ``[out, in]`` linear
+      under ``config`` (the refusal's text after the module name; :mod:`qformats.family_shapes`).
     """
 
     key: str
@@ -170,6 +172,7 @@ class WeightFamily:
     read_options: Callable[[Any, str | None, Any], dict[str, Any]] | None = None
     quantize_options: Callable[[Any], dict[str, Any]] | None = None
     config_fields: Callable[[Any], dict[str, Any]] | None = None
+    shape_problem: Callable[[Any, int, int], str | None] | None = None
 
     def owns(self, local: str) -> bool:
         """Whether local tensor name ``local`` belongs to one stored module of this family."""
