@@ -1,5 +1,6 @@
-"""Per-module specs in the GPTQ family (GPTQ on AWQ-scaled weights included) and RTN: a module is solved and packed at its own width, the rest as
-before; sharded solves agree; the spec map is part of the identity; methods without it refuse it."""
+"""Per-module specs in the GPTQ family (GPTQ on AWQ-scaled weights included) and RTN: a module is solved and
+packed at its own width, the rest as before; sharded solves agree; the spec map is part of the identity; methods
+without it refuse it."""
 
 from __future__ import annotations
 

@@ -8,15 +8,15 @@ its error the same way the integer quantizers do. No calibration data is involve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TypeAlias
 
 import numpy as np
 import torch
 from qformats.layouts.bnb import BnB4Weight, BnB8Weight
-from qformats.layouts.families import weight_only_keys
+from qformats.layouts.families import WeightFamily, get_family, weight_only_keys
 from qformats.layouts.fp8 import FP8Weight
-from qformats.layouts.gguf import GGUFWeight, encodable_types
+from qformats.layouts.gguf import GGUFWeight
 
 from .errors import SpecError
 from .result import check_weight
@@ -51,13 +51,15 @@ class WeightOnlySpec:
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise SpecError(f"family: expected one of {FAMILIES}, found {self.family!r}")
-        if self.family == "gguf":
-            if self.gguf_type is None:
-                raise SpecError("gguf_type: required for the gguf family (e.g. 'Q4_0', 'Q4_K', 'Q8_0')")
-            if self.gguf_type.upper() not in encodable_types():
-                raise SpecError(f"gguf_type: expected one of {encodable_types()}, found {self.gguf_type!r}")
-        if self.family == "bnb4" and self.quant_type not in ("fp4", "nf4"):
-            raise SpecError(f"quant_type: expected 'fp4' or 'nf4', found {self.quant_type!r}")
+        check = self.weight_family.option_problem
+        problem = check(asdict(self)) if check is not None else None
+        if problem is not None:
+            raise SpecError(problem)
+
+    @property
+    def weight_family(self) -> WeightFamily:
+        """The qformats weight family of :attr:`family` (its reference quantizer and option checks)."""
+        return get_family(self.family)
 
     @classmethod
     def gguf_for_bits(cls, bits: int) -> WeightOnlySpec:
@@ -78,22 +80,11 @@ class WeightOnlyResult:
 
 
 def _quantize_numpy(w: np.ndarray, spec: WeightOnlySpec, source_dtype: str) -> Logical:
-    if spec.family == "fp8":
-        block = spec.block_size if isinstance(spec.block_size, tuple) else None
-        method = "block" if block is not None and spec.scale_method == "row" else spec.scale_method
-        return FP8Weight.quantize(w, format=spec.fp8_format, method=method, block_size=block)
-    if spec.family == "bnb4":
-        size = spec.block_size if isinstance(spec.block_size, int) else 64
-        return BnB4Weight.quantize(
-            w,
-            quant_type=spec.quant_type,
-            blocksize=size,
-            compress_statistics=spec.compress_statistics,
-            dtype=source_dtype,
-        )
-    if spec.family == "int8":
-        return BnB8Weight.quantize(w)
-    return GGUFWeight.quantize(w, str(spec.gguf_type).upper())
+    """The family's reference quantizer (``WeightFamily.quantize``) on float32 ``w [out, in]``."""
+    quantize = spec.weight_family.quantize
+    if quantize is None:  # every weight-only family registers one; FAMILIES lists only those
+        raise SpecError(f"family {spec.family!r}: qformats registers no quantizer for it")
+    return quantize(w, {**asdict(spec), "source_dtype": source_dtype})  # type: ignore[return-value]
 
 
 def quantize_weight_only(weight: torch.Tensor, spec: WeightOnlySpec) -> WeightOnlyResult:

@@ -18,24 +18,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .checkpoint.family_modules import is_family
 from .checkpoint.reader import Checkpoint
 from .checkpoint.weight_only_modules import is_weight_only, module_tensor_names, weight_only_modules
 from .errors import QFormatsError
+from .layouts.families import families_of_method, get_family
 from .zero_convention import detect_zero_convention
 
 GPTQ_FAMILY = ("gptq", "gptq_v2", "gptq_p")
 ZERO_PROBE_MODULES = 4
-FAMILY_ZEROS = {
-    "qqq": "QQQ codes are symmetric around the fixed zero 8 (no stored zeros)",
-    "paroquant": "ParoQuant stores AWQ GEMM true zeros (AWQ-005) behind its input transform",
-    "vptq": "VPTQ indices address codebooks (no zero point)",
-    "exl3": "EXL3 trellis symbols decode through a codebook (no zero point)",
-}
-WEIGHT_ONLY_ZEROS = {
-    "fp8": "FP8 values times a scale (no zero point)",
-    "bitsandbytes": "bitsandbytes codes index a value table scaled per block (int8: per row); no zero point",
-    "gguf": "GGUF blocks carry their own scales (and minima for Q4_K/Q5_K); no config zero point",
-}
 
 
 @dataclass
@@ -108,8 +99,8 @@ def _zero_convention(ck: Checkpoint) -> dict[str, object]:
             "label": layout,
             "label_disagrees": agree and best.label_disagrees,
         }
-    if layout in FAMILY_ZEROS:
-        return {"convention": "n/a", "confidence": "certain", "evidence": FAMILY_ZEROS[layout]}
+    if is_family(layout):  # QQQ, ParoQuant, VPTQ, EXL3: the family says how it holds zeros
+        return {"convention": "n/a", "confidence": "certain", "evidence": get_family(layout).zeros}
     if layout == "marlin":
         return {"convention": "implicit", "confidence": "certain", "evidence": "GPTQ Marlin zero is 2**(bits-1)"}
     return {
@@ -117,6 +108,11 @@ def _zero_convention(ck: Checkpoint) -> dict[str, object]:
         "confidence": "certain",
         "evidence": f"{layout} stores the true zero that dequantization subtracts (AWQ-005)",
     }
+
+
+def _weight_only_zeros(method: str) -> str:
+    """How a weight-only method's family holds its zero point (the note of ``method``'s first family)."""
+    return families_of_method(method)[0].zeros
 
 
 def _inspect_weight_only(ck: Checkpoint) -> CheckpointSummary:
@@ -145,7 +141,7 @@ def _inspect_weight_only(ck: Checkpoint) -> CheckpointSummary:
         bits=f.bits,
         group_size=-1,
         sym=True,
-        zero_convention={"convention": "n/a", "confidence": "certain", "evidence": WEIGHT_ONLY_ZEROS[f.method]},
+        zero_convention={"convention": "n/a", "confidence": "certain", "evidence": _weight_only_zeros(f.method)},
         modules=modules,
         dense_tensors=len([n for n in ck.weight_map if n not in stored]),
         files=sorted(ck.files),

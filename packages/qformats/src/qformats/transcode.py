@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .errors import LayoutError, TranscodeError, UnsupportedLayoutError
-from .family_transcode import FAMILY_LAYOUTS, family_source_weight, pack_family
+from .family_transcode import family_layouts, family_source_weight, pack_family
 from .layouts.registry import Layout, LayoutMeta, get_layout
 from .logical import QuantizedWeight
 
@@ -37,7 +37,7 @@ SCALAR_LAYOUTS: tuple[str, ...] = (
 )
 
 # Every layout ``transcode`` reads or writes (the scalar ones plus the exact family bridges).
-TRANSCODE_LAYOUTS: tuple[str, ...] = (*SCALAR_LAYOUTS, *FAMILY_LAYOUTS)
+TRANSCODE_LAYOUTS: tuple[str, ...] = (*SCALAR_LAYOUTS, *family_layouts())
 
 # Word dtype each target packs by default (the rest use int32).
 DEFAULT_PACK_DTYPES: dict[str, str] = {"gemv_fast": "int16", "llm-awq": "int16"}
@@ -54,7 +54,7 @@ class TranscodeResult:
 
 def _scalar_layout(key: str, role: str) -> Layout:
     if str(key) not in SCALAR_LAYOUTS:
-        known = ", ".join((*SCALAR_LAYOUTS, *FAMILY_LAYOUTS))
+        known = ", ".join(TRANSCODE_LAYOUTS)
         raise TranscodeError(f"{role} layout {key!r} is not a scalar-code layout; transcodable layouts: {known}")
     try:
         return get_layout(str(key))
@@ -64,7 +64,7 @@ def _scalar_layout(key: str, role: str) -> Layout:
 
 def transcode_weight(weight: QuantizedWeight, to: str, *, pack_dtype: str | None = None) -> TranscodeResult:
     """Pack a logical weight into layout ``to`` losslessly, or raise :class:`TranscodeError` saying why not."""
-    if str(to) in FAMILY_LAYOUTS:
+    if str(to) in family_layouts():
         tensors, meta = pack_family(weight, str(to))
         return TranscodeResult(tensors=tensors, meta=meta, weight=weight)
     target = _scalar_layout(to, "target")
@@ -112,7 +112,7 @@ def transcode(
 
 def _read_source(tensors: Mapping[str, np.ndarray], key: str, meta: LayoutMeta) -> QuantizedWeight:
     """The logical weight of one module's tensors in layout ``key`` (scalar or family bridge)."""
-    if key in FAMILY_LAYOUTS:
+    if key in family_layouts():
         return family_source_weight(tensors, key, meta)
     source = _scalar_layout(key, "source")
     try:

@@ -4,7 +4,8 @@
 Modules are found by their layout's marker tensor (``qweight`` unless the layout says otherwise);
 each module is checked with the settings the config gives it (dynamic overrides included) by the
 layout registered for the config's layout key (``QuantizeConfig.layout``), or, for the families outside
-the registry (``qqq``, ``paroquant``, ``vptq``, ``exl3``), by their checks in :mod:`qformats.family_checks`.
+the registry (``qqq``, ``paroquant``, ``vptq``, ``exl3``), by their weight family's check
+(:attr:`qformats.layouts.families.StoredModules.check`).
 Findings carry the full tensor key.
 
 Rule ids added here (the layouts add their own, e.g. ``GPTQ-SHAPE``):
@@ -17,18 +18,40 @@ Rule ids added here (the layouts add their own, e.g. ``GPTQ-SHAPE``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from .config.model import ModuleSpec, QuantizeConfig
 from .errors import LayoutError, UnsupportedLayoutError
+from .layouts.families import get_family, stored_family_keys
 from .layouts.registry import Layout, LayoutMeta, get_layout, marker_tensor, meta_inference
 from .violations import Violation
 
-if TYPE_CHECKING:
-    from .family_checks import Check
+Dims = tuple[int, int] | None
+Check = Callable[[Mapping[str, np.ndarray], ModuleSpec, QuantizeConfig, Dims], list[Violation]]
+
+
+@dataclass(frozen=True)
+class _ModuleCheck:
+    """How :func:`validate` finds and checks the modules of one layout or family."""
+
+    marker: str
+    dotted: tuple[str, ...]
+    check: Check
+
+
+def _module_check(key: str) -> _ModuleCheck:
+    """The marker, dotted tensor names and check of layout or family ``key`` (raises for an unknown key)."""
+    if key in stored_family_keys():
+        family = get_family(key)
+        if family.stored is None:  # stored_family_keys lists only families with one
+            raise UnsupportedLayoutError(f"weight family {key!r} lists no stored modules")
+        dotted = tuple(sorted(t for t in family.stored.tensors if "." in t))
+        return _ModuleCheck(family.markers[0], dotted, family.stored.check)
+    layout = get_layout(key)
+    return _ModuleCheck(marker_tensor(layout), (), _registered_check(layout))
 
 
 def module_tensors(
@@ -73,16 +96,11 @@ def validate(
     ``shapes`` optionally gives ``{module prefix: (in_features, out_features)}``; otherwise each
     layout infers them from its tensors (GPTQ: ``g_idx`` and ``scales``).
     """
-    from .family_checks import FAMILIES, ModuleFamily  # imported on use: the families load their layouts
-
     key = config.layout
-    family = FAMILIES.get(key)
-    if family is None:
-        try:
-            layout = get_layout(key)
-        except UnsupportedLayoutError as exc:
-            return [Violation("CONFIG-NO-LAYOUT", "<config>", f"a registered layout for {key!r}", str(exc))]
-        family = ModuleFamily(marker_tensor(layout), (), _registered_check(layout))
+    try:
+        family = _module_check(key)
+    except UnsupportedLayoutError as exc:
+        return [Violation("CONFIG-NO-LAYOUT", "<config>", f"a registered layout for {key!r}", str(exc))]
     modules = module_tensors(tensors, family.marker, family.dotted)
     if not modules:
         return [Violation("CONFIG-NO-MODULES", f"*.{family.marker}", f"at least one {key} module", "none")]

@@ -30,6 +30,7 @@ from .config_view import (
     setting,
     solver_variant,
 )
+from .weight_only import weight_family
 
 QUANTIZER = f"lowbit-qhf:{__version__}"
 #: The calibrated settings written under ``meta`` (in this order, after ``quantizer`` and ``algorithm``).
@@ -49,14 +50,9 @@ def _weight_only_dict(cfg: QuantizeConfig) -> dict[str, Any]:
     if method != "gguf":
         out["pack_dtype"] = cfg.pack_dtype
     out["meta"] = {"quantizer": [QUANTIZER], "algorithm": method}
-    if method == "fp8":
-        out["weight_scale_method"] = setting(cfg, "weight_scale_method")
-        block = setting(cfg, "weight_block_size")
-        if block is not None:
-            out["weight_block_size"] = list(block)
-        out["weight_scale_semantics"] = "inverse"
-    elif method == "bitsandbytes":
-        out.update(block_size=setting(cfg, "block_size"), compress_statistics=setting(cfg, "compress_statistics"))
+    fields = weight_family(cfg).config_fields  # the family's own stored fields (FP8 scheme, bitsandbytes blocks)
+    if fields is not None:
+        out.update(fields(cfg))
     dynamic = gguf_dynamic(cfg)
     if dynamic:
         out["dynamic"] = {key: dict(value) for key, value in dynamic.items()}

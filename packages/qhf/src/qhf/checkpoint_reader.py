@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 from qformats.checkpoint import Checkpoint, ModuleEntry, QuantFields
-from qformats.checkpoint.family_modules import is_family
+from qformats.checkpoint.family_modules import entry_family, is_family
 from qformats.config import QuantizeConfig
 from qformats.errors import QFormatsError
+from qformats.layouts.families import WeightFamily
 from qformats.layouts.registry import LayoutMeta
 from qformats.logical import QuantizedWeight
 
@@ -103,7 +104,7 @@ class QuantizedCheckpoint:
         return self.modules
 
     def is_quantized(self, module: str) -> bool:
-        if is_weight_only(self.config):
+        if self.modules is None:  # FP8 / bitsandbytes / GGUF: the family's marker tensor
             from .weight_only import marker_suffix
 
             return f"{module}.{marker_suffix(self.config)}" in self.reader
@@ -147,25 +148,51 @@ class QuantizedCheckpoint:
         """The qkernels module of quantized ``module`` on ``device`` (qkernels selects a backend that serves
         it): ``quant_linear`` for registry layouts, ``weight_only_linear`` for FP8 / bitsandbytes / GGUF
         checkpoints and for QQQ / ParoQuant / VPTQ / EXL3 modules."""
-        if is_weight_only(self.config):
-            from .weight_only import weight_only_module
-
-            tensors = self.weight_only_tensors(module)
-            return weight_only_module(
-                self.config, tensors, in_features, out_features, backend=backend, dtype=dtype, module=module,
-                device=device,
-            )  # fmt: skip
         from qkernels import quant_linear, weight_only_linear
 
-        if is_family(self.entry(module).layout):  # QQQ / ParoQuant / VPTQ / EXL3
-            family, arrays, fields = self.weight_only_inputs(module, in_features, out_features)
-            return weight_only_linear(
-                family, arrays, in_features=in_features, out_features=out_features, config=fields,
-                backend=backend, device=device, dtype=dtype,
-            )  # fmt: skip
+        family = self.module_family(module)
+        if family.read is None:  # the integer family: its layout's kernel
+            fmt, tensors, meta = self.kernel_inputs(module, in_features, out_features)
+            return quant_linear(fmt, tensors, meta, backend=backend, device=device, dtype=dtype)
+        name, arrays, options = self.family_kernel_inputs(module, in_features, out_features)
+        return weight_only_linear(
+            name, arrays, in_features=in_features, out_features=out_features, backend=backend, device=device,
+            dtype=dtype, **options,
+        )  # fmt: skip
 
-        fmt, tensors, meta = self.kernel_inputs(module, in_features, out_features)
-        return quant_linear(fmt, tensors, meta, backend=backend, device=device, dtype=dtype)
+    def module_family(self, module: str) -> WeightFamily:
+        """The qformats weight family of quantized ``module``: the config's family for an FP8 / bitsandbytes /
+        GGUF checkpoint, else its module entry's (``integer`` for a layout-registry module)."""
+        if self.modules is None:
+            from .weight_only import weight_family
+
+            return weight_family(self.config)
+        return entry_family(self.entry(module))
+
+    def module_logical(self, module: str, in_features: int, out_features: int) -> Any:
+        """The logical weight of any quantized ``module`` ``[out_features, in_features]``, read by its weight
+        family: a scalar :class:`QuantizedWeight` (:meth:`logical_weight`), a stored family's own object
+        (:meth:`family_weight`: QQQ, ParoQuant, VPTQ, EXL3) or a weight-only family's (:meth:`weight_only_logical`).
+        Raises :class:`SourceFormatError` naming the module."""
+        family = self.module_family(module)
+        if family.stored is not None:
+            return self.family_weight(module)
+        if family.read is not None:
+            return self.weight_only_logical(module, in_features, out_features)
+        return self.logical_weight(module, in_features, out_features)
+
+    def family_kernel_inputs(
+        self, module: str, in_features: int, out_features: int
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """``(family name, tensors, reading options)`` for ``qkernels.weight_only_linear`` of a non-integer module
+        (tensors with the ``bias`` when stored): the config's method and ``kernel_options`` for a weight-only
+        checkpoint, :meth:`weight_only_inputs` for a stored family's module."""
+        if self.modules is None:
+            from .weight_only import kernel_family, kernel_options
+
+            return kernel_family(self.config), self.weight_only_tensors(module), kernel_options(self.config, module)
+        name, arrays, fields = self.weight_only_inputs(module, in_features, out_features)
+        return name, arrays, {"config": fields}
 
     def entry(self, module: str) -> ModuleEntry:
         """The qformats module entry (layout key, metadata, tensor names) of quantized ``module``."""
@@ -176,7 +203,7 @@ class QuantizedCheckpoint:
 
     def is_family_module(self, module: str) -> bool:
         """True for a quantized module of a family outside the layout registry (QQQ, ParoQuant, VPTQ, EXL3)."""
-        return not is_weight_only(self.config) and module in self._entries and is_family(self._entries[module].layout)
+        return self.modules is not None and module in self._entries and is_family(self._entries[module].layout)
 
     def family_weight(self, module: str) -> Any:
         """The family's logical weight of ``module`` (``QQQWeight`` ...; ``dequantize()`` gives ``[out, in]``)."""

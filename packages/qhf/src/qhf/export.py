@@ -56,8 +56,8 @@ def export_dense(
             out_features = int(np.shape(checkpoint.module_tensors(module)["scales"])[1])
             in_features = _in_features(checkpoint, module, out_features)
 
-        def load(m: str = module, i: int = in_features, o: int = out_features, f: bool = family) -> torch.Tensor:
-            logical = checkpoint.family_weight(m) if f else checkpoint.logical_weight(m, i, o)
+        def load(m: str = module, i: int = in_features, o: int = out_features) -> torch.Tensor:
+            logical = checkpoint.module_logical(m, i, o)
             weight = torch.from_numpy(np.asarray(logical.dequantize(), dtype=np.float32))
             if m.lower() in factors:  # EoRA: the adapter folded in, Q + lora_B @ lora_A in float32
                 a, b = factors[m.lower()]

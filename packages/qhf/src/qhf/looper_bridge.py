@@ -189,20 +189,19 @@ def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
     the configured bits/group size against ``get_layout(format).cannot_represent``; e.g. AWQ's GEMM
     layout needs ``in_features`` divisible by ``group_size``, while the GPTQ layouts hold a partial group.
-    Weight-only methods hold any shape except FP8 block scaling (the block must divide ``[out, in]``); QQQ
-    needs in/out divisible by 64 and no partial group (:func:`qhf.qqq_settings.module_problem`); ParoQuant
-    needs an even group size dividing every ``in_features`` (e.g. SmolLM2's 576 takes 64, not 128).
+    A method with a weight family of its own asks the family (``WeightFamily.shape_problem``,
+    :mod:`qformats.family_shapes`): weight-only methods hold any shape except FP8 block scaling (the block must
+    divide ``[out, in]``); QQQ needs in/out divisible by 64 and no partial group; ParoQuant needs an even group
+    size dividing every ``in_features`` (e.g. SmolLM2's 576 takes 64, not 128).
     """
     from qformats.layouts.registry import get_layout
     from qformats.layouts.stored_size import zero_probe
     from qlooper.definition import resolve_groups
 
-    from .qqq_settings import module_problem
-    from .weight_only import fp8_block_problem
+    from .weight_only import weight_family
 
-    qqq = algorithm(settings) == "qqq"
-    paro = algorithm(settings) == "paroquant"
-    layout = None if is_weight_only(settings) or qqq or paro else get_layout(str(settings.format))
+    family = weight_family(settings)
+    layout = get_layout(str(settings.format)) if family.read is None else None  # the integer family's layout
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -214,28 +213,10 @@ def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
         if (out_features, in_features) in seen:
             continue
         seen.add((out_features, in_features))
-        if qqq:
-            reason = module_problem(settings.group_size, out_features, in_features)
-            if reason is not None:
-                raise QHFError(
-                    f"method 'qqq' cannot hold {resolved.full_name} [{out_features} x {in_features}] "
-                    f"at group {settings.group_size}: {reason}"
-                )
-        if paro:  # ParoQuant rotates groups: the (even) group size must divide in_features
-            from qformats.errors import LayoutError
-            from qformats.layouts.paroquant.rotation import rotation_group_size
-
-            try:
-                rotation_group_size(settings.group_size, in_features)
-            except LayoutError as exc:
-                raise QHFError(
-                    f"method 'paroquant' cannot hold {resolved.full_name} [{out_features} x {in_features}]: {exc}"
-                ) from None
-            continue
-        if layout is None:  # weight-only: only FP8 block scaling constrains the shape
-            problem = fp8_block_problem(settings, out_features, in_features)
+        if layout is None:  # a family of its own: it says which shapes it holds
+            problem = family.shape_problem(settings, out_features, in_features) if family.shape_problem else None
             if problem is not None:
-                raise QHFError(f"method 'fp8' cannot hold {resolved.full_name}: {problem}")
+                raise QHFError(f"method {family.method!r} cannot hold {resolved.full_name}{problem}")
             continue
         probe = zero_probe(out_features, in_features, settings.width, settings.group_size, settings.sym)
         reason = layout.cannot_represent(probe)

@@ -4,7 +4,8 @@ QQQ is GPTQ's solve on QQQ's 4-bit grids (:mod:`qalgos.qqq`), saved in the ``qqq
 (GPT-QModel 7.7.0 ``QQQConfig``) defaults ``damp_percent`` to 0.005 and ``damp_auto_increment`` to 0.001,
 writes ``wbits`` beside ``bits`` (vLLM's QQQ loader reads it) and refuses ``desc_act``; its QQQ kernels
 (``QQQLinear`` / ``QQQTorchLinear``, and vLLM's) take ``group_size`` -1 or 128 and in/out features divisible
-by 64. lowbit refuses anything else before any work, naming the module.
+by 64 (``qformats.family_shapes``, the QQQ family's ``shape_problem``). lowbit refuses anything else before
+any work, naming the module.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 
 DEFAULTS = {"damp_percent": 0.005, "damp_auto_increment": 0.001}
 GROUP_SIZES = (-1, 128)
-FEATURE_MULTIPLE = 64
 
 
 def qqq_problem(config: QuantizeConfig, settings: Mapping[str, Any]) -> str | None:
@@ -35,19 +35,4 @@ def qqq_problem(config: QuantizeConfig, settings: Mapping[str, Any]) -> str | No
         return f"group_size: the QQQ kernels take -1 (per channel) or 128, found {config.group_size!r}"
     if settings["mse"]:
         return f"mse: lowbit's QQQ has no shrink search (use 0), found {settings['mse']!r}"
-    return None
-
-
-def module_problem(group_size: int, out_features: int, in_features: int) -> str | None:
-    """Why a linear ``[out, in]`` cannot be a QQQ module at ``group_size`` (None when it can)."""
-    if in_features % FEATURE_MULTIPLE or out_features % FEATURE_MULTIPLE:
-        return (
-            f"the QQQ kernels need in_features and out_features divisible by {FEATURE_MULTIPLE}; "
-            f"found in={in_features}, out={out_features}"
-        )
-    if group_size != -1 and in_features % group_size:
-        return (
-            f"in_features {in_features} is not divisible by group_size {group_size} (QQQ has no partial groups); "
-            "use group_size -1 (per channel)"
-        )
     return None

@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from qlooper.module_access import linear_features
+from qformats.layouts.families import family_of
 from torch import nn
 
 from .checkpoint_reader import open_quantized_checkpoint
-from .config_view import is_weight_only
 from .errors import VerificationError
 from .live_tensors import live_tensor
 from .results import QuantizedModules
@@ -117,12 +116,8 @@ def verify_checkpoint(
     for name, result in results.items():
         weight = result.logical()  # decoded from the spill file when the run streamed
         try:
-            if is_weight_only(checkpoint.config):  # FP8 / bitsandbytes / GGUF logical objects
-                back = checkpoint.weight_only_logical(name, *linear_features(model.get_submodule(name)))
-            elif checkpoint.is_family_module(name):  # QQQ, ParoQuant ...: the family's own logical object
-                back = checkpoint.family_weight(name)
-            else:
-                back = checkpoint.logical_weight(name, weight.in_features, weight.out_features)
+            out_features, in_features = family_of(weight).shape(weight)  # its family's logical dims
+            back = checkpoint.module_logical(name, in_features, out_features)
         except (ValueError, KeyError) as exc:
             report.problems.append(f"{name}: cannot unpack the saved tensors: {exc}")
             continue

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from qformats.layouts.families import WeightFamily, family_for_config
 
-from .config_view import algorithm, setting
+from .config_view import algorithm
 
 if TYPE_CHECKING:
     from qformats.config import QuantizeConfig
@@ -47,14 +47,9 @@ def spec_family(settings: QuantizeConfig) -> str:
 def gguf_type_name(settings: QuantizeConfig, module: str | None = None) -> str:
     """The ggml type stored for a GGUF config's ``bits`` + public ``format`` (``Q4_0``, ``Q4_K``, ``Q8_0`` ...),
     for ``module`` after the config's ``dynamic`` overrides (``QuantizeConfig.for_module``: first positive match)."""
-    from qformats.layouts.gguf import tensor_type
+    from qformats.family_options import gguf_type_name as stored_type
 
-    bits, fmt = settings.width, str(settings.format)
-    if module is not None and settings.rules is not None:
-        spec = settings.for_module(module)
-        override = spec.override if spec is not None else {}
-        bits, fmt = int(override.get("bits", bits)), str(override.get("format", fmt))
-    return str(tensor_type(bits, fmt).name)
+    return stored_type(settings, module)
 
 
 def is_mixture(settings: QuantizeConfig) -> bool:
@@ -91,27 +86,12 @@ def module_specs(settings: QuantizeConfig, modules: list[str]) -> dict[str, Any]
 
 
 def weight_only_spec(settings: QuantizeConfig) -> Any:
-    """The qalgos ``WeightOnlySpec`` these settings describe."""
+    """The qalgos ``WeightOnlySpec`` these settings describe (the family's ``quantize_options``)."""
     from qalgos.weight_only import WeightOnlySpec
 
-    family = spec_family(settings)
-    if family == "fp8":
-        return WeightOnlySpec(
-            "fp8",
-            fp8_format=str(settings.format),
-            scale_method=setting(settings, "weight_scale_method"),
-            block_size=setting(settings, "weight_block_size"),
-        )
-    if family == "bnb4":
-        return WeightOnlySpec(
-            "bnb4",
-            quant_type=str(settings.format),
-            block_size=setting(settings, "block_size"),
-            compress_statistics=setting(settings, "compress_statistics"),
-        )
-    if family == "int8":
-        return WeightOnlySpec("int8")
-    return WeightOnlySpec("gguf", gguf_type=gguf_type_name(settings))
+    family = weight_family(settings)
+    options = family.quantize_options(settings) if family.quantize_options is not None else {}
+    return WeightOnlySpec(family.key, **options)
 
 
 def kernel_family(settings: QuantizeConfig) -> str:
@@ -121,31 +101,18 @@ def kernel_family(settings: QuantizeConfig) -> str:
 
 def fp8_config(settings: QuantizeConfig) -> dict[str, Any]:
     """The FP8 scheme fields qformats' ``unpack_fp8`` reads (format, scale method, block, semantics)."""
-    config: dict[str, Any] = {
-        "format": settings.format,
-        "weight_scale_method": setting(settings, "weight_scale_method"),
-        "weight_scale_semantics": "inverse",
-    }
-    block = setting(settings, "weight_block_size")
-    if block is not None:
-        config["weight_block_size"] = list(block)
-    return config
+    from qformats.family_options import fp8_scheme
+
+    return fp8_scheme(settings)
 
 
 def kernel_options(settings: QuantizeConfig, module: str | None = None, logical: Any = None) -> dict[str, Any]:
     """``qkernels.weight_only_linear``'s reading options for the settings' family (none for bitsandbytes): the
-    FP8 scheme (``config``), a GGUF module's ggml type (``qtype``, after ``dynamic`` overrides for ``module``),
-    the QQQ / ParoQuant ``group_size`` (QQQ's from its ``logical`` weight when given)."""
-    method = algorithm(settings)
-    if method == "fp8":
-        return {"config": fp8_config(settings)}
-    if method == "gguf":
-        return {"qtype": gguf_type_name(settings, module)}
-    if method == "qqq":
-        return {"config": {"group_size": logical.group_size if logical is not None else settings.group_size}}
-    if method == "paroquant":
-        return {"config": {"group_size": settings.group_size}}
-    return {}
+    family's ``read_options`` (the FP8 scheme as ``config``, a GGUF module's ggml type as ``qtype`` after
+    ``dynamic`` overrides for ``module``, the QQQ / ParoQuant ``group_size``; QQQ's from its ``logical`` weight
+    when given)."""
+    read_options = weight_family(settings).read_options
+    return read_options(settings, module, logical) if read_options is not None else {}
 
 
 def marker_suffix(settings: QuantizeConfig) -> str:
@@ -211,14 +178,3 @@ def fp8_storage_dtypes(settings: QuantizeConfig, modules: list[str]) -> dict[str
     reference does (a uint8 tag would make engines cast the bit patterns as numbers)."""
     tag = FP8_STORAGE.get(str(settings.format)) if algorithm(settings) == "fp8" else None
     return {} if tag is None else {f"{name}.weight": tag for name in modules}
-
-
-def fp8_block_problem(settings: QuantizeConfig, out_features: int, in_features: int) -> str | None:
-    """Why FP8 block scaling cannot hold an ``[out, in]`` weight (both dims must divide), else None."""
-    block = setting(settings, "weight_block_size") if algorithm(settings) == "fp8" else None
-    if block is None:
-        return None
-    rows, cols = block
-    if out_features % rows or in_features % cols:
-        return f"weight_block_size {[rows, cols]} must divide [out, in] = [{out_features}, {in_features}]"
-    return None

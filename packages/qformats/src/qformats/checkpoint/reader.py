@@ -18,10 +18,8 @@ import numpy as np
 
 from ..config.model import QuantizeConfig
 from ..errors import CheckpointFormatError, LayoutError, TranscodeError
-from ..family_checks import FAMILIES
-from ..layouts.exl3 import EXL3Weight
+from ..layouts.families import get_family
 from ..layouts.registry import get_layout
-from ..layouts.vptq import VPTQWeight
 from ..logical import QuantizedWeight
 from ..violations import Violation
 from .config_files import QuantFields, find_quant_config, read_quant_fields
@@ -63,7 +61,8 @@ def refuse_pickle(path: Path) -> CheckpointFormatError:
 class Checkpoint:
     """A read-only view of a quantized checkpoint directory (headers parsed eagerly, tensors on demand).
 
-    QQQ, ParoQuant, VPTQ and EXL3 checkpoints are read through :mod:`.family_modules`; ``shapes``
+    QQQ, ParoQuant, VPTQ and EXL3 checkpoints (the weight families with ``stored`` modules) are read
+    through :mod:`.family_modules`, which asks each family's registry record; ``shapes``
     (``{module prefix: (in_features, out_features)}``) gives dims their tensors do not pin (VPTQ).
     """
 
@@ -228,7 +227,7 @@ class Checkpoint:
             groups = group_modules(self.weight_map)
             return [(m["qweight"], resolve_module(p, m, shapes, self.fields)) for p, m in groups.items()]
         config = self._family_config()
-        marker = FAMILIES[key].marker
+        marker = get_family(key).markers[0]
         found = []
         for prefix, members in group_family_modules(key, self.weight_map).items():
             entry = resolve_family_module(prefix, members, shapes, config, key, self.shapes.get(prefix))
@@ -286,13 +285,13 @@ class Checkpoint:
     def _family_as_scalar(self, entry: ModuleEntry, data: Mapping[str, np.ndarray]) -> QuantizedWeight:
         """QQQ (per-channel, or grouped when exact) and identity-transform ParoQuant as a scalar weight."""
         weight = family_weight(entry, data, self._family_config())
-        if isinstance(weight, (VPTQWeight, EXL3Weight)):
+        if get_family(entry.layout).scalar is None:
             raise CheckpointFormatError(
                 f"{self.root}: module {entry.prefix!r}: {entry.layout} is not a scales * (codes - zeros) weight; "
                 "read its dense weight with Checkpoint.dense"
             )
         try:
-            return weight.to_quantized_weight()
+            return weight.to_quantized_weight()  # type: ignore[no-any-return]
         except TranscodeError as exc:
             raise CheckpointFormatError(f"{self.root}: module {entry.prefix!r}: {exc}") from None
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TranscodeError
+from ..layouts.families import get_family, scalar_family_keys
 from ..transcode import transcode
 from .config_files import find_quant_config
 from .dequantize import model_config_without_quantization
@@ -25,12 +26,8 @@ from .streaming import stream_converted
 from .writer import WriteReport, write_checkpoint
 
 AWQ_TARGETS = {"gemm", "gemv", "gemv_fast", "llm-awq", "awq_marlin"}
-# Fields the reference writes for a QQQ / ParoQuant target (``wbits``: the name vLLM's QQQ loader reads).
-# ParoQuant's AWQ part always stores explicit zeros; like the reference it writes ``zero_point: false``, no ``sym``.
-FAMILY_CONFIGS: dict[str, dict[str, object]] = {
-    "qqq": {"wbits": 4, "sym": True},
-    "paroquant": {"krot": 8, "zero_point": False},
-}
+# Family fields a target drops from the source config (a QQQ / ParoQuant target writes its own: the keys of
+# its weight family's ``ScalarBridge.config_fields``; ``zero_point`` is an alias key).
 FAMILY_KEYS = ("wbits", "krot", "sym")
 ALIAS_KEYS = ("method", "quant_method", "format", "checkpoint_format", "version", "zero_point", "backend", "pack_dtype")
 
@@ -38,9 +35,10 @@ ALIAS_KEYS = ("method", "quant_method", "format", "checkpoint_format", "version"
 def target_config(raw: dict[str, object], to: str, sym: bool) -> dict[str, object]:
     """The quantization config for layout ``to``, keeping every non-layout field of ``raw``."""
     cfg = {k: v for k, v in raw.items() if str(k).lower() not in (*ALIAS_KEYS, *FAMILY_KEYS)}
-    if to in FAMILY_CONFIGS:
+    if to in scalar_family_keys():  # QQQ / ParoQuant: the family's own config fields
+        bridge = get_family(to).scalar
         cfg.update({"method": to, "quant_method": to, "format": to, "checkpoint_format": to, "pack_dtype": "int32"})
-        cfg.update(FAMILY_CONFIGS[to])
+        cfg.update(bridge.config_fields if bridge is not None else {})
         return cfg
     method = "awq" if to in AWQ_TARGETS else "gptq"
     fmt = "marlin" if to in ("marlin", "awq_marlin") else to

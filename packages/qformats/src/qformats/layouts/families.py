@@ -11,7 +11,17 @@ family has its own logical object with ``dequantize() -> float32 [out, in]`` and
 A family records the config ``quant_method`` it is saved under (``bitsandbytes`` for ``bnb4`` and
 ``int8``: the on-disk value) and the config ``format`` values that select it, so a package converts a
 config to a family with :func:`family_for_config`, a logical object with :func:`family_of` and a
-module's tensor names with :func:`family_by_marker`; none keeps a table of its own. A duplicate
+module's tensor names with :func:`family_by_marker`; none keeps a table of its own.
+
+Each record also owns everything the rest of qformats does with the family's stored modules (so no
+module keeps a family-keyed table or compares family keys): which local tensor names belong to a module
+(:meth:`WeightFamily.owns`), how a checkpoint lists, checks and reads a module outside the layout
+registry (:class:`StoredModules`: QQQ, ParoQuant, VPTQ, EXL3), how a weight-only directory summarizes a
+module (``summary``: FP8, bitsandbytes, GGUF), the exact bridges to and from a scalar weight
+(:class:`ScalarBridge`: QQQ, ParoQuant), how the weight-only families quantize a float weight
+(``quantize``) and the options a config gives them (``read_options``, ``quantize_options``). The scalar-code
+layouts (GPTQ, AWQ, Marlin, ... of :mod:`qformats.layouts.registry`) are the one ``integer`` family here:
+the layout registry is the second, related registry, keyed by ``format`` (docs/internals.md). A duplicate
 registration raises :class:`~qformats.errors.DuplicateRegistrationError`; an unknown key, method or
 object raises :class:`~qformats.errors.UnsupportedLayoutError` naming the value and the known ones.
 """
@@ -59,6 +69,49 @@ class FamilyRead:
 
 Reader = Callable[[Mapping[str, np.ndarray], ModuleInput], FamilyRead]
 Packer = Callable[[Any], dict[str, np.ndarray]]
+Tensors = Mapping[str, np.ndarray]
+Dims = tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class StoredModules:
+    """How a checkpoint lists, checks and reads the modules of a family outside the layout registry.
+
+    * ``tensors``: the local tensor names one module may hold (dotted ones included: VPTQ's
+      ``centroids.weight``); a prefix owning the family's first marker is a module.
+    * ``meta(stubs, spec, config, dims) -> LayoutMeta``: the module's bits, group size, ``sym`` and
+      logical ``in`` / ``out`` (``dims`` when given, else read from the tensors; 0 for dims they leave
+      open) from zero-stride ``stubs`` (shapes and dtypes only) and the module's
+      :class:`~qformats.config.model.ModuleSpec`; raises ``LayoutError`` naming the tensor it cannot
+      read dims from.
+    * ``check(tensors, spec, config, dims) -> [Violation]``: the family's rules for one module (``dims``:
+      ``(in, out)`` when known); raises ``LayoutError`` for dims it cannot infer.
+    * ``load(tensors, meta, config) -> logical``: the module's logical object (``dequantize() -> float32
+      [out, in]``); raises ``LayoutError`` / ``ConfigError`` naming the tensor or field.
+    """
+
+    tensors: frozenset[str]
+    meta: Callable[[Tensors, Any, Any, Dims], Any]
+    check: Callable[[Tensors, Any, Any, Dims], list[Any]]
+    load: Callable[[Tensors, Any, Any], object]
+
+
+@dataclass(frozen=True)
+class ScalarBridge:
+    """The exact bridges between a family and a scalar :class:`~qformats.logical.QuantizedWeight`.
+
+    ``to_scalar(tensors, meta) -> QuantizedWeight`` and ``from_scalar(weight) -> (tensors, meta)``; both
+    raise :class:`~qformats.errors.TranscodeError` saying why a weight has no exact counterpart.
+    ``config_fields``: the family's own fields of a transcoded checkpoint's config, in the order written
+    (``qformats.checkpoint.transcode_dir``)."""
+
+    to_scalar: Callable[[Tensors, Any], Any]
+    from_scalar: Callable[[Any], tuple[dict[str, np.ndarray], Any]]
+    config_fields: Mapping[str, object] = field(default_factory=dict)
+
+
+def _no_tensors(local: str) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -78,6 +131,24 @@ class WeightFamily:
       (out, in)`` from its fields; ``accepts(tensors) -> bool`` picks among the families of one method
       from a module's tensors (``None``: the method has this family only). ``pack`` / ``read`` are
       ``None`` for ``integer`` (its layouts do both, :func:`qformats.layouts.registry.get_layout`).
+    * ``zeros``: how its weights hold a zero point, as ``qformats.inspect`` reports it (``""``: the
+      layout's zero convention is probed from the tensors, the ``integer`` family).
+    * ``member(local) -> bool``: whether a local tensor name (no module prefix) belongs to a stored module
+      (``bias`` never does); :meth:`owns` asks it, or ``stored.tensors`` when given.
+    * ``stored``: :class:`StoredModules` for the families a checkpoint lists as modules of their own.
+    * ``summary(checkpoint, prefix, shapes) -> WeightOnlyModule``: a weight-only module's stored type,
+      dims and violations (:mod:`qformats.checkpoint.weight_only_modules`).
+    * ``scalar``: :class:`ScalarBridge` for a family that is exactly a scalar weight (``transcode``).
+    * ``quantize(w, options) -> logical``: a weight-only family's reference quantizer of a float32
+      ``[out, in]`` weight; ``options`` holds qalgos' ``WeightOnlySpec`` fields and ``source_dtype``;
+      ``option_problem(options) -> str | None`` says which option is wrong before quantizing.
+    * ``read_options(config, module, logical) -> {name: value}``: the :class:`ModuleInput` fields
+      (``config``, ``qtype``) one stored module of a checkpoint with ``config`` is read with (after
+      ``dynamic``; ``logical``: the module's logical weight when at hand); ``quantize_options(config) ->
+      {name: value}``: the ``quantize`` options a weight-only config gives; ``config_fields(config) ->
+      {name: value}``: the family's own fields of the stored config (:mod:`qformats.family_options`).
+    * ``shape_problem(config, out, in) -> str | None``: why the family cannot hold an ``[out, in]`` linear
+      under ``config`` (the refusal's text after the module name; :mod:`qformats.family_shapes`).
     """
 
     key: str
@@ -91,6 +162,23 @@ class WeightFamily:
     read: Reader | None
     shape: Callable[[Any], tuple[int, int]]
     accepts: Callable[[Mapping[str, np.ndarray]], bool] | None = None
+    zeros: str = ""
+    member: Callable[[str], bool] = _no_tensors
+    stored: StoredModules | None = None
+    summary: Callable[[Any, str, Mapping[str, tuple[tuple[int, ...], str]]], Any] | None = None
+    scalar: ScalarBridge | None = None
+    quantize: Callable[[np.ndarray, Mapping[str, Any]], object] | None = None
+    option_problem: Callable[[Mapping[str, Any]], str | None] | None = None
+    read_options: Callable[[Any, str | None, Any], dict[str, Any]] | None = None
+    quantize_options: Callable[[Any], dict[str, Any]] | None = None
+    config_fields: Callable[[Any], dict[str, Any]] | None = None
+    shape_problem: Callable[[Any, int, int], str | None] | None = None
+
+    def owns(self, local: str) -> bool:
+        """Whether local tensor name ``local`` belongs to one stored module of this family."""
+        if self.stored is not None:
+            return local in self.stored.tensors
+        return self.member(local)
 
 
 _FAMILIES: dict[str, WeightFamily] = {}
@@ -126,6 +214,17 @@ def get_family(key: str) -> WeightFamily:
     if family is None:
         raise UnsupportedLayoutError(f"no weight family registered as {key!r}; known: {_known()}")
     return family
+
+
+def stored_family_keys() -> tuple[str, ...]:
+    """The keys of the families a checkpoint lists as modules of their own (``qqq``, ``paroquant``, ``vptq``,
+    ``exl3``: those with :attr:`WeightFamily.stored`), in order."""
+    return tuple(f.key for f in registered_families() if f.stored is not None)
+
+
+def scalar_family_keys() -> tuple[str, ...]:
+    """The keys of the families with an exact scalar bridge (``qqq``, ``paroquant``), in order."""
+    return tuple(f.key for f in registered_families() if f.scalar is not None)
 
 
 def weight_only_methods() -> tuple[str, ...]:
@@ -209,3 +308,22 @@ def family_by_marker(names: Iterable[str], method: str | None = None) -> WeightF
 def marker_suffixes(method: str) -> tuple[str, ...]:
     """Every marker tensor name of the families of config ``method``, in registration order."""
     return tuple(dict.fromkeys(m for f in families_of_method(method) for m in f.markers))
+
+
+def marked_modules(families: Iterable[WeightFamily], names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Prefix -> {local name: full name} for every prefix owning a marker of ``families`` (the one way a
+    checkpoint finds the modules of the families outside the layout registry), prefixes sorted.
+
+    A name ending in ``.<marker>`` marks its prefix as a module; a name belongs to a module when its local
+    part (after ``prefix.``) is one a family of ``families`` owns."""
+    names = list(names)
+    pool = tuple(families)
+    marks = {m for f in pool for m in f.markers}
+    owners = sorted({n[: -len(m) - 1] for n in names for m in marks if n.endswith("." + m)})
+    modules: dict[str, dict[str, str]] = {p: {} for p in owners}
+    for name in names:
+        for prefix in owners:
+            local = name[len(prefix) + 1 :]
+            if name.startswith(prefix + ".") and any(f.owns(local) for f in pool):
+                modules[prefix][local] = name
+    return modules
