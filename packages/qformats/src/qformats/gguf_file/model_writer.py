@@ -176,7 +176,7 @@ def _fused_experts(
             stacked = [_stack(name, [half[i] for i in range(count)]) for half in (gate, up)]
             yield name, _concat_experts(name, stacked)
     left = [f"{prefix}.<e>.{proj}_proj ({len(got)} of {count})" for prefix, parts in pending.items()
-            for proj, got in parts.items() if got]  # fmt: skip
+            for proj, got in parts.items() if len(got) < count]  # fmt: skip
     if left:
         raise GGUFFileError(f"the model lacks experts: {', '.join(left)}")
 
