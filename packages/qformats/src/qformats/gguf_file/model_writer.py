@@ -39,7 +39,7 @@ from ..layouts.gguf.types import ggml_type
 from .architecture import GGUFArchitecture
 from .errors import GGUFFileError
 from .values import GGUFValue
-from .write_metadata import model_metadata, unused_values, writable_record
+from .write_metadata import config_value, model_metadata, unused_values, writable_record
 from .write_names import gguf_names, permute_qk, writing_rule
 from .write_shapes import expected_shapes
 from .writer import TensorSource, write_gguf
@@ -155,7 +155,7 @@ def _fused_experts(
 ) -> Iterator[tuple[str, TensorSource]]:
     """``tensors`` with per-expert projections stacked into the fused ``gate_up_proj`` / ``down_proj``."""
     fused = any(rule.hf == "mlp.experts.gate_up_proj" for rule in record.layer)
-    count = int(config.get("num_experts") or 0)
+    count = int(config_value(config, "num_experts") or 0)
     pending: dict[str, dict[str, dict[int, TensorSource]]] = {}
     for hf, source in tensors:
         match = _EXPERT.match(hf) if fused else None

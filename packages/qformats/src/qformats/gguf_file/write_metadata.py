@@ -34,6 +34,16 @@ FLOAT_FIELDS = ("rope_theta", "rms_norm_eps", "norm_epsilon", "layer_norm_eps", 
                 "attn_logit_softcapping", "final_logit_softcapping")  # fmt: skip
 
 
+#: Config fields some transformers classes save under another name (Qwen3-MoE: ``num_local_experts``).
+ALIASES = {"num_experts": "num_local_experts"}
+
+
+def config_value(config: Mapping[str, Any], field: str) -> Any:
+    """``config[field]``, or its :data:`ALIASES` spelling, or ``None``."""
+    value = config.get(field)
+    return config.get(ALIASES[field]) if value is None and field in ALIASES else value
+
+
 def _u32(value: Any) -> GGUFValue:
     return GGUFValue(ValueType.UINT32, int(value))
 
@@ -120,7 +130,7 @@ def unused_values(config: Mapping[str, Any], record: GGUFArchitecture) -> list[s
 
 
 def _value(key: str, field: str, config: Mapping[str, Any]) -> GGUFValue | None:
-    value = config.get(field)
+    value = config_value(config, field)
     if value is None or isinstance(value, (list, dict, str)):
         return None
     if isinstance(value, bool):

@@ -15,7 +15,7 @@ from typing import Any
 
 from .architecture import GGUFArchitecture
 from .errors import GGUFFileError
-from .write_metadata import head_dim
+from .write_metadata import config_value, head_dim
 
 GLOBAL_SHAPES = {"model.embed_tokens.weight": "VH", "model.norm.weight": "H", "model.norm.bias": "H",
                  "lm_head.weight": "VH"}  # fmt: skip
@@ -40,7 +40,7 @@ def _dims(config: Mapping[str, Any]) -> dict[str, int]:
     kv = int(config.get("num_key_value_heads") or heads)
     d = head_dim(config)
     inter = int(config["intermediate_size"])
-    experts = {"E": int(config.get("num_experts") or 0), "M": int(config.get("moe_intermediate_size") or 0),
+    experts = {"E": int(config_value(config, "num_experts") or 0), "M": int(config.get("moe_intermediate_size") or 0),
                "S": int(config.get("shared_expert_intermediate_size") or 0)}  # fmt: skip
     return {"H": int(config["hidden_size"]), "Q": heads * d, "K": kv * d, "D": d, "I": inter, "G": 2 * inter,
             "V": int(config["vocab_size"]), "F": (heads + 2 * kv) * d, "N": 2 * experts["M"], "1": 1,
