@@ -90,9 +90,7 @@ def smollm2_ids() -> list[int]:
 
 
 @pytest.mark.parametrize("key", sorted(CASES))
-def test_llama_cpp_runs_lowbit_tiny_gguf(
-    key: str, tokenizer_dir: Path, smollm2_ids: list[int], tmp_path: Path
-) -> None:
+def test_llama_cpp_runs_lowbit_tiny_gguf(key: str, tokenizer_dir: Path, smollm2_ids: list[int], tmp_path: Path) -> None:
     from qformats.gguf_file import GGUFReader
 
     directory = _tiny_directory(key, tmp_path, tokenizer_dir)

@@ -1,4 +1,5 @@
-"""Writing a llama .gguf for llama.cpp (the other architectures: test_gguf_model_writer.py): names, q/k permutation, metadata, tokenizer, refusals, directories."""
+"""Writing a llama .gguf for llama.cpp: names, q/k permutation, metadata, tokenizer, refusals, directories (the
+other architectures: test_gguf_model_writer.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from qformats.gguf_file import GGUFFileError, GGUFReader, read_llama_gguf
 from qformats.gguf_file.directory_export import export_directory
 from qformats.gguf_file.llama import hf_name, unpermute_qk
 from qformats.gguf_file.model_writer import write_model_gguf as write_llama_gguf
-from qformats.gguf_file.write_names import LLAMA, gguf_name, permute_qk
-from qformats.gguf_file.write_shapes import expected_shapes as shapes_of
 from qformats.gguf_file.tokenizer_metadata import tokenizer_from_gguf, tokenizer_from_hf
 from qformats.gguf_file.values import ValueType
+from qformats.gguf_file.write_names import LLAMA, gguf_name, permute_qk
+from qformats.gguf_file.write_shapes import expected_shapes as shapes_of
 from qformats.layouts.gguf import encode_rows
 from qformats.transcode import transcode_weight
 from random_weights import random_weight

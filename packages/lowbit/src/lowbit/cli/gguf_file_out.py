@@ -1,4 +1,5 @@
-"""``--out x.gguf``: one llama.cpp .gguf file (any architecture qformats' writer covers) from ``lowbit convert DIR --to gguf-file`` or ``lowbit quantize``.
+"""``--out x.gguf``: one llama.cpp .gguf file (any architecture qformats' writer covers) from
+``lowbit convert DIR --to gguf-file`` or ``lowbit quantize``.
 
 The work is qformats' (:func:`qformats.gguf_file.directory_export.export_directory`). ``quantize`` saves
 its checkpoint into a temporary directory beside the output (``<out>.parts-<pid>``, removed afterwards),

@@ -236,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
 def _write_gguf(path: Path, out: Path, model_path: Path, config: dict[str, Any], args: argparse.Namespace) -> Any:
     """The saved directory as one llama.cpp file, then read back by lowbit and evaluated on the same text; the
     reason, as a string, when the model is one the .gguf writer refuses (an architecture it does not write,
-    llama3 rope, values llama.cpp computes differently): the directory is the result then, and the summary says why there is no file."""
+    llama3 rope, values llama.cpp computes differently): the directory is the result then, and the summary
+    says why there is no file."""
     from qformats.gguf_file.errors import GGUFFileError
 
     from .quickstart_gguf import write_and_evaluate
