@@ -26,6 +26,7 @@ Tensor names (``N`` = layer): ``token_embd`` -> ``model.embed_tokens``, ``output
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from .architecture import GGUFArchitecture, TensorFlag, TensorRule, WriteRule
 from .tensor_conversions import GATE_UP_EXPERTS, IDENTITY, NORM_OFFSET, ROPE_K, ROPE_Q, ROW_VECTOR, Conversion
@@ -110,8 +111,10 @@ PHI3_LAYER = {**NORMS, "attn_qkv.weight": "self_attn.qkv_proj.weight", "attn_out
 NO_BIAS = (("attention_bias", (False, None), "llama.cpp's llama graph has no projection biases"),
            ("mlp_bias", (False, None), "llama.cpp's llama graph has no projection biases"))  # fmt: skip
 NO_SWA = (("use_sliding_window", (False, None), "llama.cpp's graph for it has no sliding-window attention"),)
-DENSE_MOE = (("mlp_only_layers", ((), [], None), "llama.cpp puts experts in every layer"),
-             ("decoder_sparse_step", (1, None), "llama.cpp puts experts in every layer"))  # fmt: skip
+DENSE_MOE: tuple[tuple[str, tuple[Any, ...], str], ...] = (
+    ("mlp_only_layers", ((), [], None), "llama.cpp puts experts in every layer"),
+    ("decoder_sparse_step", (1, None), "llama.cpp puts experts in every layer"),
+)
 ROUTERS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
 GEMMA_SCALE = (("query_pre_attn_scalar", "head_dim", "llama.cpp scales attention by 1/sqrt(head_dim) (the 27B "
                 "models' other scale is keyed on their layer count)"),)  # fmt: skip

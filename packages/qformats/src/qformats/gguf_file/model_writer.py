@@ -146,7 +146,7 @@ def _stack(hf: str, parts: list[TensorSource]) -> TensorSource:
     if len(kinds) != 1:
         raise GGUFFileError(f"tensor {hf!r}: its experts mix {', '.join(sorted(kinds))}; they must share one type")
     if isinstance(parts[0], tuple):
-        return np.stack([p[0] for p in parts]), parts[0][1]  # type: ignore[index]
+        return np.stack([p[0] for p in parts if isinstance(p, tuple)]), parts[0][1]
     return np.stack([np.asarray(p, dtype=np.float32) for p in parts])
 
 
