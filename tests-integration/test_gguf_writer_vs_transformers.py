@@ -30,7 +30,7 @@ from qformats.gguf_file import GGUFReader  # noqa: E402
 from qformats.gguf_file.architecture_table import ARCHITECTURES  # noqa: E402
 from qformats.gguf_file.model_writer import write_model_gguf  # noqa: E402
 from qformats.gguf_file.values import GGUFValue, ValueType  # noqa: E402
-from test_gguf_architectures_vs_transformers import CASES, SMALL, _write  # noqa: E402
+from test_gguf_architectures_vs_transformers import CASES, _tiny, _write  # noqa: E402
 
 WRITTEN = sorted(record.key for record in ARCHITECTURES if record.write.refused is None)
 # Gemma: head_dim 256 so that the class default query_pre_attn_scalar (256, which transformers' GGUF loading
@@ -40,19 +40,6 @@ OVERRIDES = {"gemma2": {"head_dim": 256}, "gemma3": {"head_dim": 256, "sliding_w
 ONLY_OURS = {"vocab_size", "rope.freq_base_swa"}
 THROUGH_QHF = {"mistral", "qwen2moe", "qwen3moe"}
 ONLY_CONVERTER = {"attention.key_length", "attention.value_length", "attention.sliding_window"}
-
-
-def _tiny(key: str):
-    record = next(r for r in ARCHITECTURES if r.key == key)
-    overrides = {**SMALL, **CASES[key]["config"], **OVERRIDES.get(key, {})}
-    config = transformers.AutoConfig.for_model(record.model_type, **overrides)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    with torch.no_grad():  # non-trivial norms and biases (the defaults 1 / 0 would hide an offset)
-        for param in model.parameters():
-            if param.ndim == 1:
-                param.copy_(torch.randn_like(param) * 0.1 + (0.0 if CASES[key].get("norm_offset") else 1.0))
-    return record, config, model
 
 
 def _tokenizer(config) -> dict[str, GGUFValue]:
@@ -72,7 +59,7 @@ def _metadata(reader: GGUFReader, arch: str) -> dict:
 
 @pytest.mark.parametrize("key", WRITTEN)
 def test_writer_matches_the_converter_layout_and_transformers_loads_it(tmp_path, key: str) -> None:
-    record, config, model = _tiny(key)
+    record, config, model = _tiny(key, OVERRIDES.get(key))
     converter = tmp_path / "converter.gguf"
     _write(converter, key, record, config, model)
     ours = tmp_path / "ours.gguf"
