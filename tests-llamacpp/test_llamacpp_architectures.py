@@ -11,6 +11,8 @@
 
 Each file is loaded by llama.cpp, generates, and its perplexity from llama.cpp's logits is within 2% of
 lowbit's reading of the same file over the same windows (Gemma's start with ``<bos>``, as its tokenizer does).
+And Gemma's vocabulary written from Hugging Face tokenizer files (the SentencePiece ``llama`` kind) tokenizes
+text in llama.cpp exactly as the source file's does.
 Run by ``nox -s llamacpp`` (never part of the default tests).
 """
 
@@ -119,3 +121,29 @@ def test_llama_cpp_runs_lowbit_gemma3_270m(tmp_path: Path) -> None:
     print(f"gemma3-270m: llama.cpp generation: 'The Python interpreter' -> {text!r}")
     ids = list(encode(load_gguf_tokenizer(source), bundled_docs("evaluation").joined()))[: (WINDOW - 1) * WINDOWS]
     check_same_perplexity("gemma3-270m", path, ids)
+
+
+def test_llama_cpp_tokenizes_a_gemma3_vocabulary_built_from_hugging_face_files(tmp_path: Path) -> None:
+    """Gemma's tokenizer as Hugging Face files -> qformats' ``llama`` vocabulary (``tokenizer_from_hf``) -> the
+    same token ids in llama.cpp as the source file's own vocabulary (both loaded ``vocab_only``)."""
+    import transformers
+    from llama_cpp import Llama
+    from qformats.gguf_file import GGUFReader, write_gguf
+    from qformats.gguf_file.tokenizer_metadata import tokenizer_from_hf
+    from qhf.corpus import bundled_docs
+
+    source = _gemma3()
+    hf = tmp_path / "hf"
+    transformers.AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name).save_pretrained(str(hf))
+    original = GGUFReader(source)
+    others = {k: v for k, v in original.metadata.items() if not k.startswith("tokenizer.")}
+    written = tmp_path / "vocab.gguf"
+    write_gguf(written, {**others, **tokenizer_from_hf(hf, {"vocab_size": 262144})}, {})
+    text = bundled_docs("evaluation").joined()[:100_000] + " naïve café 日本語\t\n  two  spaces x"
+    ids = {}
+    for label, path in (("source", source), ("written", written)):
+        llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+        ids[label] = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+    print(f"gemma3 vocabulary from Hugging Face files: {len(ids['written'])} llama.cpp tokens, "
+          f"{sum(a != b for a, b in zip(ids['written'], ids['source']))} differ from the source file's")  # fmt: skip
+    assert ids["written"] == ids["source"] and len(ids["source"]) > 20_000
