@@ -146,5 +146,5 @@ def test_llama_cpp_tokenizes_a_gemma3_vocabulary_built_from_hugging_face_files(t
         ids[label] = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
     same = sum(a == b for a, b in zip(ids["written"], ids["source"], strict=False))
     print(f"gemma3 vocabulary from Hugging Face files: {len(ids['written'])} llama.cpp tokens "
-          f"({len(ids['source'])} from the source file's), the first {same} equal")  # fmt: skip
+          f"({len(ids['source'])} from the source file's), {same} positions equal")  # fmt: skip
     assert ids["written"] == ids["source"] and len(ids["source"]) > 20_000
