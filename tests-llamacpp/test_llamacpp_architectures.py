@@ -12,7 +12,7 @@
 Each file is loaded by llama.cpp, generates, and its perplexity from llama.cpp's logits is within 2% of
 lowbit's reading of the same file over the same windows (Gemma's start with ``<bos>``, as its tokenizer does).
 And Gemma's vocabulary written from Hugging Face tokenizer files (the SentencePiece ``llama`` kind) tokenizes
-text in llama.cpp exactly as the source file's does.
+text in llama.cpp as the source file's does (up to how long runs of spaces are split, see that test).
 Run by ``nox -s llamacpp`` (never part of the default tests).
 """
 
@@ -123,9 +123,25 @@ def test_llama_cpp_runs_lowbit_gemma3_270m(tmp_path: Path) -> None:
     check_same_perplexity("gemma3-270m", path, ids)
 
 
+def _space_runs_joined(ids: list[int], tokens: list[str]) -> list[object]:
+    """``ids`` with each run of whitespace-only tokens (Gemma's ``"  "`` ... 31-space tokens) replaced by its
+    total width."""
+    out: list[object] = []
+    for ident in ids:
+        text = tokens[ident].replace("\u2581", " ")
+        if text and set(text) == {" "} and out and isinstance(out[-1], str):
+            out[-1] += text
+        else:
+            out.append(text if text and set(text) == {" "} else ident)
+    return out
+
+
 def test_llama_cpp_tokenizes_a_gemma3_vocabulary_built_from_hugging_face_files(tmp_path: Path) -> None:
     """Gemma's tokenizer as Hugging Face files -> qformats' ``llama`` vocabulary (``tokenizer_from_hf``) -> the
-    same token ids in llama.cpp as the source file's own vocabulary (both loaded ``vocab_only``)."""
+    same token ids in llama.cpp as the source file's own vocabulary (both loaded ``vocab_only``), except how a
+    run of spaces longer than Gemma's longest whitespace token is split: the source holds its 30 whitespace-run
+    tokens as user-defined (llama.cpp matches them longest first), transformers' conversion to Hugging Face files
+    as normal tokens (joined by score), so a 47-space run can become 16 + 31 rather than 31 + 16 spaces."""
     import transformers
     from llama_cpp import Llama
     from qformats.gguf_file import GGUFReader, write_gguf
@@ -144,7 +160,9 @@ def test_llama_cpp_tokenizes_a_gemma3_vocabulary_built_from_hugging_face_files(t
     for label, path in (("source", source), ("written", written)):
         llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
         ids[label] = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+    tokens = original.value("tokenizer.ggml.tokens")
     same = sum(a == b for a, b in zip(ids["written"], ids["source"], strict=False))
     print(f"gemma3 vocabulary from Hugging Face files: {len(ids['written'])} llama.cpp tokens "
           f"({len(ids['source'])} from the source file's), {same} positions equal")  # fmt: skip
-    assert ids["written"] == ids["source"] and len(ids["source"]) > 20_000
+    assert len(ids["source"]) > 20_000 and abs(len(ids["written"]) - len(ids["source"])) < 100
+    assert _space_runs_joined(ids["written"], tokens) == _space_runs_joined(ids["source"], tokens)
