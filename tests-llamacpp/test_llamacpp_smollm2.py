@@ -15,18 +15,12 @@ agree within 2%. Run by ``nox -s llamacpp`` (never part of the default tests).
 from __future__ import annotations
 
 import importlib.util
-import math
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+from llamacpp_checks import WINDOW, check_same_perplexity, llama_cpp_generation, lowbit
 
-WINDOW = 256
 WINDOWS = 8
-TOLERANCE = 0.02
-TIMEOUT_S = 3600  # a hang guard only
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -37,25 +31,16 @@ def _smollm2() -> Path:
     return Path(spec.submodule_search_locations[0]) / SMOLLM2_FILE
 
 
-def _lowbit(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "lowbit", *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False
-    )
-    assert done.returncode == 0, f"lowbit {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    print(done.stdout)
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     work = tmp_path_factory.mktemp("llamacpp")
     source = str(_smollm2())
     out = {"q4_0": work / "q4_0.gguf", "gptq": work / "gptq.gguf"}
-    printed = _lowbit("quantize", source, "--method", "gguf", "--out", str(out["q4_0"]), "--quiet")
+    printed = lowbit("quantize", source, "--method", "gguf", "--out", str(out["q4_0"]), "--quiet")
     assert "210 gguf blocks carried" in printed, printed
     gptq_dir = work / "gptq"
-    _lowbit("quantize", source, "--method", "rtn", "--group-size", "32", "--out", str(gptq_dir), "--quiet")
-    printed = _lowbit("convert", str(gptq_dir), "--to", "gguf-file", "--out", str(out["gptq"]))
+    lowbit("quantize", source, "--method", "rtn", "--group-size", "32", "--out", str(gptq_dir), "--quiet")
+    printed = lowbit("convert", str(gptq_dir), "--to", "gguf-file", "--out", str(out["gptq"]))
     assert "210 transcoded bit exactly" in printed, printed
     return out
 
@@ -69,47 +54,9 @@ def ids() -> list[int]:
     return list(encode(tokenizer, bundled_docs("evaluation").joined()))[: WINDOW * WINDOWS]
 
 
-def _llama_cpp_perplexity(path: Path, ids: list[int]) -> float:
-    from llama_cpp import Llama
-    from qhf.perplexity import windows_of
-
-    llm = Llama(model_path=str(path), n_ctx=WINDOW, n_batch=WINDOW, logits_all=True, n_threads=2, verbose=False)
-    total, counted = 0.0, 0
-    for chunk in windows_of(ids, WINDOW):
-        llm.reset()
-        llm.eval(chunk)
-        logits = np.asarray(llm.scores[: len(chunk) - 1], dtype=np.float64)
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        total -= float(logp[np.arange(len(chunk) - 1), chunk[1:]].sum())
-        counted += len(chunk) - 1
-    return math.exp(total / counted)
-
-
-def _lowbit_perplexity(path: Path, ids: list[int]) -> float:
-    import qhf
-    import torch
-    from lowbit.cli.model_loading import load_for_eval
-
-    torch.set_num_threads(2)
-    loaded = load_for_eval(path)
-    return qhf.evaluate(loaded.model, loaded.tokenizer, ids, window=WINDOW).perplexity
-
-
 @pytest.mark.parametrize("kind", ["q4_0", "gptq"])
 def test_llama_cpp_runs_lowbit_gguf(kind: str, files: dict[str, Path], ids: list[int]) -> None:
-    from llama_cpp import Llama
-
     path = files[kind]
-    llm = Llama(model_path=str(path), n_ctx=256, n_threads=2, verbose=False)
-    completion = llm("The Python interpreter", max_tokens=12, temperature=0.0)
-    text = completion["choices"][0]["text"]
+    text = llama_cpp_generation(path, "The Python interpreter")
     print(f"{kind}: llama.cpp generation: 'The Python interpreter' -> {text!r}")
-    assert completion["usage"]["completion_tokens"] >= 1 and text.strip(), completion
-
-    ours = _lowbit_perplexity(path, ids)
-    theirs = _llama_cpp_perplexity(path, ids)
-    print(f"{kind}: perplexity over {WINDOWS} windows of {WINDOW}: lowbit {ours:.4f}, llama.cpp {theirs:.4f}, "
-          f"ratio {theirs / ours:.4f}")  # fmt: skip
-    assert math.isfinite(ours) and math.isfinite(theirs)
-    assert abs(theirs - ours) / ours < TOLERANCE, (ours, theirs)
+    check_same_perplexity(kind, path, ids)

@@ -1,4 +1,5 @@
-"""Writing a llama .gguf for llama.cpp: names, q/k permutation, metadata, tokenizer, refusals, directories."""
+"""Writing a llama .gguf for llama.cpp: names, q/k permutation, metadata, tokenizer, refusals, directories (the
+other architectures: test_gguf_model_writer.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from qformats.checkpoint import write_checkpoint
 from qformats.gguf_file import GGUFFileError, GGUFReader, read_llama_gguf
 from qformats.gguf_file.directory_export import export_directory
 from qformats.gguf_file.llama import hf_name, unpermute_qk
-from qformats.gguf_file.llama_names import gguf_name, permute_qk
-from qformats.gguf_file.llama_writer import expected_shapes, write_llama_gguf
+from qformats.gguf_file.model_writer import write_model_gguf as write_llama_gguf
 from qformats.gguf_file.tokenizer_metadata import tokenizer_from_gguf, tokenizer_from_hf
 from qformats.gguf_file.values import ValueType
+from qformats.gguf_file.write_names import LLAMA, gguf_name, permute_qk
+from qformats.gguf_file.write_shapes import expected_shapes as shapes_of
 from qformats.layouts.gguf import encode_rows
 from qformats.transcode import transcode_weight
 from random_weights import random_weight
@@ -28,6 +30,10 @@ CONFIG = {
     "eos_token_id": 1, "rope_parameters": {"rope_theta": 5e5, "rope_type": "default"},
 }  # fmt: skip
 VOCAB = {"<s>": 0, "</s>": 1, **{chr(ord("a") + i): 2 + i for i in range(26)}, "ab": 28, "abc": 29}
+
+
+def expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    return shapes_of(config, LLAMA)
 
 
 def _llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -138,9 +144,11 @@ def test_refusals_name_the_field_or_tensor(tmp_path: Path) -> None:
     sd = _state_dict(CONFIG)
     tok = tokenizer_from_hf(_tokenizer_dir(tmp_path / "tok"), CONFIG)
     out = tmp_path / "x.gguf"
-    mistral = {**CONFIG, "model_type": "mistral", "architectures": ["MistralForCausalLM"]}
-    with pytest.raises(GGUFFileError, match=r"model_type 'mistral'.*only the llama architecture"):
-        write_llama_gguf(out, mistral, sd.items(), tok)
+    gpt2 = {**CONFIG, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}
+    with pytest.raises(GGUFFileError, match=r"model_type 'gpt2': the .gguf writer writes llama, mistral, qwen2"):
+        write_llama_gguf(out, gpt2, sd.items(), tok)
+    with pytest.raises(GGUFFileError, match=r"config attention_bias = True .*no projection biases"):
+        write_llama_gguf(out, {**CONFIG, "attention_bias": True}, sd.items(), tok)
     yarn = {**CONFIG, "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 5e5}}
     with pytest.raises(GGUFFileError, match=r"rope type 'llama3'"):
         write_llama_gguf(out, yarn, sd.items(), tok)

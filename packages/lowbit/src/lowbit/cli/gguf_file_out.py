@@ -1,4 +1,5 @@
-"""``--out x.gguf``: one llama.cpp .gguf file from ``lowbit convert DIR --to gguf-file`` or ``lowbit quantize``.
+"""``--out x.gguf``: one llama.cpp .gguf file (any architecture qformats' writer covers) from
+``lowbit convert DIR --to gguf-file`` or ``lowbit quantize``.
 
 The work is qformats' (:func:`qformats.gguf_file.directory_export.export_directory`). ``quantize`` saves
 its checkpoint into a temporary directory beside the output (``<out>.parts-<pid>``, removed afterwards),
@@ -37,13 +38,16 @@ def _check_out_file(out: str) -> Path:
 def _print_report(report: object, out: Path) -> None:
     written = report.written  # type: ignore[attr-defined]
     types = ", ".join(f"{count} {kind}" for kind, count in sorted(written.types.items()))
-    print(f"gguf file    {out.resolve()} ({human_bytes(written.nbytes)}; llama architecture; tensors: {types})")
+    print(f"gguf file    {out.resolve()} ({human_bytes(written.nbytes)}; {written.architecture} architecture; "
+          f"tensors: {types})")  # fmt: skip
     print(
         f"modules      {len(report.exact)} transcoded bit exactly, {len(report.carried)} gguf blocks carried, "  # type: ignore[attr-defined]
         f"{len(report.requantized)} requantized (lossy), {len(report.dense)} dense tensors"  # type: ignore[attr-defined]
     )
     if written.skipped:
         print(f"not written  {', '.join(written.skipped)} (tied to the token embedding)")
+    for note in written.unused:
+        print(f"not applied  {note}")
     from .engine_lines import engines_text, gguf_file_verdicts
 
     print(engines_text(gguf_file_verdicts(out)))

@@ -7,7 +7,8 @@ dense float32 baseline by qhf -> perplexity and a greedy generation of the dense
 default calibration source -> saved (and verified) -> reloaded from disk with qkernels modules -> perplexity and
 generation again -> the same result as one llama.cpp ``.gguf`` file beside the directory (``<out>.gguf``; at
 group size 32 every symmetric 4-bit module is GGUF Q4_0 bit for bit), read back by lowbit and evaluated on the
-same text; a model the llama-only ``.gguf`` writer refuses (Gemma 3) skips that step with the writer's reason.
+same text (llama, Gemma 3 and the other architectures the writer covers); a model the ``.gguf`` writer refuses
+skips that step with the writer's reason.
 Perplexity windows start with BOS exactly when the model's tokenizer prepends it (Gemma 3 yes, SmolLM2 no;
 ``qhf.perplexity.evaluate``). Prints the perplexities, size before and after, which engines load each
 artifact, the time of every phase and where the results are.
@@ -86,13 +87,13 @@ class _Clock:
 
 
 def _gguf_refusal(config: Any) -> str | None:
-    """Why the llama-only .gguf writer would refuse the model of ``config`` (a transformers config), or None;
-    asked before quantizing so that the plan says the step is skipped."""
+    """Why the .gguf writer would refuse the model of ``config`` (a transformers config), or None; asked before
+    quantizing so that the plan says the step is skipped."""
     from qformats.gguf_file.errors import GGUFFileError
-    from qformats.gguf_file.llama_metadata import check_llama
+    from qformats.gguf_file.write_metadata import writable_record
 
     try:
-        check_llama(config.to_dict(), "the model's config")
+        writable_record(config.to_dict(), "the model's config")
     except GGUFFileError as exc:
         return str(exc)
     return None
@@ -234,8 +235,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_gguf(path: Path, out: Path, model_path: Path, config: dict[str, Any], args: argparse.Namespace) -> Any:
     """The saved directory as one llama.cpp file, then read back by lowbit and evaluated on the same text; the
-    reason, as a string, when the model is one the .gguf writer refuses (another architecture, llama3 rope,
-    projection biases): the directory is the result then, and the summary says why there is no file."""
+    reason, as a string, when the model is one the .gguf writer refuses (an architecture it does not write,
+    llama3 rope, values llama.cpp computes differently): the directory is the result then, and the summary
+    says why there is no file."""
     from qformats.gguf_file.errors import GGUFFileError
 
     from .quickstart_gguf import write_and_evaluate

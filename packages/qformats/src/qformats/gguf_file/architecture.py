@@ -31,11 +31,36 @@ class TensorRule:
 @dataclass(frozen=True)
 class TensorFlag:
     """Config field ``field`` is ``when_present`` if tensor ``tensor`` (local to ``blk.N.``) is in the file,
-    else ``not when_present`` (transformers' rule for StableLM's ``use_qkv_bias`` / ``use_parallel_residual``)."""
+    else ``not when_present`` (transformers' rule for StableLM's ``use_qkv_bias`` / ``use_parallel_residual``).
+    ``also``: the other tensors that come and go with ``tensor`` (the writer expects all or none of them)."""
 
     field: str
     tensor: str
     when_present: bool
+    also: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WriteRule:
+    """What the .gguf writer needs for llama.cpp beyond inverting the reading rules.
+
+    ``refused``: why the writer does not write the architecture (``None``: it does); ``allowed``: (config field,
+    the values llama.cpp computes the same way, why) - a config holding another value is refused;
+    ``same_as``: (config field, the field it must equal, why); ``untied_only``: llama.cpp needs ``output.weight``
+    (it has no fallback to the token embedding), so tied models are refused; ``swa_pattern``: llama.cpp's fixed
+    sliding-window pattern ``n`` (layer ``i`` slides when ``i % n < n - 1``), a config whose ``layer_types``
+    differ is refused; ``unused``: (config field, what llama.cpp does instead) for values llama.cpp does not
+    apply (logged and kept in the write summary); ``f32``: llama.cpp tensor names (local to ``blk.N.``) always
+    stored as F32 (MoE routers, as llama.cpp's converter keeps them).
+    """
+
+    refused: str | None = None
+    allowed: tuple[tuple[str, tuple[Any, ...], str], ...] = ()
+    same_as: tuple[tuple[str, str, str], ...] = ()
+    untied_only: bool = False
+    swa_pattern: int | None = None
+    unused: tuple[tuple[str, str], ...] = ()
+    f32: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,7 +73,8 @@ class GGUFArchitecture:
     metadata is read; ``layer_prefix``: the Hugging Face prefix of decoder layer ``N`` without ``.N``;
     ``ignored``: file tensors with no Hugging Face parameter that transformers recomputes (``rope_freqs``);
     ``always_tied``: ``tie_word_embeddings`` regardless of an ``output.weight`` tensor; ``limits``: (config field,
-    the only value read, why) for files whose other values the mapping cannot convert.
+    the only value read, why) for files whose other values the mapping cannot convert; ``write``: what the
+    .gguf writer adds to invert the record for llama.cpp (:class:`WriteRule`).
     """
 
     key: str
@@ -65,6 +91,7 @@ class GGUFArchitecture:
     ignored: tuple[str, ...] = ()
     always_tied: bool = False
     limits: tuple[tuple[str, Any, str], ...] = ()
+    write: WriteRule = WriteRule()
 
 
 def architecture_for(metadata: Mapping[str, Any], table: tuple[GGUFArchitecture, ...], source: str) -> GGUFArchitecture:

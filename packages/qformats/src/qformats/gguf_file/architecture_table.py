@@ -26,8 +26,9 @@ Tensor names (``N`` = layer): ``token_embd`` -> ``model.embed_tokens``, ``output
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from .architecture import GGUFArchitecture, TensorFlag, TensorRule
+from .architecture import GGUFArchitecture, TensorFlag, TensorRule, WriteRule
 from .tensor_conversions import GATE_UP_EXPERTS, IDENTITY, NORM_OFFSET, ROPE_K, ROPE_Q, ROW_VECTOR, Conversion
 
 
@@ -106,19 +107,33 @@ FALCON_LAYER = {"attn_norm.weight": "input_layernorm.weight", "attn_norm.bias": 
 PHI3_LAYER = {**NORMS, "attn_qkv.weight": "self_attn.qkv_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
               "ffn_up.weight": "mlp.gate_up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight"}  # fmt: skip
 
+# --- what the writer adds for llama.cpp (llama.cpp's model loaders and graphs, src/models/*.cpp) -------------
+NO_BIAS = (("attention_bias", (False, None), "llama.cpp's llama graph has no projection biases"),
+           ("mlp_bias", (False, None), "llama.cpp's llama graph has no projection biases"))  # fmt: skip
+NO_SWA = (("use_sliding_window", (False, None), "llama.cpp's graph for it has no sliding-window attention"),)
+DENSE_MOE: tuple[tuple[str, tuple[Any, ...], str], ...] = (
+    ("mlp_only_layers", ((), [], None), "llama.cpp puts experts in every layer"),
+    ("decoder_sparse_step", (1, None), "llama.cpp puts experts in every layer"),
+)
+ROUTERS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
+GEMMA_SCALE = (("query_pre_attn_scalar", "head_dim", "llama.cpp scales attention by 1/sqrt(head_dim) (the 27B "
+                "models' other scale is keyed on their layer count)"),)  # fmt: skip
+WINDOW_UNUSED = (("sliding_window", "llama.cpp attends to the whole context (same logits within the window)"),)
+
 ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
     GGUFArchitecture(
         key="llama", gguf="llama", model_type="llama", hf_class="LlamaForCausalLM", config_keys=LLAMA_KEYS,
         globals=_rules(GLOBAL), layer=_rules(LLAMA_LAYER, _LLAMA_ROPE), ignored=("rope_freqs.weight",),
+        write=WriteRule(allowed=NO_BIAS),
     ),
     GGUFArchitecture(  # llama.cpp stores Mistral as llama; transformers reads it as Mistral only under this name
         key="mistral", gguf="llama", model_type="mistral", hf_class="MistralForCausalLM", config_keys=LLAMA_KEYS,
         globals=_rules(GLOBAL), layer=_rules(LLAMA_LAYER, _LLAMA_ROPE), general_name="mistral",
-        ignored=("rope_freqs.weight",),
+        ignored=("rope_freqs.weight",), write=WriteRule(allowed=NO_BIAS, unused=WINDOW_UNUSED),
     ),
     GGUFArchitecture(
         key="qwen2", gguf="qwen2", model_type="qwen2", hf_class="Qwen2ForCausalLM", config_keys=BASE_KEYS,
-        globals=_rules(GLOBAL), layer=_rules({**LLAMA_LAYER, **QKV_BIAS}),
+        globals=_rules(GLOBAL), layer=_rules({**LLAMA_LAYER, **QKV_BIAS}), write=WriteRule(allowed=NO_SWA),
     ),
     GGUFArchitecture(
         key="qwen2moe", gguf="qwen2moe", model_type="qwen2_moe", hf_class="Qwen2MoeForCausalLM",
@@ -126,45 +141,56 @@ ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
         globals=_rules(GLOBAL),
         layer=(*_rules({**NORMS, **ATTENTION, **QKV_BIAS, **EXPERTS, **SHARED_EXPERT},
                        {"ffn_gate_inp_shexp.weight": ROW_VECTOR}), GATE_UP),
+        write=WriteRule(allowed=(*NO_SWA, *DENSE_MOE, ("norm_topk_prob", (False, None), "llama.cpp's qwen2moe "
+                                 "routing does not renormalize the top-k weights")), untied_only=True, f32=ROUTERS),
     ),
     GGUFArchitecture(
         key="qwen3", gguf="qwen3", model_type="qwen3", hf_class="Qwen3ForCausalLM", config_keys=(*BASE_KEYS, *HEAD_DIM),
-        globals=_rules(GLOBAL), layer=_rules({**LLAMA_LAYER, **QK_NORM}),
+        globals=_rules(GLOBAL), layer=_rules({**LLAMA_LAYER, **QK_NORM}), write=WriteRule(allowed=NO_SWA),
     ),
     GGUFArchitecture(
         key="qwen3moe", gguf="qwen3moe", model_type="qwen3_moe", hf_class="Qwen3MoeForCausalLM",
         config_keys=(*BASE_KEYS, *HEAD_DIM, *MOE_KEYS), globals=_rules(GLOBAL),
         layer=(*_rules({**NORMS, **ATTENTION, **QK_NORM, **EXPERTS}), GATE_UP), defaults=(("norm_topk_prob", True),),
+        write=WriteRule(allowed=(*NO_SWA, *DENSE_MOE, ("norm_topk_prob", (True,), "llama.cpp's qwen3moe routing "
+                                 "renormalizes the top-k weights")), f32=ROUTERS),
     ),
     GGUFArchitecture(
         key="phi3", gguf="phi3", model_type="phi3", hf_class="Phi3ForCausalLM", config_keys=BASE_KEYS,
-        globals=_rules(GLOBAL), layer=_rules(PHI3_LAYER),
+        globals=_rules(GLOBAL), layer=_rules(PHI3_LAYER), write=WriteRule(unused=WINDOW_UNUSED),
     ),
     GGUFArchitecture(
         key="gemma2", gguf="gemma2", model_type="gemma2", hf_class="Gemma2ForCausalLM", config_keys=GEMMA_KEYS,
         globals=_rules(GLOBAL, _norms(GLOBAL)), layer=_rules(GEMMA_LAYER, _norms(GEMMA_LAYER)),
+        write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=2),
     ),
     GGUFArchitecture(
         key="gemma3", gguf="gemma3", model_type="gemma3_text", hf_class="Gemma3ForCausalLM", config_keys=GEMMA_KEYS,
         globals=_rules(GLOBAL, _norms(GLOBAL)), layer=_rules(GEMMA3_LAYER, _norms(GEMMA3_LAYER)),
+        write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=6),
     ),
     GGUFArchitecture(
         key="starcoder2", gguf="starcoder2", model_type="starcoder2", hf_class="Starcoder2ForCausalLM",
         config_keys=(*LAYERNORM_KEYS, ("attention.layer_norm_epsilon", "norm_epsilon")),
         globals=_rules(GLOBAL_NORM_BIAS), layer=_rules(STARCODER2_LAYER),
+        write=WriteRule(allowed=(("use_bias", (True, None), "llama.cpp's starcoder2 needs every bias"),)),
     ),
     GGUFArchitecture(
         key="stablelm", gguf="stablelm", model_type="stablelm", hf_class="StableLmForCausalLM",
         config_keys=(*LAYERNORM_KEYS, ("attention.layer_norm_epsilon", "layer_norm_eps")),
         globals=_rules(GLOBAL_NORM_BIAS), layer=_rules({**NORMS_BIAS, **ATTENTION, **QKV_BIAS, **GATED_MLP}),
-        flags=(TensorFlag("use_qkv_bias", "attn_q.bias", True),
-               TensorFlag("use_parallel_residual", "ffn_norm.weight", False)),
+        flags=(TensorFlag("use_qkv_bias", "attn_q.bias", True, ("attn_k.bias", "attn_v.bias")),
+               TensorFlag("use_parallel_residual", "ffn_norm.weight", False, ("ffn_norm.bias",))),
+        write=WriteRule(allowed=(("qk_layernorm", (False, None), "the table maps no per-head q/k norms"),),
+                        untied_only=True),
     ),
     GGUFArchitecture(
         key="nemotron", gguf="nemotron", model_type="nemotron", hf_class="NemotronForCausalLM",
         config_keys=(*LAYERNORM_KEYS, ("attention.layer_norm_rms_epsilon", "norm_eps")),
         globals=_rules(GLOBAL_NORM_BIAS, _norms(GLOBAL_NORM_BIAS)),
         layer=_rules(NEMOTRON_LAYER, _norms(NEMOTRON_LAYER)),
+        write=WriteRule(refused="llama.cpp reads its norm epsilon from attention.layer_norm_epsilon where "
+                        "transformers reads attention.layer_norm_rms_epsilon; not written until checked in llama.cpp"),
     ),
     GGUFArchitecture(
         key="falcon", gguf="falcon", model_type="falcon", hf_class="FalconForCausalLM",
@@ -173,6 +199,8 @@ ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
         globals=_rules(FALCON_GLOBAL), layer=_rules(FALCON_LAYER), layer_prefix="transformer.h", always_tied=True,
         limits=(("num_key_value_heads", 1, "multi-query Falcon; llama.cpp reorders a grouped-KV Falcon's fused QKV "
                  "rows, which transformers' loader does not undo"),),
+        write=WriteRule(refused="llama.cpp's falcon stores fused QKV rows in its own order; not written until "
+                        "checked in llama.cpp"),
     ),
 )  # fmt: skip
 

@@ -1,6 +1,6 @@
-"""A lowbit checkpoint directory (or a dense Hugging Face llama directory) -> one llama .gguf file.
+"""A lowbit checkpoint directory (or a dense Hugging Face directory) -> one .gguf file for llama.cpp.
 
-What each kind of directory contributes (Hugging Face names; :mod:`.llama_writer` maps and writes them):
+What each kind of directory contributes (Hugging Face names; :mod:`.model_writer` maps and writes them):
 
 * dense directory (no quantization config): every tensor dense; 2-D weights are encoded to ``qtype``.
 * ``method: gguf`` weight-only directory: each module's ``qweight`` block bytes go across unchanged
@@ -31,7 +31,7 @@ from ..layouts.gguf import tensor_type
 from ..layouts.gguf.layout import GGUFLayout
 from ..logical import QuantizedWeight
 from .errors import GGUFFileError
-from .llama_writer import LlamaGGUFSummary, write_llama_gguf
+from .model_writer import GGUFWriteSummary, write_model_gguf
 from .reader import GGUFReader
 from .tokenizer_metadata import tokenizer_from_gguf, tokenizer_from_hf
 from .writer import TensorSource
@@ -52,7 +52,7 @@ class ExportReport:
     carried: list[str] = field(default_factory=list)
     requantized: list[str] = field(default_factory=list)
     dense: list[str] = field(default_factory=list)
-    written: LlamaGGUFSummary | None = None
+    written: GGUFWriteSummary | None = None
 
 
 def _model_config(root: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -139,7 +139,7 @@ def export_directory(
     config, quant = _model_config(source)
     tokenizer = tokenizer_from_gguf(GGUFReader(tokenizer_gguf)) if tokenizer_gguf else tokenizer_from_hf(source, config)
     report = ExportReport("dense" if quant is None else str(quant.get("method") or quant.get("quant_method")))
-    report.written = write_llama_gguf(
+    report.written = write_model_gguf(
         out, config, directory_tensors(source, quant, report), tokenizer, qtype=qtype, embed_qtype=embed_qtype,
         name=name or source.name,
     )  # fmt: skip

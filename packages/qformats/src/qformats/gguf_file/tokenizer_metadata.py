@@ -1,10 +1,12 @@
-"""The ``tokenizer.ggml.*`` / ``tokenizer.chat_template`` keys of a llama .gguf, from a .gguf or an HF directory.
+"""The ``tokenizer.ggml.*`` / ``tokenizer.chat_template`` keys of a .gguf, from a .gguf or an HF directory.
 
 * From a .gguf (:func:`tokenizer_from_gguf`): every ``tokenizer.*`` key is carried across with its GGUF
   type unchanged (tokens, scores, token types, merges, special ids, add_bos/eos, chat template, pre).
-* From a Hugging Face directory (:func:`tokenizer_from_hf`): ``tokenizer.json`` must be a byte-level BPE
-  (gpt2 style: ``model.type == "BPE"`` without ``byte_fallback``). Tokens are listed by id up to the
-  model's ``vocab_size`` (ids the tokenizer lacks become ``[PAD<id>]``, type UNUSED, as llama.cpp's
+* From a Hugging Face directory (:func:`tokenizer_from_hf`): ``tokenizer.json`` must be a BPE. With
+  ``byte_fallback`` (SentencePiece style: Gemma, Llama 2) it is written as llama.cpp's ``llama`` vocabulary:
+  tokens, scores and token types of :mod:`.spm_vocabulary`, ``add_space_prefix`` from the normalizer, no merges
+  and no ``pre``. Without it (a byte-level, gpt2 style BPE) as the ``gpt2`` vocabulary: tokens are listed by
+  id up to the model's ``vocab_size`` (ids the tokenizer lacks become ``[PAD<id>]``, type UNUSED, as llama.cpp's
   converter does); token types: 1 normal, 3 control (special added tokens), 4 user-defined (other added
   tokens), 5 unused. Merges are written as ``"a b"`` strings; no scores (llama.cpp's gpt2 vocabulary
   does not read them). Special ids come from ``tokenizer_config.json`` (token strings) or else
@@ -22,6 +24,7 @@ import numpy as np
 
 from .errors import GGUFFileError
 from .reader import GGUFReader
+from .spm_vocabulary import adds_space_prefix, spm_vocabulary
 from .values import GGUFValue, ValueType
 
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5
@@ -87,25 +90,37 @@ def tokenizer_from_hf(directory: str | Path, config: Mapping[str, Any]) -> dict[
     root = Path(directory)
     path = root / "tokenizer.json"
     if not path.is_file():
-        raise GGUFFileError(f"{root}: no tokenizer.json; a .gguf needs the tokenizer (gpt2-style BPE)")
+        raise GGUFFileError(f"{root}: no tokenizer.json; a .gguf needs the tokenizer (a BPE tokenizer.json)")
     tok = _read_json(path)
     model = tok.get("model") or {}
-    if model.get("type") != "BPE" or model.get("byte_fallback") or not isinstance(model.get("vocab"), dict):
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
         raise GGUFFileError(
-            f"{path}: model.type {model.get('type')!r} (byte_fallback={model.get('byte_fallback')!r}): only a "
-            "byte-level BPE (gpt2 style) tokenizer can be written to a .gguf"
+            f"{path}: model.type {model.get('type')!r}: only a BPE tokenizer (byte-level gpt2 style, or "
+            "SentencePiece style with byte_fallback) can be written to a .gguf"
         )
     tok_config_path = root / "tokenizer_config.json"
     tok_config = _read_json(tok_config_path) if tok_config_path.is_file() else {}
-    tokens, types = _tokens(model, list(tok.get("added_tokens") or []), int(config["vocab_size"]), path)
+    added = list(tok.get("added_tokens") or [])
+    if model.get("byte_fallback"):
+        tokens, scores, kinds = spm_vocabulary(model, added, int(config["vocab_size"]), path)
+        meta: dict[str, GGUFValue] = {
+            "tokenizer.ggml.model": GGUFValue(ValueType.STRING, "llama"),
+            "tokenizer.ggml.tokens": GGUFValue(ValueType.ARRAY, tokens, ValueType.STRING),
+            "tokenizer.ggml.scores": GGUFValue(ValueType.ARRAY, scores, ValueType.FLOAT32),
+            "tokenizer.ggml.token_type": GGUFValue(ValueType.ARRAY, kinds, ValueType.INT32),
+            "tokenizer.ggml.add_space_prefix": GGUFValue(ValueType.BOOL, adds_space_prefix(tok)),
+        }
+    else:
+        tokens, types = _tokens(model, added, int(config["vocab_size"]), path)
+        merges = _merges(model.get("merges") or [], path)
+        meta = {
+            "tokenizer.ggml.model": GGUFValue(ValueType.STRING, "gpt2"),
+            "tokenizer.ggml.pre": GGUFValue(ValueType.STRING, "default"),
+            "tokenizer.ggml.tokens": GGUFValue(ValueType.ARRAY, tokens, ValueType.STRING),
+            "tokenizer.ggml.token_type": GGUFValue(ValueType.ARRAY, np.asarray(types, "<i4"), ValueType.INT32),
+            "tokenizer.ggml.merges": GGUFValue(ValueType.ARRAY, merges, ValueType.STRING),
+        }
     index = {t: i for i, t in enumerate(tokens)}
-    meta: dict[str, GGUFValue] = {
-        "tokenizer.ggml.model": GGUFValue(ValueType.STRING, "gpt2"),
-        "tokenizer.ggml.pre": GGUFValue(ValueType.STRING, "default"),
-        "tokenizer.ggml.tokens": GGUFValue(ValueType.ARRAY, tokens, ValueType.STRING),
-        "tokenizer.ggml.token_type": GGUFValue(ValueType.ARRAY, np.asarray(types, "<i4"), ValueType.INT32),
-        "tokenizer.ggml.merges": GGUFValue(ValueType.ARRAY, _merges(model.get("merges") or [], path), ValueType.STRING),
-    }
     for short, key in _SPECIAL:
         text = _token_text(tok_config.get(f"{short}_token"))
         ident = index.get(text) if text is not None else config.get(f"{short}_token_id")
