@@ -174,15 +174,6 @@ def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:
     return [(m.full_name, index) for index, groups in decoder_groups(source) for g in groups for m in g.modules]
 
 
-def weight_only_processor(settings: QuantizeConfig, spec: Any, modules: list[str]) -> Any:
-    """qlooper's ``WeightOnlyProcessor`` for ``spec``, with the per-module specs of a GGUF config's overrides."""
-    from qlooper.processors.weight_only import WeightOnlyProcessor
-
-    from .spec_from_config import module_specs
-
-    return WeightOnlyProcessor(spec, module_specs=module_specs(settings, modules))
-
-
 def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     """Refuse, before any work, a format that cannot hold the model's shapes (names module and reason).
 

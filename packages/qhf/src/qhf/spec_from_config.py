@@ -3,8 +3,9 @@ see :func:`qhf.quant_config.read_quantize_config`).
 
 :func:`quant_spec` gives the run's spec: qalgos' ``QuantSpec`` for the calibrated methods (GPTQ family, AWQ,
 RTN, QQQ), ``ParoSpec`` for ParoQuant (:mod:`qhf.paroquant_settings`), ``WeightOnlySpec`` for FP8 /
-bitsandbytes / GGUF (:mod:`qhf.weight_only`). :func:`module_specs` gives the modules whose spec differs from
-the run's after the config's per-module overrides (``QuantizeConfig.for_module``).
+bitsandbytes / GGUF (:mod:`qhf.weight_only`), whatever a third-party method builds (:mod:`qhf.methods`).
+:func:`module_specs` gives the modules whose spec differs from the run's after the config's per-module overrides
+(``QuantizeConfig.for_module``).
 """
 
 from __future__ import annotations
@@ -13,35 +14,14 @@ from typing import Any
 
 from qformats.config import QuantizeConfig
 
-from .config_view import algorithm, is_weight_only, setting
+from .config_view import algorithm, is_weight_only, method_of
 
 
 def quant_spec(cfg: QuantizeConfig) -> Any:
-    """The run's qalgos spec (module docstring). ``QuantSpec`` scales are rounded to float16 as solved so the
-    checkpoint is exact (QQQ keeps float32 scales: it splits them into its two scale levels, :mod:`qalgos.qqq`)."""
-    from qalgos.spec import QuantSpec
-
-    if is_weight_only(cfg):
-        from .weight_only import weight_only_spec
-
-        return weight_only_spec(cfg)
-    method = algorithm(cfg)
-    if method == "paroquant":
-        from .paroquant_settings import paro_spec
-
-        return paro_spec(cfg)
-    return QuantSpec(
-        bits=cfg.width,
-        group_size=cfg.group_size,
-        sym=cfg.sym,
-        desc_act=bool(cfg.desc_act),
-        static_groups=setting(cfg, "static_groups"),
-        act_group_aware=bool(setting(cfg, "act_group_aware")),  # resolved to a bool by read_quantize_config
-        damp_percent=setting(cfg, "damp_percent"),
-        damp_auto_increment=setting(cfg, "damp_auto_increment"),
-        mse=setting(cfg, "mse"),
-        scale_dtype="float32" if method == "qqq" else "float16",
-    )
+    """The run's qalgos spec (module docstring): :meth:`qhf.methods.QuantMethod.spec` of the config's method.
+    ``QuantSpec`` scales are rounded to float16 as solved so the checkpoint is exact (QQQ keeps float32 scales: it
+    splits them into its two scale levels, :mod:`qalgos.qqq`)."""
+    return method_of(cfg).spec(cfg)
 
 
 def module_specs(cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
