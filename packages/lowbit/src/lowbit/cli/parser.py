@@ -90,8 +90,9 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         "--method",
         choices=MethodChoices(),
         default="gptq",
-        help="quantization method: a built-in or a third-party one registered through the lowbit.methods entry "
-        "points (default: gptq)",
+        metavar="METHOD",  # argparse would list the choices (the registry) while building the parser
+        help="quantization method: %(choices)s (a third-party one is registered through the lowbit.methods entry "
+        "points; default: gptq)",
     )
     p.add_argument("--bits", type=int, default=None, help="code width, 2..8 (default: 4; fp8: 8; nf4 with 8: int8)")
     p.add_argument(
