@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .config_view import adapter, algorithm, awq_scales, is_weight_only, solver_variant
+from .config_view import adapter, algorithm, awq_scales, is_weight_only, method_of, solver_variant
 from .errors import QHFError
 from .live_tensors import live_tensor
 from .source.opened_source import OpenedSource
@@ -177,23 +177,17 @@ def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:
 def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     """Refuse, before any work, a format that cannot hold the model's shapes (names module and reason).
 
-    Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
-    the configured bits/group size against ``get_layout(format).cannot_represent``; e.g. AWQ's GEMM
-    layout needs ``in_features`` divisible by ``group_size``, while the GPTQ layouts hold a partial group.
-    Weight-only methods hold any shape except FP8 block scaling (the block must divide ``[out, in]``); QQQ
-    needs in/out divisible by 64 and no partial group (:func:`qhf.qqq_settings.module_problem`); ParoQuant
-    needs an even group size dividing every ``in_features`` (e.g. SmolLM2's 576 takes 64, not 128).
+    Every distinct ``[out, in]`` of one decoder layer's quantized modules is asked of the method
+    (:meth:`qhf.methods.QuantMethod.shape_problem`): the integer layouts try a zero weight of the configured
+    bits/group size against ``get_layout(format).cannot_represent`` (e.g. AWQ's GEMM layout needs ``in_features``
+    divisible by ``group_size``, while the GPTQ layouts hold a partial group); weight-only methods hold any shape
+    except FP8 block scaling (the block must divide ``[out, in]``); QQQ needs in/out divisible by 64 and no partial
+    group (:func:`qhf.qqq_settings.module_problem`); ParoQuant needs an even group size dividing every
+    ``in_features`` (e.g. SmolLM2's 576 takes 64, not 128).
     """
-    from qformats.layouts.registry import get_layout
-    from qformats.layouts.stored_size import zero_probe
     from qlooper.definition import resolve_groups
 
-    from .qqq_settings import module_problem
-    from .weight_only import fp8_block_problem
-
-    qqq = algorithm(settings) == "qqq"
-    paro = algorithm(settings) == "paroquant"
-    layout = None if is_weight_only(settings) or qqq or paro else get_layout(str(settings.format))
+    method = method_of(settings)
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -205,33 +199,6 @@ def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
         if (out_features, in_features) in seen:
             continue
         seen.add((out_features, in_features))
-        if qqq:
-            reason = module_problem(settings.group_size, out_features, in_features)
-            if reason is not None:
-                raise QHFError(
-                    f"method 'qqq' cannot hold {resolved.full_name} [{out_features} x {in_features}] "
-                    f"at group {settings.group_size}: {reason}"
-                )
-        if paro:  # ParoQuant rotates groups: the (even) group size must divide in_features
-            from qformats.errors import LayoutError
-            from qformats.layouts.paroquant.rotation import rotation_group_size
-
-            try:
-                rotation_group_size(settings.group_size, in_features)
-            except LayoutError as exc:
-                raise QHFError(
-                    f"method 'paroquant' cannot hold {resolved.full_name} [{out_features} x {in_features}]: {exc}"
-                ) from None
-            continue
-        if layout is None:  # weight-only: only FP8 block scaling constrains the shape
-            problem = fp8_block_problem(settings, out_features, in_features)
-            if problem is not None:
-                raise QHFError(f"method 'fp8' cannot hold {resolved.full_name}: {problem}")
-            continue
-        probe = zero_probe(out_features, in_features, settings.width, settings.group_size, settings.sym)
-        reason = layout.cannot_represent(probe)
-        if reason is not None:
-            raise QHFError(
-                f"format {settings.format!r} cannot hold {resolved.full_name} "
-                f"[{out_features} x {in_features}] at {settings.width}-bit group {settings.group_size}: {reason}"
-            )
+        problem = method.shape_problem(settings, resolved.full_name, out_features, in_features)
+        if problem is not None:
+            raise QHFError(problem)

@@ -14,7 +14,7 @@ from typing import Any
 
 from qformats.config import QuantizeConfig
 
-from .config_view import algorithm, is_weight_only, method_of
+from .config_view import method_of
 
 
 def quant_spec(cfg: QuantizeConfig) -> Any:
@@ -26,19 +26,21 @@ def quant_spec(cfg: QuantizeConfig) -> Any:
 
 def module_specs(cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
     """``{module: spec}`` for the ``modules`` (full dotted names) whose spec differs from :func:`quant_spec`'s
-    after the config's per-module overrides (``QuantizeConfig.for_module``): a GGUF config's ``dynamic`` types
+    after the config's per-module overrides (``QuantizeConfig.for_module``), by the config's method
+    (:meth:`qhf.methods.QuantMethod.module_specs`): a GGUF config's ``dynamic`` types
     (:func:`qhf.weight_only.module_specs`); for the integer methods a rule's ``bits``, ``group_size``, ``sym`` and
-    ``desc_act`` (a mixed-precision run's widths, :mod:`qhf.mixed_precision`). A module a negative rule names is
-    left to the run's spec here. ParoQuant and the other weight-only methods quantize every module alike."""
-    if algorithm(cfg) == "gguf":
-        from .weight_only import module_specs as gguf_module_specs
+    ``desc_act`` (a mixed-precision run's widths, :mod:`qhf.mixed_precision`; :func:`integer_module_specs`). A
+    module a negative rule names is left to the run's spec here. ParoQuant and the other weight-only methods
+    quantize every module alike."""
+    return method_of(cfg).module_specs(cfg, modules)
 
-        return gguf_module_specs(cfg, modules)
-    if cfg.rules is None or is_weight_only(cfg) or algorithm(cfg) == "paroquant":
-        return {}
+
+def integer_module_specs(cfg: QuantizeConfig, base: Any, modules: list[str]) -> dict[str, Any]:
+    """The integer methods' per-module specs: ``base`` (the run's qalgos ``QuantSpec``) with each module's rule
+    ``bits`` / ``group_size`` / ``sym`` / ``desc_act`` (group-aware order kept only without ``desc_act``), for the
+    modules where that differs from ``base``."""
     from dataclasses import replace
 
-    base = quant_spec(cfg)
     out = {}
     for name in modules:
         own = cfg.for_module(name)

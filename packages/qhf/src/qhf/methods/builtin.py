@@ -111,13 +111,40 @@ class RTNMethod(CalibratedMethod):
         return needs_allocation(cfg)
 
 
+class QQQMethod(CalibratedMethod):
+    """QQQ: GPTQ on QQQ's grids (float32 scales, :meth:`CalibratedMethod.spec`); its own shape rules."""
+
+    def shape_problem(self, cfg: QuantizeConfig, module: str, out_features: int, in_features: int) -> str | None:
+        """In/out divisible by 64 and no partial group (:func:`qhf.qqq_settings.module_problem`)."""
+        from ..qqq_settings import module_problem
+
+        reason = module_problem(cfg.group_size, out_features, in_features)
+        if reason is None:
+            return None
+        return f"method 'qqq' cannot hold {module} [{out_features} x {in_features}] at group {cfg.group_size}: {reason}"
+
+
 class ParoQuantMethod(CalibratedMethod):
-    """ParoQuant: a qalgos ``ParoSpec`` from its settings (:mod:`qhf.paroquant_settings`)."""
+    """ParoQuant: a qalgos ``ParoSpec`` from its settings (:mod:`qhf.paroquant_settings`); every module alike."""
 
     def spec(self, cfg: QuantizeConfig) -> Any:
         from ..paroquant_settings import paro_spec
 
         return paro_spec(cfg)
+
+    def module_specs(self, cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
+        return {}
+
+    def shape_problem(self, cfg: QuantizeConfig, module: str, out_features: int, in_features: int) -> str | None:
+        """ParoQuant rotates groups: the (even) group size must divide ``in_features``."""
+        from qformats.errors import LayoutError
+        from qformats.layouts.paroquant.rotation import rotation_group_size
+
+        try:
+            rotation_group_size(cfg.group_size, in_features)
+        except LayoutError as exc:
+            return f"method 'paroquant' cannot hold {module} [{out_features} x {in_features}]: {exc}"
+        return None
 
 
 class WeightOnlyMethod(BuiltinMethod):
@@ -131,6 +158,21 @@ class WeightOnlyMethod(BuiltinMethod):
         from ..weight_only import weight_only_spec
 
         return weight_only_spec(cfg)
+
+    def module_specs(self, cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
+        """A GGUF config's ``dynamic`` types (:func:`qhf.weight_only.module_specs`); FP8 / bitsandbytes: none."""
+        if self.name != "gguf":
+            return {}
+        from ..weight_only import module_specs as gguf_module_specs
+
+        return gguf_module_specs(cfg, modules)
+
+    def shape_problem(self, cfg: QuantizeConfig, module: str, out_features: int, in_features: int) -> str | None:
+        """Only FP8 block scaling constrains the shape (the block must divide ``[out, in]``)."""
+        from ..weight_only import fp8_block_problem
+
+        problem = fp8_block_problem(cfg, out_features, in_features)
+        return None if problem is None else f"method 'fp8' cannot hold {module}: {problem}"
 
     def processor(self, cfg: QuantizeConfig, spec: Any, module_specs: dict[str, Any]) -> Any:
         """qlooper's ``WeightOnlyProcessor`` (a GGUF mixture's modules with their own spec)."""
@@ -148,6 +190,6 @@ def builtin_methods() -> tuple[QuantMethod, ...]:
         WeightOnlyMethod("fp8", "FP8 weights with row / tensor / block scales"),
         WeightOnlyMethod("bitsandbytes", "bitsandbytes NF4 / FP4 / int8", processor_name="weight_only", cli_name="nf4"),
         WeightOnlyMethod("gguf", "GGUF blocks (Q4_0 ... Q6_K, K-quant mixtures)"),
-        CalibratedMethod("qqq", "QQQ: GPTQ on QQQ's 4-bit grids, two scale levels"),
+        QQQMethod("qqq", "QQQ: GPTQ on QQQ's 4-bit grids, two scale levels"),
         ParoQuantMethod("paroquant", "ParoQuant: learned pairwise rotations, then AWQ-layout codes"),
     )

@@ -114,6 +114,43 @@ class QuantMethod:
 
         return make_processor(self.processor_name or self.name, spec, module_specs=module_specs)
 
+    def shape_problem(self, cfg: QuantizeConfig, module: str, out_features: int, in_features: int) -> str | None:
+        """Why the run cannot hold ``module`` (``[out, in]``), as the whole message, else None (asked before any
+        work). The base: a zero weight of the config's bits / group size against the format's layout
+        (``cannot_represent``)."""
+        from qformats.layouts.registry import get_layout
+        from qformats.layouts.stored_size import zero_probe
+
+        probe = zero_probe(out_features, in_features, cfg.width, cfg.group_size, cfg.sym)
+        reason = get_layout(str(cfg.format)).cannot_represent(probe)
+        if reason is None:
+            return None
+        return (
+            f"format {cfg.format!r} cannot hold {module} [{out_features} x {in_features}] at {cfg.width}-bit group "
+            f"{cfg.group_size}: {reason}"
+        )
+
+    def module_specs(self, cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
+        """``{module: spec}`` for the ``modules`` whose spec differs from :meth:`spec`'s after the config's
+        per-module ``dynamic`` rules. The base: a rule's ``bits`` / ``group_size`` / ``sym`` / ``desc_act`` on a
+        qalgos ``QuantSpec`` (:func:`qhf.spec_from_config.integer_module_specs`); a method whose spec is another
+        type refuses rules naming itself."""
+        if cfg.rules is None:
+            return {}
+        from qalgos.spec import QuantSpec
+
+        from ..spec_from_config import integer_module_specs
+
+        base = self.spec(cfg)
+        if not isinstance(base, QuantSpec):
+            from .registry import MethodError
+
+            raise MethodError(
+                f"dynamic: method {self.name!r} builds a {type(base).__name__}, not a QuantSpec; it takes no "
+                "per-module rules unless it overrides QuantMethod.module_specs"
+            )
+        return integer_module_specs(cfg, base, modules)
+
     def meta_settings(self, cfg: QuantizeConfig) -> dict[str, Any]:
         """Settings written under the stored config's ``meta`` after ``quantizer`` / ``algorithm``."""
         return {}
