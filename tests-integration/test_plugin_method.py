@@ -90,6 +90,16 @@ def test_unknown_setting_is_refused_naming_it(plugin_site: Path) -> None:
     assert qhf  # the package under test is importable with the plugin on the path
 
 
+def test_its_config_reads_back_equal(plugin_site: Path) -> None:
+    from qhf.quant_config import read_quantize_config
+
+    first = read_quantize_config({"method": "rtn_clip", "bits": 3, "group_size": 64, "clip_grid": 7})
+    assert (first.method.value, first.format, first.meta["algorithm"]) == ("gptq", "gptq", "rtn_clip")
+    assert first.settings == {"clip_grid": 7, "clip_min_ratio": 0.5} and first.unknown == {}
+    again = read_quantize_config(first)
+    assert again == first and again.settings == first.settings
+
+
 def test_clipped_search_beats_plain_rtn(plugin_site: Path) -> None:
     from lowbit_rtn_clip import ClipSpec, quantize_clipped
     from qalgos.rtn import quantize_rtn

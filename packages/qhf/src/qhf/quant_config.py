@@ -13,6 +13,9 @@ and resolves the run's values into the config itself, so every later step reads 
   weight-only methods' (:mod:`qhf.weight_only_settings`); a ``bits_budget`` with its ``bits_candidates``
   (:mod:`qhf.mixed_precision.settings`).
 
+The method is looked up in qhf's method registry (:mod:`qhf.methods`); a third-party method's config takes its
+formats and its closed settings class instead (every non-canonical key must be one of its settings).
+
 Reading a config that was read before (or a checkpoint's saved config) gives an equal config. The qalgos
 specs are built from it by :mod:`qhf.spec_from_config`; the dict written on save by :mod:`qhf.checkpoint_config`.
 """
