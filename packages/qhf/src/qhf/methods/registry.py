@@ -88,8 +88,9 @@ def _load_entry_point(entry: importlib.metadata.EntryPoint) -> QuantMethod:
 
 def discover_methods() -> tuple[str, ...]:
     """Load the ``lowbit.methods`` entry points (again) and register their methods; returns the names found.
-    An entry point whose name is a built-in's is refused; one already registered by the same entry point is
-    replaced (so a second discovery picks up a changed environment)."""
+    An entry point whose name is a built-in's is refused; a third-party name registered before (by an earlier
+    discovery or :func:`register_method`) is replaced by the entry point's method, so a second discovery picks up a
+    changed environment."""
     global _discovered
     with _LOCK:
         _ensure_builtins()
