@@ -43,8 +43,6 @@ KNOWN: dict[str, int] = {
     "packages/qhf/src/qhf/checkpoint_config.py": 4,
     "packages/qhf/src/qhf/config_view.py": 1,
     "packages/qhf/src/qhf/quant_config.py": 1,
-    # module_specs: GGUF per-module types and ParoQuant (method-level choices, for the method registry)
-    "packages/qhf/src/qhf/spec_from_config.py": 4,
     "packages/qhf/src/qhf/weight_only.py": 3,
     "packages/qhf/src/qhf/weight_only_settings.py": 5,
     # the public GGUF format name ("gguf" as a format or source kind, not a family dispatch)

@@ -24,10 +24,9 @@ from .config_view import (
     adapter,
     algorithm,
     awq_scales,
-    is_weight_only,
+    method_of,
     needs_calibration,
     rotation,
-    setting,
     solver_variant,
 )
 from .corpus import bundled_docs
@@ -157,14 +156,7 @@ class QuantModel:
 
         from .architectures.multimodal import text_only_record
         from .kv_cache_off import kv_cache_off
-        from .looper_bridge import (
-            SourceLayerLoader,
-            layer_modules,
-            make_quant_processor,
-            preflight,
-            replacer_hooks,
-            weight_only_processor,
-        )
+        from .looper_bridge import SourceLayerLoader, layer_modules, preflight, replacer_hooks
         from .mixed_precision.plan import plan_budget
         from .resources import check_run, wants_streaming
         from .spec_from_config import module_specs, quant_spec
@@ -248,11 +240,8 @@ class QuantModel:
                 elif budget is not None:
                     mixed = budget.given
                 names = [name for name, _ in modules]
-                processor = (
-                    weight_only_processor(config, spec, names)
-                    if is_weight_only(config)
-                    else make_quant_processor(config, spec, module_specs(config, names))
-                )
+                quant_method = method_of(config)
+                processor = quant_method.processor(config, spec, module_specs(config, names))
                 loader = SourceLayerLoader(self.source, spill)
 
                 def adapter_for(name: str) -> Any:
@@ -262,7 +251,7 @@ class QuantModel:
                     backend, dtype=self.source.dtype, **replacer_hooks(config, self.source.dtype, adapter_for)
                 )
                 options = LoopOptions(
-                    true_sequential=is_weight_only(config) or bool(setting(config, "true_sequential")),
+                    true_sequential=quant_method.true_sequential(config),
                     lockstep=lockstep,
                     lockstep_budget=lockstep_budget,
                     pack_dtype=config.pack_dtype,

@@ -17,20 +17,20 @@ asymmetric weights not in the ``gptq`` (v1) format.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from qformats.config import QuantizeConfig
 from qformats.config.quantizer_formats import QUANTIZER_FORMATS
 
+from .methods.builtin_settings import CalibratedSettings
+from .methods.closed_settings import settings_dict
 from .quant_config import QuantConfigError
 from .rotation.setting import configured_rotation
 
-#: The settings of a calibrated run and their defaults (the reference's).
-DEFAULTS: Mapping[str, Any] = {
-    "damp_percent": 0.05, "damp_auto_increment": 0.01, "static_groups": False, "act_group_aware": None,
-    "mse": 0.0, "true_sequential": True, "gptaq": None, "foem": None, "adapter": None, "rotation": None,
-    "awq_scales": False,
-}  # fmt: skip
+#: The settings of a calibrated run and their defaults (the reference's): the fields of the built-in methods'
+#: typed settings class, :class:`qhf.methods.builtin_settings.CalibratedSettings`.
+DEFAULTS: Mapping[str, Any] = MappingProxyType(settings_dict(CalibratedSettings()))
 GPTAQ_DEFAULTS = {"alpha": 0.25}
 FOEM_DEFAULTS = {"alpha": 0.0, "beta": 0.2}
 

@@ -27,14 +27,13 @@ from .config_view import (
     checkpoint_method,
     gguf_dynamic,
     is_weight_only,
+    method_of,
     setting,
     solver_variant,
 )
 from .weight_only import weight_family
 
 QUANTIZER = f"lowbit-qhf:{__version__}"
-#: The calibrated settings written under ``meta`` (in this order, after ``quantizer`` and ``algorithm``).
-META_SETTINGS = ("damp_percent", "damp_auto_increment", "static_groups", "true_sequential", "mse", "act_group_aware")
 
 
 def _weight_only_dict(cfg: QuantizeConfig) -> dict[str, Any]:
@@ -88,6 +87,7 @@ def checkpoint_dict(
     (:func:`kept_dense_fields`; not written for the weight-only methods)."""
     if is_weight_only(cfg):
         return _weight_only_dict(cfg)
+    quant_method = method_of(cfg)
     method = checkpoint_method(cfg)
     out: dict[str, Any] = {"bits": cfg.width}
     if cfg.rules is not None:  # per-module overrides (a mixed-precision run's widths), in the reference's place
@@ -104,7 +104,7 @@ def checkpoint_dict(
         "meta": {
             "quantizer": [QUANTIZER],
             "algorithm": algorithm(cfg),
-            **{name: setting(cfg, name) for name in META_SETTINGS},
+            **quant_method.meta_settings(cfg),  # the calibrated methods' META_SETTINGS
         },
     })  # fmt: skip
     variant = solver_variant(cfg)
@@ -133,6 +133,7 @@ def checkpoint_dict(
         out["sym"] = cfg.sym
     if method == "qqq":
         out["wbits"] = cfg.width  # vLLM's QQQ loader reads the weight width from wbits (as the reference writes)
+    out.update(quant_method.checkpoint_fields(cfg))  # a third-party method's settings ({} for the built-ins)
     dense = kept_dense_fields(dense_parts)
     if dense:  # the dense parts' negative rules join the run's own (a mixed-precision run's widths)
         out["dynamic"] = {**out.get("dynamic", {}), **dense["dynamic"]}

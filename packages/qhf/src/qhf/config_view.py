@@ -10,31 +10,39 @@ from __future__ import annotations
 from typing import Any
 
 from qformats.config import QuantizeConfig
-from qformats.config.quantizer_formats import QUANTIZER_FORMATS, WEIGHT_ONLY_METHODS
 from qformats.enums import METHOD
+
+from .methods import QuantMethod, find_method, get_method
 
 
 def algorithm(cfg: QuantizeConfig) -> str:
-    """The run's method as the user named it: ``meta["algorithm"]`` when it names a lowbit quantizer (``rtn``,
-    ``gptq``, ``awq``, ``qqq``, ``paroquant``, ``fp8``, ``bitsandbytes``, ``gguf``), else the config's method (a
-    checkpoint family lowbit reads but does not write, e.g. ``vptq``)."""
+    """The run's method as the user named it: ``meta["algorithm"]`` when it names a registered method
+    (:mod:`qhf.methods`: ``rtn``, ``gptq``, ``awq``, ``qqq``, ``paroquant``, ``fp8``, ``bitsandbytes``, ``gguf``
+    and installed third-party methods), else the config's method (a checkpoint family lowbit reads but does not
+    write, e.g. ``vptq``, or a third-party method's checkpoint read without it)."""
     named = cfg.meta.get("algorithm")
-    if named in QUANTIZER_FORMATS:
+    if find_method(named) is not None:
         return str(named)
     return cfg.method.value if isinstance(cfg.method, METHOD) else str(cfg.method)
 
 
+def method_of(cfg: QuantizeConfig) -> QuantMethod:
+    """The :class:`~qhf.methods.QuantMethod` of the run's method (:func:`algorithm`); a method lowbit does not
+    quantize with raises :class:`~qhf.methods.MethodError` naming it and the known ones."""
+    return get_method(algorithm(cfg))
+
+
 def is_weight_only(cfg: QuantizeConfig) -> bool:
     """FP8 / bitsandbytes / GGUF: quantized from the weight alone (:mod:`qhf.weight_only`)."""
-    return algorithm(cfg) in WEIGHT_ONLY_METHODS
+    method = find_method(algorithm(cfg))
+    return method is not None and method.weight_only
 
 
 def needs_calibration(cfg: QuantizeConfig) -> bool:
-    """Whether a run of ``cfg`` reads calibration rows: every calibrated method, and RTN while a ``bits_budget``
-    is still to be resolved into ``dynamic`` rules (its sensitivity pass reads them; :mod:`qhf.mixed_precision`)."""
-    if is_weight_only(cfg):
-        return False
-    return algorithm(cfg) != "rtn" or needs_allocation(cfg)
+    """Whether a run of ``cfg`` reads calibration rows (:meth:`qhf.methods.QuantMethod.needs_calibration`): every
+    calibrated method, and RTN while a ``bits_budget`` is still to be resolved into ``dynamic`` rules (its
+    sensitivity pass reads them; :mod:`qhf.mixed_precision`)."""
+    return method_of(cfg).needs_calibration(cfg)
 
 
 def bits_budget(cfg: QuantizeConfig) -> float | None:
@@ -50,12 +58,10 @@ def needs_allocation(cfg: QuantizeConfig) -> bool:
 
 
 def checkpoint_method(cfg: QuantizeConfig) -> str:
-    """The method written to the checkpoint: RTN, and GPTQ on AWQ-scaled weights (``awq_scales``), export as the
-    family their format belongs to."""
-    method = algorithm(cfg)
-    if method != "rtn" and not (method == "gptq" and awq_scales(cfg)):
-        return method
-    return "awq" if cfg.format in QUANTIZER_FORMATS["awq"] else "gptq"
+    """The method written to the checkpoint (:meth:`qhf.methods.QuantMethod.checkpoint_method`): RTN, GPTQ on
+    AWQ-scaled weights (``awq_scales``) and third-party integer methods export as the family their format belongs
+    to; the others as themselves."""
+    return method_of(cfg).checkpoint_method(cfg)
 
 
 def setting(cfg: QuantizeConfig, name: str) -> Any:

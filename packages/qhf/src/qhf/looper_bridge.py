@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .config_view import adapter, algorithm, awq_scales, is_weight_only, solver_variant
+from .config_view import adapter, algorithm, awq_scales, is_weight_only, method_of, solver_variant
 from .errors import QHFError
 from .live_tensors import live_tensor
 from .source.opened_source import OpenedSource
@@ -174,34 +174,21 @@ def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:
     return [(m.full_name, index) for index, groups in decoder_groups(source) for g in groups for m in g.modules]
 
 
-def weight_only_processor(settings: QuantizeConfig, spec: Any, modules: list[str]) -> Any:
-    """qlooper's ``WeightOnlyProcessor`` for ``spec``, with the per-module specs of a GGUF config's overrides."""
-    from qlooper.processors.weight_only import WeightOnlyProcessor
-
-    from .spec_from_config import module_specs
-
-    return WeightOnlyProcessor(spec, module_specs=module_specs(settings, modules))
-
-
 def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     """Refuse, before any work, a format that cannot hold the model's shapes (names module and reason).
 
-    Every distinct ``[out, in]`` of one decoder layer's quantized modules is tried with a zero weight of
-    the configured bits/group size against ``get_layout(format).cannot_represent``; e.g. AWQ's GEMM
-    layout needs ``in_features`` divisible by ``group_size``, while the GPTQ layouts hold a partial group.
-    A method with a weight family of its own asks the family (``WeightFamily.shape_problem``,
-    :mod:`qformats.family_shapes`): weight-only methods hold any shape except FP8 block scaling (the block must
-    divide ``[out, in]``); QQQ needs in/out divisible by 64 and no partial group; ParoQuant needs an even group
-    size dividing every ``in_features`` (e.g. SmolLM2's 576 takes 64, not 128).
+    Every distinct ``[out, in]`` of one decoder layer's quantized modules is asked of the method
+    (:meth:`qhf.methods.QuantMethod.shape_problem`): a method whose weight family has a layout of its own asks the
+    family (``WeightFamily.shape_problem``, :mod:`qformats.family_shapes`): weight-only methods hold any shape
+    except FP8 block scaling (the block must divide ``[out, in]``); QQQ needs in/out divisible by 64 and no partial
+    group; ParoQuant needs an even group size dividing every ``in_features`` (e.g. SmolLM2's 576 takes 64, not
+    128). The integer layouts try a zero weight of the configured bits/group size against
+    ``get_layout(format).cannot_represent`` (e.g. AWQ's GEMM layout needs ``in_features`` divisible by
+    ``group_size``, while the GPTQ layouts hold a partial group).
     """
-    from qformats.layouts.registry import get_layout
-    from qformats.layouts.stored_size import zero_probe
     from qlooper.definition import resolve_groups
 
-    from .weight_only import weight_family
-
-    family = weight_family(settings)
-    layout = get_layout(str(settings.format)) if family.read is None else None  # the integer family's layout
+    method = method_of(settings)
     seen: set[tuple[int, int]] = set()
     modules = []
     for index in source.discovery.layer_structures:  # one layer of each structure
@@ -213,15 +200,6 @@ def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
         if (out_features, in_features) in seen:
             continue
         seen.add((out_features, in_features))
-        if layout is None:  # a family of its own: it says which shapes it holds
-            problem = family.shape_problem(settings, out_features, in_features) if family.shape_problem else None
-            if problem is not None:
-                raise QHFError(f"method {family.method!r} cannot hold {resolved.full_name}{problem}")
-            continue
-        probe = zero_probe(out_features, in_features, settings.width, settings.group_size, settings.sym)
-        reason = layout.cannot_represent(probe)
-        if reason is not None:
-            raise QHFError(
-                f"format {settings.format!r} cannot hold {resolved.full_name} "
-                f"[{out_features} x {in_features}] at {settings.width}-bit group {settings.group_size}: {reason}"
-            )
+        problem = method.shape_problem(settings, resolved.full_name, out_features, in_features)
+        if problem is not None:
+            raise QHFError(problem)

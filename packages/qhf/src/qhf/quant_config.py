@@ -13,18 +13,25 @@ and resolves the run's values into the config itself, so every later step reads 
   weight-only methods' (:mod:`qhf.weight_only_settings`); a ``bits_budget`` with its ``bits_candidates``
   (:mod:`qhf.mixed_precision.settings`).
 
+The method is looked up in qhf's method registry (:mod:`qhf.methods`); a third-party method's config takes its
+formats and its closed settings class instead (every non-canonical key must be one of its settings).
+
 Reading a config that was read before (or a checkpoint's saved config) gives an equal config. The qalgos
 specs are built from it by :mod:`qhf.spec_from_config`; the dict written on save by :mod:`qhf.checkpoint_config`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qformats.config import QuantizeConfig
-from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS, WEIGHT_ONLY_METHODS
+from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS
 
 from .errors import QHFError
+from .methods import MethodSettingsError, QuantMethod, find_method, method_names
+
+if TYPE_CHECKING:
+    from qformats.config.aliases import FoldedConfig
 
 SOURCE = "quant_config"
 
@@ -68,14 +75,17 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
     fields = folded.fields
     method = str(fields.get("method") or "gptq")
     algorithm = fields["meta"].get("algorithm")
-    if algorithm in QUANTIZER_FORMATS:
+    if find_method(algorithm) is not None:
         method = str(algorithm)
-    if method not in QUANTIZER_FORMATS:
-        raise QuantConfigError(f"method: expected one of {', '.join(QUANTIZER_FORMATS)}, found {method!r}")
+    quant_method = find_method(method)
+    if quant_method is None:
+        raise QuantConfigError(f"method: expected one of {', '.join(method_names())}, found {method!r}")
+    if not quant_method.builtin:
+        return _third_party_config(quant_method, folded)
     fmt = fields.get("format")
     bits = fields.get("bits")
     forced: dict[str, Any] = {}
-    if method in WEIGHT_ONLY_METHODS:
+    if quant_method.weight_only:
         if folded.settings.get("adapter") is not None:
             raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
         if folded.settings.get("rotation") not in (None, False, "none", {"kind": "none"}):
@@ -102,12 +112,10 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
         parsed = config_from_folded(folded, source=SOURCE, method=resolved_method, format=fmt, bits=bits)
     except ConfigError as exc:
         raise QuantConfigError(str(exc)) from None
-    if method in WEIGHT_ONLY_METHODS:
+    if quant_method.weight_only:
         settings = weight_only_settings(method, parsed)
     else:
-        bits = parsed.bits
-        if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
-            raise QuantConfigError(f"bits: expected an integer in 2..8, found {bits!r}")
+        _check_bits(parsed.bits)
         settings = calibrated_settings(method, parsed)
     settings.update(budget_settings(method, parsed))  # {} without a bits_budget
     try:
@@ -121,3 +129,41 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
 
         refuse_unsupported(resolved)
     return resolved
+
+
+def _check_bits(bits: Any) -> None:
+    """The calibrated methods' integer widths: 2..8 (names the field)."""
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
+        raise QuantConfigError(f"bits: expected an integer in 2..8, found {bits!r}")
+
+
+def _third_party_config(method: QuantMethod, folded: FoldedConfig) -> QuantizeConfig:
+    """A third-party method's config (:mod:`qhf.methods`): its format (default: its own) among the formats it
+    writes, stored under :meth:`~qhf.methods.QuantMethod.written_method`, integer ``bits`` in 2..8, and every key
+    beyond the canonical fields resolved by its closed settings class (an unknown key, lowbit's own settings such
+    as ``rotation`` or ``bits_budget`` included, is refused naming it and the accepted ones)."""
+    from qformats.config import config_from_folded
+    from qformats.errors import ConfigError
+
+    fields = folded.fields
+    fmt = method.format_or_default(fields.get("format"))
+    if fmt not in method.formats:
+        raise QuantConfigError(
+            f"format: method {method.name!r} writes one of {', '.join(method.formats)}, found {fmt!r}"
+        )
+    given = {**folded.settings, **folded.unknown}
+    try:
+        parsed = config_from_folded(
+            folded, source=SOURCE, method=method.written_method(fmt), format=fmt, bits=fields.get("bits")
+        )
+    except ConfigError as exc:
+        raise QuantConfigError(str(exc)) from None
+    _check_bits(parsed.bits)
+    try:
+        settings = method.resolve_settings(parsed, given)
+    except MethodSettingsError as exc:
+        raise QuantConfigError(str(exc)) from None
+    try:
+        return parsed.with_changes(settings=settings, unknown={}, meta={**parsed.meta, "algorithm": method.name})
+    except ConfigError as exc:
+        raise QuantConfigError(str(exc)) from None

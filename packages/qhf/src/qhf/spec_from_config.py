@@ -3,8 +3,9 @@ see :func:`qhf.quant_config.read_quantize_config`).
 
 :func:`quant_spec` gives the run's spec: qalgos' ``QuantSpec`` for the calibrated methods (GPTQ family, AWQ,
 RTN, QQQ), ``ParoSpec`` for ParoQuant (:mod:`qhf.paroquant_settings`), ``WeightOnlySpec`` for FP8 /
-bitsandbytes / GGUF (:mod:`qhf.weight_only`). :func:`module_specs` gives the modules whose spec differs from
-the run's after the config's per-module overrides (``QuantizeConfig.for_module``).
+bitsandbytes / GGUF (:mod:`qhf.weight_only`), whatever a third-party method builds (:mod:`qhf.methods`).
+:func:`module_specs` gives the modules whose spec differs from the run's after the config's per-module overrides
+(``QuantizeConfig.for_module``).
 """
 
 from __future__ import annotations
@@ -13,52 +14,33 @@ from typing import Any
 
 from qformats.config import QuantizeConfig
 
-from .config_view import algorithm, is_weight_only, setting
+from .config_view import method_of
 
 
 def quant_spec(cfg: QuantizeConfig) -> Any:
-    """The run's qalgos spec (module docstring). ``QuantSpec`` scales are rounded to float16 as solved so the
-    checkpoint is exact (QQQ keeps float32 scales: it splits them into its two scale levels, :mod:`qalgos.qqq`)."""
-    from qalgos.spec import QuantSpec
-
-    if is_weight_only(cfg):
-        from .weight_only import weight_only_spec
-
-        return weight_only_spec(cfg)
-    method = algorithm(cfg)
-    if method == "paroquant":
-        from .paroquant_settings import paro_spec
-
-        return paro_spec(cfg)
-    return QuantSpec(
-        bits=cfg.width,
-        group_size=cfg.group_size,
-        sym=cfg.sym,
-        desc_act=bool(cfg.desc_act),
-        static_groups=setting(cfg, "static_groups"),
-        act_group_aware=bool(setting(cfg, "act_group_aware")),  # resolved to a bool by read_quantize_config
-        damp_percent=setting(cfg, "damp_percent"),
-        damp_auto_increment=setting(cfg, "damp_auto_increment"),
-        mse=setting(cfg, "mse"),
-        scale_dtype="float32" if method == "qqq" else "float16",
-    )
+    """The run's qalgos spec (module docstring): :meth:`qhf.methods.QuantMethod.spec` of the config's method.
+    ``QuantSpec`` scales are rounded to float16 as solved so the checkpoint is exact (QQQ keeps float32 scales: it
+    splits them into its two scale levels, :mod:`qalgos.qqq`)."""
+    return method_of(cfg).spec(cfg)
 
 
 def module_specs(cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
     """``{module: spec}`` for the ``modules`` (full dotted names) whose spec differs from :func:`quant_spec`'s
-    after the config's per-module overrides (``QuantizeConfig.for_module``): a GGUF config's ``dynamic`` types
+    after the config's per-module overrides (``QuantizeConfig.for_module``), by the config's method
+    (:meth:`qhf.methods.QuantMethod.module_specs`): a GGUF config's ``dynamic`` types
     (:func:`qhf.weight_only.module_specs`); for the integer methods a rule's ``bits``, ``group_size``, ``sym`` and
-    ``desc_act`` (a mixed-precision run's widths, :mod:`qhf.mixed_precision`). A module a negative rule names is
-    left to the run's spec here. ParoQuant and the other weight-only methods quantize every module alike."""
-    if algorithm(cfg) == "gguf":
-        from .weight_only import module_specs as gguf_module_specs
+    ``desc_act`` (a mixed-precision run's widths, :mod:`qhf.mixed_precision`; :func:`integer_module_specs`). A
+    module a negative rule names is left to the run's spec here. ParoQuant and the other weight-only methods
+    quantize every module alike."""
+    return method_of(cfg).module_specs(cfg, modules)
 
-        return gguf_module_specs(cfg, modules)
-    if cfg.rules is None or is_weight_only(cfg) or algorithm(cfg) == "paroquant":
-        return {}
+
+def integer_module_specs(cfg: QuantizeConfig, base: Any, modules: list[str]) -> dict[str, Any]:
+    """The integer methods' per-module specs: ``base`` (the run's qalgos ``QuantSpec``) with each module's rule
+    ``bits`` / ``group_size`` / ``sym`` / ``desc_act`` (group-aware order kept only without ``desc_act``), for the
+    modules where that differs from ``base``."""
     from dataclasses import replace
 
-    base = quant_spec(cfg)
     out = {}
     for name in modules:
         own = cfg.for_module(name)

@@ -15,13 +15,14 @@ from typing import Any
 from qformats.config import QuantizeConfig
 from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS
 
+from .methods.builtin_settings import WeightOnlySettings
+from .methods.closed_settings import settings_dict
 from .quant_config import QuantConfigError
 
 FP8_SCALE_METHODS = ("tensor", "row", "block")
-#: The weight-only settings and their defaults.
-DEFAULTS: dict[str, Any] = {
-    "weight_scale_method": "row", "weight_block_size": None, "block_size": 64, "compress_statistics": True,
-}  # fmt: skip
+#: The weight-only settings and their defaults: the fields of the built-in methods' typed settings class,
+#: :class:`qhf.methods.builtin_settings.WeightOnlySettings`.
+DEFAULTS: dict[str, Any] = settings_dict(WeightOnlySettings())
 
 
 def weight_only_bits_format(method: str, bits: Any, fmt: str | None) -> tuple[int, str]:

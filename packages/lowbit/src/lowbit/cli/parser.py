@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 
 from .. import __version__
+from .method_choices import MethodChoices
 
-METHODS = ("gptq", "awq", "rtn", "qqq", "paroquant", "fp8", "nf4", "gguf")
 DENSE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # qhf.save.dense_dtype.DTYPE_CHOICES (not imported here)
 COMPUTE_DTYPE_NAMES = ("float32", "bfloat16", "float16")  # qlooper.devices.COMPUTE_DTYPES (not imported here)
 
@@ -70,10 +70,30 @@ def _epoch_pair(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def _setting_pair(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, found {text!r}")
+    import json
+
+    try:
+        parsed: object = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key.strip(), parsed
+
+
 def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="quantize a model (HF directory or .gguf file) and save the checkpoint")
     p.add_argument("source", help="Hugging Face model directory or .gguf file")
-    p.add_argument("--method", choices=METHODS, default="gptq", help="quantization method (default: gptq)")
+    p.add_argument(
+        "--method",
+        choices=MethodChoices(),
+        default="gptq",
+        metavar="METHOD",  # argparse would list the choices (the registry) while building the parser
+        help="quantization method: %(choices)s (a third-party one is registered through the lowbit.methods entry "
+        "points; default: gptq)",
+    )
     p.add_argument("--bits", type=int, default=None, help="code width, 2..8 (default: 4; fp8: 8; nf4 with 8: int8)")
     p.add_argument(
         "--group-size", type=_group_size, default=None, help="columns per group, -1 per channel (default: 128)"
@@ -187,6 +207,15 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
         help="fp8 scale granularity (default: row; block needs --fp8-block)",
     )
     p.add_argument("--fp8-block", type=_int_list, default=None, metavar="ROWS,COLS", help="fp8 block scaling size")
+    p.add_argument(
+        "--setting",
+        action="append",
+        type=_setting_pair,
+        default=None,
+        metavar="KEY=VALUE",
+        help="a setting of a third-party --method (VALUE read as JSON, else as text; repeatable); an unknown KEY "
+        "is refused naming the settings the method accepts",
+    )
     p.add_argument("--calibration", default="builtin", metavar="FILE|builtin", help="calibration text")
     p.add_argument("--samples", type=_positive_int, default=128, help="calibration blocks (default: 128)")
     p.add_argument("--length", type=_positive_int, default=256, help="tokens per calibration block (default: 256)")

@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UnsupportedRequestError, UsageError
+from ..errors import UsageError
 from .calibration_input import calibration_rows
 from .device_flags import check_compute_flags
 from .gguf_file_out import is_gguf_path, quantize_to_gguf_file
 from .main import EXIT_STOPPED
 from .output_guard import check_output, output_lock
-from .quantize_flags import qhf_method, quant_config
+from .quantize_flags import quant_config, quant_method
 from .save_flags import check_save_flags
 
 if TYPE_CHECKING:
@@ -113,13 +113,12 @@ def _apply_target(args: argparse.Namespace, qm: Any, config: dict[str, Any]) -> 
     fit, else one reopened with the adjusted settings (``args.dtype`` too); a target no setting change can
     satisfy raises ``qformats.engines.EngineTargetError`` (exit status 2)."""
     import qhf
-    from qformats.config import QUANTIZER_FORMATS
     from qformats.engines import plan_target
     from qhf.engine_facts import planned_facts
 
     from .engine_lines import target_changes_text
 
-    formats = QUANTIZER_FORMATS[qhf_method(args.method)]
+    formats = quant_method(args.method).formats
     plan = plan_target(planned_facts(qm, args.dtype), args.target, formats=formats)
     line = target_changes_text(args.target, plan)
     changes = dict(plan.changes)
@@ -209,15 +208,9 @@ def _run_directory(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import qhf
     from qcheckpoint import ResumePolicyError
-    from qformats.config import QUANTIZER_FORMATS
     from qhf.config_view import algorithm, awq_scales, is_weight_only, needs_calibration
     from qlooper.errors import RunStopped
 
-    if qhf_method(args.method) not in QUANTIZER_FORMATS:
-        raise UnsupportedRequestError(
-            f"--method {args.method}: whole-model quantization with {args.method} is not available in the installed "
-            f"qhf (it quantizes models with: {', '.join(QUANTIZER_FORMATS)})"
-        )
     wall = time.perf_counter()
     config = quant_config(args)
     qm = qhf.load(args.source, config)

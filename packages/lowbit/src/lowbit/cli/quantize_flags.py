@@ -22,19 +22,27 @@ _INTEGER_ONLY_FLAGS = {
 }  # fmt: skip
 
 
+def quant_method(method: str) -> Any:
+    """The :class:`qhf.methods.QuantMethod` of a ``--method`` value (``nf4``: bitsandbytes; qhf's registry)."""
+    from qhf.methods import cli_method
+
+    found = cli_method(method)
+    if found is None:  # argparse checked the value against the same registry
+        from qhf.methods import cli_names
+
+        raise UsageError(f"--method: expected one of {', '.join(cli_names())}, found {method!r}")
+    return found
+
+
 def qhf_method(method: str) -> str:
     """The config method of a ``--method`` value: ``nf4`` names the bitsandbytes 4-bit weight family (its
     method ``bitsandbytes``); every other value is its own method."""
-    from qformats.layouts.families import get_family
-
-    return get_family("bnb4").method if method == "nf4" else method
+    return str(quant_method(method).name)
 
 
 def is_weight_only_method(method: str) -> bool:
-    """Whether ``--method`` names a weight-only family (``fp8``, ``nf4``, ``gguf``; qformats' registry)."""
-    from qformats.layouts.families import weight_only_methods
-
-    return qhf_method(method) in weight_only_methods()
+    """Whether ``--method`` names a weight-only method (``fp8``, ``nf4``, ``gguf``; qhf's registry)."""
+    return bool(quant_method(method).weight_only)
 
 
 def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,6 +74,10 @@ def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     """The qhf quantization config dict the flags describe."""
+    if not quant_method(args.method).builtin:
+        return _third_party_config(args)
+    if args.setting:
+        raise UsageError(f"--setting: the settings of a third-party method; --method {args.method} takes its own flags")
     if is_weight_only_method(args.method):
         return _weight_only_config(args)
     if args.fp8_scale is not None or args.fp8_block is not None:
@@ -168,3 +180,44 @@ def _budget_config(args: argparse.Namespace) -> dict[str, Any]:
     if args.bits_candidates is not None:
         out["bits_candidates"] = list(args.bits_candidates)
     return out
+
+
+#: The flags of a third-party method: the config's own fields (its settings come with --setting KEY=VALUE).
+_THIRD_PARTY_FLAGS = {"group_size", "asym", "desc_act"}
+
+
+def _third_party_config(args: argparse.Namespace) -> dict[str, Any]:
+    """A third-party method's config: ``--bits`` / ``--group-size`` / ``--asym`` / ``--desc-act`` / ``--format`` and
+    its settings from ``--setting KEY=VALUE`` (checked by the method's closed settings class, naming the key); the
+    built-in methods' own flags are refused naming them."""
+    method = quant_method(args.method)
+    given = [
+        flag
+        for name, flag in _INTEGER_ONLY_FLAGS.items()
+        if name not in _THIRD_PARTY_FLAGS and getattr(args, name) not in (None, False)
+    ]
+    if args.fp8_scale is not None or args.fp8_block is not None:
+        given.append("--fp8-scale/--fp8-block")
+    if given:
+        from qhf.methods import setting_names
+
+        accepted = ", ".join(setting_names(method.settings_type)) or "none"
+        raise UsageError(
+            f"--method {args.method}: {', '.join(given)} not a setting of this method (its settings, given with "
+            f"--setting KEY=VALUE: {accepted})"
+        )
+    config: dict[str, Any] = {
+        "method": method.name,
+        "bits": 4 if args.bits is None else args.bits,
+        "group_size": 128 if args.group_size is None else args.group_size,
+        "sym": not args.asym,
+    }
+    if args.desc_act:
+        config["desc_act"] = True
+    if args.format is not None:
+        config["format"] = args.format
+    for key, value in args.setting or ():
+        if key in config or key in ("format", "desc_act"):
+            raise UsageError(f"--setting {key}=...: {key} is a config field; use its own flag")
+        config[key] = value
+    return config

@@ -1,0 +1,178 @@
+"""lowbit's built-in methods as :class:`~qhf.methods.QuantMethod` objects: ``gptq``, ``awq``, ``rtn``, ``qqq``,
+``paroquant`` (calibrated) and ``fp8``, ``bitsandbytes``, ``gguf`` (weight-only).
+
+Their formats are qformats' stored-field facts (:data:`qformats.config.QUANTIZER_FORMATS`, ``DEFAULT_FORMATS``);
+their settings are resolved by qhf's readers (:mod:`qhf.calibrated_settings`, :mod:`qhf.weight_only_settings`,
+called from :func:`qhf.quant_config.read_quantize_config`) and read here through the typed classes of
+:mod:`.builtin_settings`. The hooks hold the code the config views and spec builder used to branch on by name, so
+the checkpoints they write are unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS
+
+from .builtin_settings import CalibratedSettings, WeightOnlySettings
+from .method import QuantMethod
+
+if TYPE_CHECKING:
+    from qformats.config import QuantizeConfig
+
+#: The calibrated settings written under a checkpoint's ``meta`` (in this order, after ``quantizer``, ``algorithm``).
+META_SETTINGS = ("damp_percent", "damp_auto_increment", "static_groups", "true_sequential", "mse", "act_group_aware")
+
+
+class BuiltinMethod(QuantMethod):
+    """A lowbit method: formats from qformats' table, settings resolved by qhf's readers (module docstring)."""
+
+    builtin = True
+
+    def __init__(self, name: str, summary: str, processor_name: str = "", cli_name: str = "") -> None:
+        self.name = name
+        self.summary = summary
+        self.processor_name = processor_name or name
+        self.cli_name = cli_name
+        self.formats = tuple(QUANTIZER_FORMATS[name])
+        self.default_format = DEFAULT_FORMATS.get(name)
+
+    def settings(self, cfg: QuantizeConfig) -> Any:
+        """The typed view of the resolved settings (values as the reader resolved them, not coerced)."""
+        names = {f.name for f in dataclasses.fields(self.settings_type)}
+        return self.settings_type(**{k: v for k, v in cfg.settings.items() if k in names})
+
+    def checkpoint_method(self, cfg: QuantizeConfig) -> str:
+        return self.name
+
+    def checkpoint_fields(self, cfg: QuantizeConfig) -> dict[str, Any]:
+        return {}  # written by qhf.checkpoint_config in the reference's places
+
+
+class CalibratedMethod(BuiltinMethod):
+    """GPTQ (and its GPTAQ / FOEM / ``awq_scales`` variants, EoRA), AWQ, RTN, QQQ: a qalgos ``QuantSpec``."""
+
+    settings_type = CalibratedSettings
+    #: the dtype solved scales are rounded to (QQQ keeps float32: it splits them into its two scale levels)
+    scale_dtype = "float16"
+
+    def true_sequential(self, cfg: QuantizeConfig) -> bool:
+        return bool(self.settings(cfg).true_sequential)
+
+    def spec(self, cfg: QuantizeConfig) -> Any:
+        """``QuantSpec`` scales rounded to float16 as solved so the checkpoint is exact (QQQ keeps float32 scales:
+        it splits them into its two scale levels, :mod:`qalgos.qqq`)."""
+        from qalgos.spec import QuantSpec
+
+        own: CalibratedSettings = self.settings(cfg)
+        return QuantSpec(
+            bits=cfg.width,
+            group_size=cfg.group_size,
+            sym=cfg.sym,
+            desc_act=bool(cfg.desc_act),
+            static_groups=own.static_groups,
+            act_group_aware=bool(own.act_group_aware),  # resolved to a bool by read_quantize_config
+            damp_percent=own.damp_percent,
+            damp_auto_increment=own.damp_auto_increment,
+            mse=own.mse,
+            scale_dtype=self.scale_dtype,
+        )
+
+    def processor(self, cfg: QuantizeConfig, spec: Any, module_specs: dict[str, Any]) -> Any:
+        """GPTAQ / FOEM with a section, ``awq_gptq`` with ``awq_scales``, EoRA around it with an ``adapter``
+        (:func:`qhf.looper_bridge.make_quant_processor`)."""
+        from ..looper_bridge import make_quant_processor
+
+        return make_quant_processor(cfg, spec, module_specs)
+
+    def meta_settings(self, cfg: QuantizeConfig) -> dict[str, Any]:
+        from ..config_view import setting
+
+        return {name: setting(cfg, name) for name in META_SETTINGS}
+
+
+class GPTQMethod(CalibratedMethod):
+    def checkpoint_method(self, cfg: QuantizeConfig) -> str:
+        """GPTQ on AWQ-scaled weights (``awq_scales``) is stored as the family its format belongs to."""
+        if self.settings(cfg).awq_scales:
+            return self.written_method(str(cfg.format))
+        return self.name
+
+
+class RTNMethod(CalibratedMethod):
+    """RTN: no calibration (unless a ``bits_budget`` is still to be resolved: its sensitivity pass reads rows);
+    stored as the family its format belongs to."""
+
+    def checkpoint_method(self, cfg: QuantizeConfig) -> str:
+        return self.written_method(str(cfg.format))
+
+    def needs_calibration(self, cfg: QuantizeConfig) -> bool:
+        from ..config_view import needs_allocation
+
+        return needs_allocation(cfg)
+
+
+class QQQMethod(CalibratedMethod):
+    """QQQ: GPTQ on QQQ's grids (float32 scales, :meth:`CalibratedMethod.spec`); its shapes are its weight family's."""
+
+    scale_dtype = "float32"
+
+
+class ParoQuantMethod(CalibratedMethod):
+    """ParoQuant: a qalgos ``ParoSpec`` from its settings (:mod:`qhf.paroquant_settings`); every module alike."""
+
+    def spec(self, cfg: QuantizeConfig) -> Any:
+        from ..paroquant_settings import paro_spec
+
+        return paro_spec(cfg)
+
+    def module_specs(self, cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
+        return {}
+
+
+class WeightOnlyMethod(BuiltinMethod):
+    """FP8, bitsandbytes, GGUF: a qalgos ``WeightOnlySpec``, qlooper's ``WeightOnlyProcessor``."""
+
+    settings_type = WeightOnlySettings
+    weight_only = True
+    calibrated = False
+
+    def spec(self, cfg: QuantizeConfig) -> Any:
+        from ..weight_only import weight_only_spec
+
+        return weight_only_spec(cfg)
+
+    def module_specs(self, cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
+        """FP8 / bitsandbytes quantize every module alike."""
+        return {}
+
+    def processor(self, cfg: QuantizeConfig, spec: Any, module_specs: dict[str, Any]) -> Any:
+        """qlooper's ``WeightOnlyProcessor`` (a GGUF mixture's modules with their own spec)."""
+        from qlooper.processors.weight_only import WeightOnlyProcessor
+
+        return WeightOnlyProcessor(spec, module_specs=module_specs)
+
+
+class GGUFMethod(WeightOnlyMethod):
+    """GGUF blocks: a K-quant mixture's modules get their own block types."""
+
+    def module_specs(self, cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
+        """A GGUF config's ``dynamic`` types (:func:`qhf.weight_only.module_specs`)."""
+        from ..weight_only import module_specs as gguf_module_specs
+
+        return gguf_module_specs(cfg, modules)
+
+
+def builtin_methods() -> tuple[QuantMethod, ...]:
+    """The built-in methods, in qformats' table order."""
+    return (
+        GPTQMethod("gptq", "GPTQ: Hessian-based column solve (GPTAQ / FOEM / AWQ-scaled variants, EoRA)"),
+        CalibratedMethod("awq", "AWQ: activation-aware per-channel scales, then RTN"),
+        RTNMethod("rtn", "round to nearest, no calibration"),
+        WeightOnlyMethod("fp8", "FP8 weights with row / tensor / block scales"),
+        WeightOnlyMethod("bitsandbytes", "bitsandbytes NF4 / FP4 / int8", processor_name="weight_only", cli_name="nf4"),
+        GGUFMethod("gguf", "GGUF blocks (Q4_0 ... Q6_K, K-quant mixtures)"),
+        QQQMethod("qqq", "QQQ: GPTQ on QQQ's 4-bit grids, two scale levels"),
+        ParoQuantMethod("paroquant", "ParoQuant: learned pairwise rotations, then AWQ-layout codes"),
+    )
