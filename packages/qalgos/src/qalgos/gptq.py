@@ -92,9 +92,7 @@ class GPTQ:
         new statistics drop it. ``release_statistics``: free the float64 sum as soon as the float32 Hessian
         is formed, before the factorisation's work matrices exist (the last reader of this input)."""
         if self._prepared is None:
-            hessian = self._acc.hessian()
-            if release_statistics:
-                self._acc.release()
+            hessian = self._acc.hessian(release=release_statistics)  # frees the sum while forming it
             dead = torch.diagonal(hessian) == 0
             if bool(dead.any()):
                 hessian[dead, dead] = 1.0

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .finite_check import all_finite
+
 FLOOR_ATTEMPTS = 6
 
 
@@ -150,7 +152,7 @@ def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
     upper = factors[1]
     del factors
     reverse_in_place(upper)  # flip(0, 1) without a second [in, in] matrix
-    if not bool(torch.isfinite(upper).all()):
+    if not all_finite(upper):
         return None
     return upper
 
@@ -188,7 +190,7 @@ def _factor_in_place(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
     del factors
     if upper is not None:
         reverse_in_place(upper)
-        if bool(torch.isfinite(upper).all()):
+        if all_finite(upper):
             return upper
     restore_from_upper(hessian, diagonal.flip(0))
     reverse_in_place(hessian)
@@ -204,7 +206,7 @@ def damped_inverse(
     read again): the first damping tried factors it in place (:func:`_factor_in_place`, the same values with one
     ``[n, n]`` float32 matrix less: 0.82 GB at ``in`` = 14336); if that one fails, ``hessian`` is restored and
     the search continues on copies. Without ``consume`` it is never modified."""
-    if not bool(torch.isfinite(hessian).all()):
+    if not all_finite(hessian):
         return DampedInverse(None, None, 0.0, 0)
     mean_diag = float(torch.mean(torch.diagonal(hessian)))
     candidates = damp_candidates(damp_percent, increment)
