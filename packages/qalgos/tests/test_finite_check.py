@@ -26,3 +26,12 @@ def test_all_finite_agrees_with_isfinite_across_chunks(
 def test_integer_and_empty_tensors_are_finite() -> None:
     assert all_finite(torch.arange(10))
     assert all_finite(torch.empty(0, 4))
+
+
+def test_finite_values_whose_sum_overflows_are_finite() -> None:
+    """The sum is only a shortcut: finite values summing past the float32 range are still all finite."""
+    big = torch.full((8,), 3e38)
+    assert not bool(torch.isfinite(big.sum()))
+    assert all_finite(big)
+    big[3] = float("nan")
+    assert not all_finite(big)

@@ -117,11 +117,14 @@ def test_released_statistics_refuse_further_use() -> None:
 
 @pytest.mark.parametrize("n", [1, 2, 3, 64, 513])
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 18])
-def test_reverse_in_place_equals_flip_of_both_axes(n: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])  # numpy's path; torch's
+def test_reverse_in_place_equals_flip_of_both_axes(
+    n: int, chunk: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import qalgos.hessian_inverse as hinv
 
     monkeypatch.setattr(hinv, "REVERSE_CHUNK", chunk)
-    matrix = torch.randn(n, n, generator=torch.Generator().manual_seed(n))
+    matrix = torch.randn(n, n, generator=torch.Generator().manual_seed(n)).to(dtype)
     want = matrix.flip(0, 1).clone()
     hinv.reverse_in_place(matrix)
     assert torch.equal(matrix, want)

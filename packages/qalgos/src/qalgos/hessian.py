@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from .errors import ShapeError, StateError
+from .finite_check import all_finite
 
 GRAM_BLOCKS = 8
 GRAM_MIN_BLOCK = 1024
@@ -192,7 +193,7 @@ class HessianAccumulator:
         tokens = int(flat.shape[0])
         if tokens == 0:
             return 0
-        if not bool(torch.isfinite(flat).all()):
+        if not all_finite(flat):
             raise ShapeError("x: activations contain NaN or infinity")
         buffer = self._place(flat.device)
         capacity = buffer.shape[0]
