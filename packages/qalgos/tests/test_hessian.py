@@ -117,11 +117,14 @@ def test_released_statistics_refuse_further_use() -> None:
 
 @pytest.mark.parametrize("n", [1, 2, 3, 64, 513])
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 18])
-def test_reverse_in_place_equals_flip_of_both_axes(n: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])  # numpy's path; torch's
+def test_reverse_in_place_equals_flip_of_both_axes(
+    n: int, chunk: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import qalgos.hessian_inverse as hinv
 
     monkeypatch.setattr(hinv, "REVERSE_CHUNK", chunk)
-    matrix = torch.randn(n, n, generator=torch.Generator().manual_seed(n))
+    matrix = torch.randn(n, n, generator=torch.Generator().manual_seed(n)).to(dtype)
     want = matrix.flip(0, 1).clone()
     hinv.reverse_in_place(matrix)
     assert torch.equal(matrix, want)
@@ -242,3 +245,23 @@ def test_failed_in_place_factor_restores_the_hessian_bit_for_bit(leaf: int, monk
     consumed = damped_inverse(h, 0.0, 0.05, consume=True)
     assert consumed.damp == copied.damp == pytest.approx(0.25)
     assert consumed.attempts == copied.attempts and torch.equal(consumed.upper, copied.upper)
+
+
+@pytest.mark.parametrize("n", [5, 2100, 4100])
+def test_releasing_hessian_equals_the_kept_one_and_frees_the_sum(n: int) -> None:
+    """``hessian(release=True)`` frees the float64 block rows while it writes: the same float32 Hessian, bit for
+    bit, and the accumulator is released afterwards."""
+    from qalgos.errors import StateError
+
+    gen = torch.Generator().manual_seed(n)
+    kept, released = HessianAccumulator(n), HessianAccumulator(n)
+    for tokens in (300, 4096, 9):
+        x = torch.randn(tokens, n, generator=gen)
+        kept.add_batch(x)
+        released.add_batch(x)
+    gram = released.gram
+    assert gram is not None
+    assert torch.equal(released.hessian(release=True), kept.hessian())
+    assert released.gram is None and not gram.blocks  # every block row was given up
+    with pytest.raises(StateError, match="released"):
+        released.hessian()

@@ -65,3 +65,20 @@ def test_unknown_dtype_is_refused(tiny_dirs) -> None:
     qm = qhf.load(tiny_dirs("llama"), RTN)
     with pytest.raises(QHFError, match=r"dtype 'float8'.*auto, float16, bfloat16, float32"):
         resolve_dense_dtype(qm.source, "float8")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_round_in_place_by_chunks_equals_the_whole_tensor_rounding(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import qhf.save.dense_dtype as dd
+
+    monkeypatch.setattr(dd, "ROUND_CHUNK", 5)  # many chunks, the last one partial
+    value = torch.randn(7, 9, generator=torch.Generator().manual_seed(1)) * 1e3
+    want = value.to(dtype).to(value.dtype)
+    dd.round_in_place(value, dtype)
+    assert torch.equal(value, want)
+    strided = torch.randn(9, 7, generator=torch.Generator().manual_seed(2)).T  # not contiguous: one conversion
+    want = strided.to(dtype).to(strided.dtype)
+    dd.round_in_place(strided, dtype)
+    assert torch.equal(strided, want)

@@ -108,9 +108,7 @@ class GPTQ:
         key = factor_key(self.spec)
         prepared = self._factors.get(key)
         if prepared is None:
-            hessian = self._acc.hessian()
-            if release_statistics:
-                self._acc.release()
+            hessian = self._acc.hessian(release=release_statistics)  # frees the sum while forming it
             dead = torch.diagonal(hessian) == 0
             if bool(dead.any()):
                 hessian[dead, dead] = 1.0

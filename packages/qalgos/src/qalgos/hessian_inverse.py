@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from .finite_check import all_finite
 
 FLOOR_ATTEMPTS = 6
 
@@ -124,7 +127,12 @@ REVERSE_CHUNK = 1 << 18
 def reverse_in_place(matrix: torch.Tensor) -> None:
     """``matrix.copy_(matrix.flip(0, 1))`` for a contiguous ``[n, n]`` matrix, with a work space of
     :data:`REVERSE_CHUNK` elements instead of a second matrix: flipping both axes of a row-major matrix
-    reverses its flat storage, done as swaps of mirrored chunks."""
+    reverses its flat storage, done as swaps of mirrored chunks. On the CPU the chunks are copied through
+    numpy's reversed views (``torch.flip`` of a 1-D chunk ran about 75x slower here: 7.6 against 0.1 CPU s for a
+    14336 x 14336 float32 matrix); every value is a copy, so both give the same bits."""
+    if matrix.device.type == "cpu" and matrix.dtype in _NUMPY_DTYPES:
+        _reverse_numpy(matrix.view(-1).numpy())
+        return
     flat = matrix.view(-1)
     total = flat.numel()
     half = total // 2
@@ -133,6 +141,22 @@ def reverse_in_place(matrix: torch.Tensor) -> None:
         head = flat[start : start + count].clone()
         flat[start : start + count] = flat[total - start - count : total - start].flip(0)
         flat[total - start - count : total - start] = head.flip(0)
+
+
+_NUMPY_DTYPES = (torch.float32, torch.float64)
+
+
+def _reverse_numpy(flat: np.ndarray) -> None:
+    """Reverse the 1-D array ``flat`` in place by swapping mirrored chunks of :data:`REVERSE_CHUNK` elements."""
+    total = flat.size
+    half = total // 2
+    head = np.empty(min(REVERSE_CHUNK, half), dtype=flat.dtype)
+    for start in range(0, half, REVERSE_CHUNK):
+        count = min(REVERSE_CHUNK, half - start)
+        saved = head[:count]
+        np.copyto(saved, flat[start : start + count])
+        np.copyto(flat[start : start + count], flat[total - start - count : total - start][::-1])
+        np.copyto(flat[total - start - count : total - start], saved[::-1])
 
 
 def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
@@ -150,7 +174,7 @@ def _factor(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
     upper = factors[1]
     del factors
     reverse_in_place(upper)  # flip(0, 1) without a second [in, in] matrix
-    if not bool(torch.isfinite(upper).all()):
+    if not all_finite(upper):
         return None
     return upper
 
@@ -188,7 +212,7 @@ def _factor_in_place(hessian: torch.Tensor, add: float) -> torch.Tensor | None:
     del factors
     if upper is not None:
         reverse_in_place(upper)
-        if bool(torch.isfinite(upper).all()):
+        if all_finite(upper):
             return upper
     restore_from_upper(hessian, diagonal.flip(0))
     reverse_in_place(hessian)
@@ -204,7 +228,7 @@ def damped_inverse(
     read again): the first damping tried factors it in place (:func:`_factor_in_place`, the same values with one
     ``[n, n]`` float32 matrix less: 0.82 GB at ``in`` = 14336); if that one fails, ``hessian`` is restored and
     the search continues on copies. Without ``consume`` it is never modified."""
-    if not bool(torch.isfinite(hessian).all()):
+    if not all_finite(hessian):
         return DampedInverse(None, None, 0.0, 0)
     mean_diag = float(torch.mean(torch.diagonal(hessian)))
     candidates = damp_candidates(damp_percent, increment)

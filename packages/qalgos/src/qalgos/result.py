@@ -9,6 +9,7 @@ import torch
 from qformats.logical import QuantizedWeight
 
 from .errors import ShapeError
+from .finite_check import all_finite
 from .spec import QuantSpec
 
 
@@ -42,7 +43,7 @@ def check_weight(weight: torch.Tensor, name: str = "weight") -> None:
         raise ShapeError(f"{name}: expected a non-empty 2-D tensor [out, in], found shape {tuple(weight.shape)}")
     if not weight.dtype.is_floating_point:
         raise ShapeError(f"{name}: expected a floating dtype, found {weight.dtype}")
-    if not bool(torch.isfinite(weight).all()):
+    if not all_finite(weight):
         raise ShapeError(f"{name}: contains NaN or infinity")
 
 

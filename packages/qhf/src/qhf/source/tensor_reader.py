@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from qalgos.finite_check import all_finite
 from qformats.checkpoint.dense_checks import DENSE_RULE
 from qformats.checkpoint.safetensors_io import SafetensorsFile, TensorInfo, tensor_crc32
 from qformats.errors import CheckpointFormatError
@@ -102,7 +103,7 @@ class TensorReader:
                     f"{file}: tensor {name!r}: dtype, shape or bytes do not match the crc32 recorded when it was "
                     "written"
                 )
-        if tensor.dtype in _CHECKED_FLOATS and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+        if tensor.dtype in _CHECKED_FLOATS and tensor.numel() and not all_finite(tensor):
             bad = int((~torch.isfinite(tensor)).sum())
             raise SourceFormatError(
                 f"{file}: tensor {name!r}: [{DENSE_RULE}] expected finite values, found {bad} NaN/Inf"
