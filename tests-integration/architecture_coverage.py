@@ -96,6 +96,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "llama4_text": {**MOE, "num_experts_per_tok": 1, "intermediate_size_mlp": 128},  # batched experts [E*T, H]
     # hybrid: layer 0 gated delta-net linear attention, layer 1 full attention
     "qwen3_next": {**MOE, "shared_expert_intermediate_size": 64, "full_attention_interval": 2},
+    # blocks return (hidden, state, attentions); rescale_every > 0 is refused by name (in-place weight rescale)
+    "rwkv": {"rescale_every": 0},
 }
 
 
@@ -150,7 +152,6 @@ REFUSED: dict[str, Refusal] = {
     "bailing_hybrid": Refusal(
         "qhf", "tensor 'model.layers.0.attention.k_conv1d.weight': transformers converts it into", CONVERSION
     ),
-    "bamba": Refusal("fail", "not enough values to unpack (expected 2, got 1)"),
     "bart": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "bert": Refusal("qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS),
     "bert-generation": Refusal(
@@ -208,7 +209,7 @@ REFUSED: dict[str, Refusal] = {
         "config", "'head_dim' is a per-layer attribute and may vary across layers. Access it via th"
     ),
     "git": Refusal("size", "the tiny config builds 85,973,504 parameters"),
-    "glm_moe_dsa": Refusal("fail", "not enough values to unpack (expected 2, got 1)"),
+    "glm_moe_dsa": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`"),
     "got_ocr2": Refusal("size", "the tiny config builds 716,033,280 parameters"),
     "gpt-sw3": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
     "gpt2": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
@@ -218,7 +219,7 @@ REFUSED: dict[str, Refusal] = {
     "hrm_text": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "hunyuan_v1_dense": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "hunyuan_v1_moe": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
-    "hy_v4": Refusal("fail", "not enough values to unpack (expected 2, got 1)"),
+    "hy_v4": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`"),
     "inkling2_loop_text": Refusal("fail", "Trying to create tensor with negative dimension -199738: [-199738, 64]"),
     "inkling2_text": Refusal("fail", "Trying to create tensor with negative dimension -199738: [-199738, 64]"),
     "jamba": Refusal(
@@ -290,7 +291,6 @@ REFUSED: dict[str, Refusal] = {
     "roformer": Refusal(
         "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
     ),
-    "rwkv": Refusal("fail", "not enough values to unpack (expected 3, got 1)"),
     "sarvam_moe": Refusal(
         "qhf", "tensor 'model.layers.0.attention.query_key_value.weight': transformers converts ", CONVERSION
     ),
@@ -319,6 +319,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "apertus",
     "apertus1p5_text",
     "aria_text",
+    "bamba",
     "beam",
     "bitnet",
     "cohere2_moe",

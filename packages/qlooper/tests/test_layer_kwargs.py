@@ -57,3 +57,15 @@ def test_variants_survive_the_continuation_codec_and_the_next_layer() -> None:
         for b in range(len(cache)):
             want = cache.for_layer(layer).layer_input_kwargs[b]["attention_mask"]
             assert torch.equal(restored.for_layer(layer).layer_input_kwargs[b]["attention_mask"], want)
+
+
+def test_stand_ins_return_the_tuple_the_model_unpacks() -> None:
+    from qlooper.layer_kwargs import LayerCallRecorder
+
+    layers = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)]
+    x = torch.randn(1, 3, 4)
+    with LayerCallRecorder(layers, lambda _k: True, output_arity=3):
+        hidden, second, third = layers[0](x)
+    assert hidden is x and second is None and third is None
+    with LayerCallRecorder(layers, lambda _k: True):
+        assert layers[0](x) is x

@@ -62,11 +62,13 @@ def capture_first_layer_inputs(
     *,
     device: str | torch.device = "cpu",
     layers: list[nn.Module] | None = None,
+    output_arity: int | None = None,
 ) -> InputCache:
     """Call ``model(input_ids=, attention_mask=)`` per batch and record the layers' calls (module docstring).
 
     ``layers``: every decoder layer in order (``layers[0]`` is ``first_layer``); without it only layer 0's
-    call is recorded and its kwargs serve every layer.
+    call is recorded and its kwargs serve every layer. ``output_arity``: the layers' tuple length
+    (``ModelDefinition.layer_output_arity``; None: they return a tensor).
     """
     target = torch.device(device)
     layers = layers if layers is not None else [first_layer]
@@ -83,7 +85,7 @@ def capture_first_layer_inputs(
     if config is not None and had_use_cache:
         config.use_cache = False
     try:
-        with torch.no_grad(), LayerCallRecorder(layers, lambda k: k not in CACHE_KWARGS) as recorder:
+        with torch.no_grad(), LayerCallRecorder(layers, lambda k: k not in CACHE_KWARGS, output_arity) as recorder:
             for index, batch in enumerate(calibration.batches):
                 recorder.reset()
                 try:

@@ -67,6 +67,9 @@ class ModelDefinition:
     * ``norm_weight_offset``: norms compute ``x * (offset + weight)`` (1.0 for Gemma); AWQ folds its scales
       into ``offset + weight`` of a 1-D ``prev_op`` weight.
     * ``name``: a label for reports and checkpoint identity.
+    * ``layer_output_arity``: how a decoder layer returns: ``None`` a hidden-state tensor, ``n`` a tuple of ``n``
+      whose first element is the hidden state (the model's code unpacks ``n`` values; the capture's stand-in
+      layers return ``(hidden, None, ...)``). Not part of :meth:`describe`: it changes no number.
     """
 
     layers_path: str
@@ -76,6 +79,7 @@ class ModelDefinition:
     awq_no_clip: tuple[str, ...] = ()
     norm_weight_offset: float = 0.0
     name: str = "custom"
+    layer_output_arity: int | None = None
 
     def __post_init__(self) -> None:
         if not self.layers_path:
@@ -88,6 +92,11 @@ class ModelDefinition:
                 if name in seen:
                     raise DefinitionError(f"ModelDefinition.groups: module {name!r} appears in two groups")
                 seen.add(name)
+        if self.layer_output_arity is not None and self.layer_output_arity < 1:
+            raise DefinitionError(
+                "ModelDefinition.layer_output_arity: expected None or a positive integer, "
+                f"found {self.layer_output_arity}"
+            )
         if self.max_length is not None and self.max_length <= 0:
             raise DefinitionError(f"ModelDefinition.max_length: expected a positive integer, found {self.max_length}")
 

@@ -45,11 +45,17 @@ def same_kwargs(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 class LayerCallRecorder:
     """Stand-in forwards on ``layers`` while active (a context manager); ``calls[i]`` is layer ``i``'s
-    ``(args, kwargs)`` of the current batch, ``kwargs`` filtered by ``keep(name)``."""
+    ``(args, kwargs)`` of the current batch, ``kwargs`` filtered by ``keep(name)``.
 
-    def __init__(self, layers: Sequence[nn.Module], keep: Callable[[str], bool]) -> None:
+    A stand-in returns its hidden-state input; with ``output_arity`` ``n`` (layers that return a tuple the
+    model unpacks, e.g. ``hidden, attn_weights = layer(...)``) it returns ``(hidden, None, ...)`` of ``n``."""
+
+    def __init__(
+        self, layers: Sequence[nn.Module], keep: Callable[[str], bool], output_arity: int | None = None
+    ) -> None:
         self.layers = list(layers)
         self.keep = keep
+        self.output_arity = output_arity
         self.calls: list[tuple[tuple[Any, ...], dict[str, Any]] | None] = [None] * len(self.layers)
         self._saved: list[Any] = []
 
@@ -60,7 +66,10 @@ class LayerCallRecorder:
             self.calls[index] = (args, {k: v for k, v in kwargs.items() if self.keep(k)})
             if last:
                 raise StopForward("decoder layer calls recorded")
-            return args[0] if args else kwargs.get("hidden_states")
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            if self.output_arity is None:
+                return hidden
+            return (hidden,) + (None,) * (self.output_arity - 1)
 
         return forward
 

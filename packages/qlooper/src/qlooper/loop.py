@@ -236,6 +236,7 @@ class LayerLoop:
                 calibration,
                 device=self.options.cache_device,
                 layers=[layer for _, layer in state.layers],
+                output_arity=self.definition.layer_output_arity,
             )
         state.cursor = state.start_cursor = cursor
         progress = Progress(len(state.plan), enabled=self.options.progress)

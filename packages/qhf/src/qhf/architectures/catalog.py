@@ -18,6 +18,7 @@ from qlooper.module_access import module_tensor
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
+from .config_refusals import refuse_in_place_rescale
 from .discovery import Discovery, discover, text_config
 from .multimodal import is_vision_language, refuse_layer_index_clash
 
@@ -83,6 +84,7 @@ def definition_for(model: nn.Module, config: Any) -> Discovery:
     Raises :class:`UnsupportedArchitectureError` naming what was not understood.
     """
     family = text_config(config) if is_vision_language(config) else config
+    refuse_in_place_rescale(family)
     found = discover(model, config)
     if family is not config:
         layers_path = found.definition.layers_path

@@ -33,6 +33,7 @@ from torch import nn
 from ..errors import UnsupportedArchitectureError
 from .fused_experts import UnfusedExperts
 from .layer_groups import FoundGroup, LayerStructure, layer_structure
+from .layer_outputs import check_not_carried, probe_layer_outputs
 from .layer_trace import trace_layer
 from .multimodal import language_model_path
 
@@ -182,6 +183,13 @@ def _run_replica(
     return replica, real, traces
 
 
+def _probe_embeds(replica: nn.Module, real: dict[int, nn.Module]) -> torch.Tensor:
+    """Random ``inputs_embeds [1, DISCOVERY_TOKENS, hidden]`` in the layers' dtype for the output probe."""
+    hidden = int(cast(Any, replica).get_input_embeddings().weight.shape[1])
+    dtype = next(iter(real[max(real)].parameters())).dtype
+    return torch.randn(1, DISCOVERY_TOKENS, hidden, generator=torch.Generator().manual_seed(1)).to(dtype)
+
+
 def _merge(structures: dict[int, LayerStructure], where: str) -> list[GroupSpec]:
     """One group list for every structure: shared groups in order, the others optional, placed after their
     predecessor in their own structure."""
@@ -230,7 +238,9 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
     for index, layer in enumerate(container):
         by_signature.setdefault(_signature(layer), []).append(index)
     representatives = {members[0]: members for members in by_signature.values()}
-    _replica, real, traces = _run_replica(skeleton, layers_path, representatives)
+    replica, real, traces = _run_replica(skeleton, layers_path, representatives)
+    outputs = probe_layer_outputs(replica, layers_path, _probe_embeds(replica, real))
+    check_not_carried(outputs, layers_path)
     structures = {
         rep: layer_structure(real[rep], traces[rep], f"{layers_path}.{rep}") for rep in sorted(representatives)
     }
@@ -254,6 +264,7 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
             awq_no_clip=tuple(m for m in quantized if not clip_allowed(m.rsplit(".", 1)[-1])),
             norm_weight_offset=offset,
             name=name or str(getattr(config, "model_type", "discovered")),
+            layer_output_arity=outputs.arity,
         )
     except DefinitionError as error:
         raise UnsupportedArchitectureError(
