@@ -141,6 +141,10 @@ NO_LAYER_LIST = (
     "another field)"
 )
 CONVERSION = "its files need a transformers tensor conversion other than fused experts (split or merged projections)"
+CARRIED = (
+    "each decoder layer hands its topk_indices to the next as prev_topk_indices; the loop replays every layer from "
+    "its recorded inputs alone (refused by name at discovery)"
+)
 AWQ_PACKING = "a linear's width does not fit AWQ's GEMM packing at 4-bit group 32 (refused by name before quantizing)"
 
 # Types of MODEL_FOR_CAUSAL_LM_MAPPING not covered, each with its documented reason (from the full run).
@@ -209,7 +213,7 @@ REFUSED: dict[str, Refusal] = {
         "config", "'head_dim' is a per-layer attribute and may vary across layers. Access it via th"
     ),
     "git": Refusal("size", "the tiny config builds 85,973,504 parameters"),
-    "glm_moe_dsa": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`"),
+    "glm_moe_dsa": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`", CARRIED),
     "got_ocr2": Refusal("size", "the tiny config builds 716,033,280 parameters"),
     "gpt-sw3": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
     "gpt2": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
@@ -219,7 +223,7 @@ REFUSED: dict[str, Refusal] = {
     "hrm_text": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "hunyuan_v1_dense": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "hunyuan_v1_moe": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
-    "hy_v4": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`"),
+    "hy_v4": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`", CARRIED),
     "inkling2_loop_text": Refusal("fail", "Trying to create tensor with negative dimension -199738: [-199738, 64]"),
     "inkling2_text": Refusal("fail", "Trying to create tensor with negative dimension -199738: [-199738, 64]"),
     "jamba": Refusal(
