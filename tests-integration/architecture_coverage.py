@@ -152,7 +152,9 @@ REFUSED: dict[str, Refusal] = {
     # gpt2 and bloom: checked by CI
     "afmoe": Refusal("fail", "refusing to write a checkpoint whose modules break their layout: model.layers.1."),
     "axk1": Refusal("transformers", "The size of tensor a (4) must match the size of tensor b (8) at non-singleton di"),
-    "axk2": Refusal("fail", "'CpuInt4Linear' object has no attribute 'weight'"),
+    "axk2": Refusal(
+        "qhf", "format 'gemm' cannot hold model.layers.0.input_layernorm.mlp.fc2 [64 x 16] at 4-bit", AWQ_PACKING
+    ),
     "bailing_hybrid": Refusal(
         "qhf", "tensor 'model.layers.0.attention.k_conv1d.weight': transformers converts it into", CONVERSION
     ),
@@ -182,7 +184,6 @@ REFUSED: dict[str, Refusal] = {
         "transformers", "ne() received an invalid combination of arguments - got (NoneType), but expected"
     ),
     "dbrx": Refusal("config", "'DbrxAttentionConfig' object has no attribute 'rope_theta'"),
-    "deepseek_v32": Refusal("fail", "'CpuInt4Linear' object has no attribute 'weight'"),
     "deepseek_v4": Refusal("qhf", "AttributeError: 'NoneType' object has no attribute 'reshape'", DISCOVERY_FORWARD),
     "doge": Refusal(
         "qhf", "format 'gemm' cannot hold model.layers.0.self_attn.dt_proj [2 x 32] at 4-bit gro", AWQ_PACKING
@@ -329,6 +330,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "cohere2_moe",
     "ctrl",
     "cwm",
+    "deepseek_v32",
     "diffllama",
     "ernie4_5",
     "exaone",

@@ -85,3 +85,25 @@ def test_glm_moe_dsa_carrying_topk_indices_is_refused_by_name() -> None:
             v_head_dim=16,
             num_key_value_heads=4,
         )
+
+
+class _ReadsWeightDtype(nn.Module):
+    """Like DeepSeek-V3.2's indexer: casts its input to ``weights_proj.weight.dtype`` before calling it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.weights_proj = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) + self.weights_proj(x.to(self.weights_proj.weight.dtype)).sum(-1, keepdim=True)
+
+
+def test_a_weight_read_outside_its_linear_is_traced_and_the_class_restored() -> None:
+    from qhf.architectures.layer_trace import trace_layer
+
+    layer = _ReadsWeightDtype()
+    with trace_layer(layer) as trace:
+        layer(torch.randn(1, 3, 8))
+    assert trace.weight_read_outside == {"weights_proj"}
+    assert type(layer.weights_proj) is nn.Linear and "_weight_watch" not in layer.weights_proj.__dict__

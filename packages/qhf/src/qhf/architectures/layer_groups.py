@@ -144,6 +144,8 @@ class _Finder:
                     f"{type(module).__name__} overrides nn.Linear.forward with something other than "
                     "F.linear(x, weight, bias): kept dense"
                 )
+            elif name in self.trace.weight_read_outside:
+                left[name] = "the model reads its weight outside its own call (e.g. its dtype): kept dense"
             elif self._is_router(module):
                 left[name] = f"router-like output width {module.out_features}: kept dense"
             elif name in called:

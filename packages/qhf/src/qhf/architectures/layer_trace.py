@@ -4,6 +4,11 @@
 hook (output), and a torch function mode that records every op taking a tensor. Tensors are identified by
 object identity (``id``) and kept alive in the trace so an id is never reused while it is read.
 Only the first call of the layer is recorded (one layer instance may serve several positions).
+
+Every ``nn.Linear`` of the layer is watched for reads of its ``weight`` from outside its own call (DeepSeek-V3.2's
+indexer reads ``weights_proj.weight.dtype``): a quantized module has no float ``weight``, so such a linear must
+stay dense (``LayerTrace.weight_read_outside``). The watch swaps the module's class for a subclass for the
+duration of the trace and restores it.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class LayerTrace:
     ops: int = 0
     widths: dict[int, int] = field(default_factory=dict)
     alive: list[torch.Tensor] = field(default_factory=list)
+    weight_read_outside: set[str] = field(default_factory=set)
 
     def calls_of(self, name: str) -> list[ModuleCall]:
         return [call for call in self.calls if call.name == name]
@@ -139,6 +145,11 @@ def trace_layer(layer: nn.Module) -> Iterator[LayerTrace]:
 
         return hook
 
+    def weight_read(name: str) -> None:
+        if state["active"] and not open_calls.get(name):
+            trace.weight_read_outside.add(name)
+
+    watched = _watch_linear_weights(layer, weight_read)
     handles.append(layer.register_forward_pre_hook(layer_pre, with_kwargs=True))
     for name, module in layer.named_modules():
         if name:
@@ -152,3 +163,34 @@ def trace_layer(layer: nn.Module) -> Iterator[LayerTrace]:
             mode.__exit__(None, None, None)
         for handle in handles:
             handle.remove()
+        for module, original in watched:
+            module.__class__ = original
+            del module.__dict__["_weight_watch"]
+
+
+_WATCHING: dict[type, type] = {}
+
+
+def _watch_linear_weights(layer: nn.Module, on_read: Any) -> list[tuple[nn.Module, type]]:
+    """Swap each ``nn.Linear`` submodule's class for a subclass that calls ``on_read(name)`` when its ``weight``
+    is read; returns ``(module, original class)`` pairs to restore."""
+    swapped: list[tuple[nn.Module, type]] = []
+    for name, module in layer.named_modules():
+        if not name or not isinstance(module, nn.Linear):
+            continue
+        original = type(module)
+        if original not in _WATCHING:
+            _WATCHING[original] = type(original.__name__, (original,), {"__getattr__": _watching_getattr})
+        module.__dict__["_weight_watch"] = (name, on_read, original)
+        module.__class__ = _WATCHING[original]
+        swapped.append((module, original))
+    return swapped
+
+
+def _watching_getattr(self: nn.Module, attr: str) -> Any:
+    if attr == "weight":
+        watch = self.__dict__.get("_weight_watch")
+        if watch is not None:
+            watch[1](watch[0])
+            return watch[2].__getattr__(self, attr)
+    return nn.Module.__getattr__(self, attr)
