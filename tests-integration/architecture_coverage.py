@@ -196,7 +196,12 @@ REFUSED: dict[str, Refusal] = {
     ),
     "electra": Refusal("qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS),
     "emu3": Refusal("size", "the tiny config builds 8,492,011,520 parameters"),
-    "ergo": Refusal("fail", "Tensor on device meta is not on the expected device cpu!"),
+    "ergo": Refusal(
+        "qhf",
+        "fused experts (ErgoExperts) do not compute a per-expert MLP this toolkit can unfuse",
+        "its fused experts apply a per-expert norm after the MLP (post_expert_norm), which the unfused per-expert "
+        "linears do not compute (checked on random weights at discovery)",
+    ),
     "ernie": Refusal("qhf", "RuntimeError: Tensor.item() cannot be called on meta tensors", OUTSIDE_LAYERS),
     "gemma3": Refusal("size", "the tiny config builds 3,327,440,128 parameters"),
     "gemma3n": Refusal("config", "ImportError", "its config class raises ImportError (a package transformers wants)"),

@@ -119,6 +119,8 @@ def _check_unfused(layer: nn.Module, where: str, generator: torch.Generator) -> 
                 )
                 fused._parameters[where_in.fused_name] = fused_tensor
             where_in.put(fused_tensor, module.get_parameter(rel).detach())
+        # the fused module's own other tensors (a post-expert norm, per-expert scales) get random values too
+        randomize_parameters(fused, generator)
         hidden = linear_features(module.get_submodule("0.down_proj"))[1]
         inputs = module.sample_inputs(DISCOVERY_TOKENS, hidden, generator)
         with torch.no_grad():
