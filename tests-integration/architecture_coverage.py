@@ -230,8 +230,12 @@ REFUSED: dict[str, Refusal] = {
     "hunyuan_v1_dense": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "hunyuan_v1_moe": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "hy_v4": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`", CARRIED),
-    "inkling2_loop_text": Refusal("fail", "Trying to create tensor with negative dimension -199738: [-199738, 64]"),
-    "inkling2_text": Refusal("fail", "Trying to create tensor with negative dimension -199738: [-199738, 64]"),
+    "inkling2_loop_text": Refusal(
+        "qhf", "tensor 'model.llm.layers.0.mlp.experts.w13_weight': transformers converts it into", CONVERSION
+    ),
+    "inkling2_text": Refusal(
+        "qhf", "tensor 'model.llm.layers.0.mlp.experts.w13_weight': transformers converts it into", CONVERSION
+    ),
     "jamba": Refusal(
         "qhf", "format 'gemm' cannot hold model.layers.0.mamba.x_proj [36 x 128] at 4-bit group ", AWQ_PACKING
     ),

@@ -41,6 +41,7 @@ SHRINK: dict[str, Any] = {
     "v_head_dim": 16,
     "head_dim": 16,
     "sliding_window": 32,
+    "unpadded_vocab_size": 320,  # Inkling 2 pads its unembedding to vocab_size on save: the tiny vocab unpadded
 }
 
 
