@@ -150,7 +150,6 @@ AWQ_PACKING = "a linear's width does not fit AWQ's GEMM packing at 4-bit group 3
 # Types of MODEL_FOR_CAUSAL_LM_MAPPING not covered, each with its documented reason (from the full run).
 REFUSED: dict[str, Refusal] = {
     # gpt2 and bloom: checked by CI
-    "afmoe": Refusal("fail", "refusing to write a checkpoint whose modules break their layout: model.layers.1."),
     "axk1": Refusal("transformers", "The size of tensor a (4) must match the size of tensor b (8) at non-singleton di"),
     "axk2": Refusal(
         "qhf", "format 'gemm' cannot hold model.layers.0.input_layernorm.mlp.fc2 [64 x 16] at 4-bit", AWQ_PACKING
@@ -330,6 +329,7 @@ REFUSED: dict[str, Refusal] = {
 
 # Types of the mapping that pass with the automatic tiny config (tiny_mapping_config), by the full run.
 AUTO_COVERED: tuple[str, ...] = (
+    "afmoe",
     "apertus",
     "apertus1p5_text",
     "aria_text",
@@ -421,7 +421,7 @@ def build(directory: Path, family: str, tokenizer: Any, fields: dict[str, Any] |
         given = fields
     else:
         given = FAMILIES[family] if family in FAMILIES else auto_fields(family)
-    return save_tiny_model(directory, family, tokenizer=tokenizer, **given)
+    return save_tiny_model(directory, family, tokenizer=tokenizer, fill_zero_matrices=True, **given)
 
 
 def run_family(

@@ -67,10 +67,13 @@ def save_tiny_model(
     tokenizer: Any = None,
     dtype: torch.dtype = torch.float32,
     norms: float = 0.0,
+    fill_zero_matrices: bool = False,
     **overrides: Any,
 ) -> Path:
     """Random weights (seeded) for a tiny ``model_type`` model saved with its tokenizer in ``directory``;
-    ``norms`` > 0 adds ``N(0, norms²)`` to every 1-D weight (norms are otherwise at their initial value)."""
+    ``norms`` > 0 adds ``N(0, norms²)`` to every 1-D weight (norms are otherwise at their initial value);
+    ``fill_zero_matrices``: a weight matrix the model's init leaves all zero (AFMoE's router) gets ``N(0, 0.08²)``
+    values, as a trained checkpoint's would (an all-zero dense matrix is refused at save: ``VALUE-DENSE``)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
@@ -81,6 +84,8 @@ def save_tiny_model(
                 param.normal_(0.0, 0.08)
             elif norms > 0 and name.endswith("weight") and param.dim() == 1:
                 param.add_(torch.randn_like(param) * norms)
+            elif fill_zero_matrices and name.endswith("weight") and param.dim() >= 2 and not param.any():
+                param.normal_(0.0, 0.08)
     model = model.to(dtype)
     kwargs = {"max_shard_size": shard} if shard else {}
     model.save_pretrained(directory, **kwargs)

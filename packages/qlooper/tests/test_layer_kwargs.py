@@ -69,3 +69,17 @@ def test_stand_ins_return_the_tuple_the_model_unpacks() -> None:
     assert hidden is x and second is None and third is None
     with LayerCallRecorder(layers, lambda _k: True):
         assert layers[0](x) is x
+
+
+def test_a_layer_run_twice_in_one_forward_is_refused_by_name() -> None:
+    import pytest
+    from qlooper.errors import CaptureError
+    from qlooper.layer_kwargs import LayerCallRecorder
+
+    layers = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)]
+    x = torch.randn(1, 3, 4)
+    with LayerCallRecorder(layers, lambda _k: True):
+        layers[0](x)
+        layers[1](x)
+        with pytest.raises(CaptureError, match="decoder layer 1 ran twice in one forward"):
+            layers[1](x)  # a looped model applying its recurrent layer again

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import StopForward
+from .errors import CaptureError, StopForward
 
 _PLAIN = (type(None), bool, int, float, str)
 
@@ -63,6 +63,11 @@ class LayerCallRecorder:
         last = index == len(self.layers) - 1
 
         def forward(*args: Any, **kwargs: Any) -> Any:
+            if self.calls[index] is not None:
+                raise CaptureError(
+                    f"decoder layer {index} ran twice in one forward (a model that repeats layers, such as a "
+                    "looped or recurrent-depth model): layer-by-layer quantization calibrates each layer once"
+                )
             self.calls[index] = (args, {k: v for k, v in kwargs.items() if self.keep(k)})
             if last:
                 raise StopForward("decoder layer calls recorded")
