@@ -130,8 +130,9 @@ class LayerTimes:
     ``solve_jobs`` / ``solve_waves``: the spread solve jobs and the waves they ran in (a wave is one job per
     worker, at once); ``bytes_solve``: tensor bytes of the jobs' arguments, a tensor counted once per worker
     that got it (GPTQ: each module's weight, and its input's float32 Hessian once per worker);
-    ``ship_rounds``: the rounds the layer copy went out in (the Ray executor's staged broadcast: the nodes
-    holding a copy double each round; 0 when every worker reads the driver's node's copy).
+    ``ship_rounds``: the rounds the layer copy went out in, one after another (the Ray executor's staged
+    broadcast, :mod:`qlooper.broadcast`: the nodes holding a copy double each round; 1 when every worker is on
+    the driver's node, or in process).
     """
 
     layer: int
@@ -190,7 +191,8 @@ class ShardedExecutor:
 
     # -- transport (subclasses) -------------------------------------------------------------------------
 
-    def _ship(self, key: str, layer: nn.Module) -> None:
+    def _ship(self, key: str, layer: nn.Module) -> int:
+        """Give every worker a copy of ``layer`` for the calls of ``key``; returns the rounds it took."""
         raise NotImplementedError
 
     def _call(
@@ -204,8 +206,9 @@ class ShardedExecutor:
         start = time.perf_counter()
         self._index, self._key = index, f"{index}:{name}"
         self._held = {k: v.clone() for k, v in _state(layer).items()}
-        self._ship(self._key, layer)
+        rounds = self._ship(self._key, layer)
         ship = LayerTimes(index, layer_ship=time.perf_counter() - start, layer_bytes=tensor_bytes(self._held))
+        ship.ship_rounds = rounds
         self.times.append(ship)
 
     def _changed(self, layer: nn.Module) -> dict[str, torch.Tensor]:
@@ -358,9 +361,10 @@ class LocalShardExecutor(ShardedExecutor):
         super().__init__(workers=workers, name="local-shards")
         self._workers = [LayerWorker(f"local-{i}") for i in range(workers)]
 
-    def _ship(self, key: str, layer: nn.Module) -> None:
+    def _ship(self, key: str, layer: nn.Module) -> int:
         for worker in self._workers:
             worker.set_layer(key, copy.deepcopy(layer))
+        return 1
 
     def _call(
         self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str, shared: dict[int, Any] | None = None
