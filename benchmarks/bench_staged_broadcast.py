@@ -45,9 +45,8 @@ def main() -> None:
     args = parser.parse_args()
     import numpy as np
     import ray
-    from ray.cluster_utils import Cluster
-
     from qlooper.broadcast import broadcast_rounds
+    from ray.cluster_utils import Cluster
 
     @ray.remote(num_cpus=1)
     class Fetcher:

@@ -39,10 +39,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=3)
     args = parser.parse_args()
+    import qlooper.ray_executor as ray_executor
     import ray
     from ray.cluster_utils import Cluster
-
-    import qlooper.ray_executor as ray_executor
     from test_executor import assert_same_run
     from toy_models import DENSE, ToyDecoder, toy_calibration
 

@@ -136,3 +136,16 @@ def test_ray_executor_without_ray_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # what an install without qlooper[ray] sees
     with pytest.raises(ExecutorError, match=r"pip install 'qlooper\[ray\]'"):
         RayExecutor("local", workers=2)
+
+
+def test_broadcast_rounds_double_the_nodes_holding_a_copy() -> None:
+    from qlooper.broadcast import broadcast_rounds
+
+    nodes = [f"n{i}" for i in range(8)]  # one worker per node, none on the driver's
+    assert broadcast_rounds(nodes, {"driver"}) == [[0], [1, 2], [3, 4, 5, 6], [7]]
+    # the driver's node's workers read its copy in round 0; a node's workers share one round
+    assert broadcast_rounds(["driver", "a", "a", "b", "c", "driver"], {"driver"}) == [[0, 1, 2, 5], [3, 4]]
+    assert broadcast_rounds(["a", "b", "c"], {"driver", "a"}) == [[0, 1, 2]]  # 2 holders serve 2 new nodes
+    assert broadcast_rounds(["d", "d"], {"d"}) == [[0, 1]] and broadcast_rounds([], {"d"}) == []
+    with pytest.raises(ValueError, match="holders: expected at least one"):
+        broadcast_rounds(["a"], set())

@@ -4,9 +4,11 @@
 machine with ``workers`` CPUs; anything else is passed to ``ray.init(address=...)``, e.g. ``"auto"`` or
 ``"ray://head:10001"``) and starts ``workers`` actors named ``lowbit-worker-<i>``, each holding one
 :class:`~qlooper.shard_worker.LayerWorker`. What runs where, and why the numbers equal one process's, is in
-:mod:`qlooper.executor`. The layer goes to every actor once per layer (one object-store copy); each forward
-call then carries only the parameters the driver's solves changed since the previous call, and a
-replacement actor gets the layer plus the driver's whole current state before it repeats a call, so:
+:mod:`qlooper.executor`. The layer goes to every actor once per layer (one object-store copy, fetched by the
+nodes in staged rounds so that the copies double each round: :mod:`qlooper.broadcast`); each forward call
+then carries only the parameters the driver's solves changed since the previous call (staged the same way
+when large), and a replacement actor gets the layer plus the driver's whole current state before it repeats a
+call, so:
 
 * a worker that dies during a call (killed, out of memory, node lost) is reported by name, pid and host
   (a warning in the log and ``describe()["lost_workers"]`` in the run summary), replaced by a fresh actor,
@@ -30,8 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import ExecutorError
 from .broadcast import broadcast_rounds
+from .errors import ExecutorError
 from .executor import LostWorker, ShardedExecutor, tensor_bytes
 from .shard_worker import LayerWorker
 
@@ -126,10 +128,12 @@ class RayExecutor(ShardedExecutor):
         nodes holding them, across the calls that pass the same dict) and, from ``STAGE_MIN_BYTES`` on, are
         fetched in staged rounds before the call; then every worker's call."""
         shared = {} if shared is None else shared
-        calls = self._put_shared(per_worker, shared)
+        calls = self._put_shared(per_worker, shared, during)
         return self._call_on(range(len(calls)), method, calls, during)
 
-    def _put_shared(self, per_worker: Sequence[tuple[Any, ...]], shared: dict[int, Any]) -> list[tuple[Any, ...]]:
+    def _put_shared(
+        self, per_worker: Sequence[tuple[Any, ...]], shared: dict[int, Any], during: str
+    ) -> list[tuple[Any, ...]]:
         """``per_worker`` with each dict or tensor argument that several workers get (or an earlier call of
         ``shared`` put) replaced by its object ref; large ones fetched in rounds first."""
         ray = _ray()
@@ -138,17 +142,17 @@ class RayExecutor(ShardedExecutor):
             for arg in args:
                 if isinstance(arg, (dict, torch.Tensor)):
                     takers.setdefault(id(arg), []).append(w)
-        for w, args in enumerate(per_worker):
+        for args in per_worker:
             for arg in args:
                 key = id(arg)
                 if key in takers and key not in shared and (len(takers[key]) > 1 or isinstance(arg, dict)):
                     shared[key] = (ray.put(arg), {self._driver_node}, tensor_bytes(arg))
         for key, workers in takers.items():
             if key in shared:
-                self._stage(shared[key], workers)
+                self._stage(shared[key], workers, during)
         return [tuple(shared[id(arg)][0] if id(arg) in shared else arg for arg in args) for args in per_worker]
 
-    def _stage(self, entry: tuple[Any, set[str], int], workers: list[int]) -> None:
+    def _stage(self, entry: tuple[Any, set[str], int], workers: list[int], during: str) -> None:
         """Fetch one shared object into the nodes of ``workers`` in rounds, all but the last round (the call
         itself fetches that one); record every node of ``workers`` as holding it."""
         ref, holders, size = entry
@@ -156,12 +160,10 @@ class RayExecutor(ShardedExecutor):
             rounds = broadcast_rounds(self._nodes(workers), holders)
             for members in rounds[:-1]:
                 chosen = [workers[i] for i in members]
-                self._call_on(chosen, "fetch", [([ref],)] * len(chosen), "staging an object")
+                self._call_on(chosen, "fetch", [([ref],)] * len(chosen), f"staging the arguments of {during}")
         holders.update(self._nodes(workers))
 
-    def _call_on(
-        self, indices: Sequence[int], method: str, calls: Sequence[tuple[Any, ...]], during: str
-    ) -> list[Any]:
+    def _call_on(self, indices: Sequence[int], method: str, calls: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
         """Worker ``indices[k]``'s call of ``method`` with ``calls[k]``, at once; results in that order. A
         worker lost during its call is replaced and the call repeated (:meth:`_retry`)."""
         ray = _ray()
