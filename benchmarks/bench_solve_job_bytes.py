@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from random_llama import random_llama
 
 SHAPES = {
     "smollm2": {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3},
@@ -30,21 +36,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--length", type=int, default=128)
     args = parser.parse_args()
-    import torch
     from qalgos.spec import QuantSpec
-    from qhf.architectures import definition_for
-    from qlooper import LoopOptions, prepare_calibration, quantize_model
+    from qlooper import LoopOptions, quantize_model
     from qlooper.executor import LocalShardExecutor, tensor_bytes
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
-    config = LlamaConfig(**SHAPES[args.shape], num_hidden_layers=1, vocab_size=VOCAB, max_position_embeddings=4096)
-    model = LlamaForCausalLM(config).eval()
-    model.config.use_cache = False
-    definition = definition_for(model, config).definition
-    g = torch.Generator().manual_seed(1)
-    rows = [torch.randint(0, VOCAB, (args.length,), generator=g).tolist() for _ in range(args.rows)]
-    calibration = prepare_calibration(rows, batch_size=2, max_length=args.length)
+    model, definition, calibration = random_llama(SHAPES[args.shape], 1, VOCAB, args.rows, args.length, batch_size=2)
     executor = LocalShardExecutor(args.workers)
     calls: list[dict[str, Any]] = []
     solve_map = executor._solve_map
