@@ -170,7 +170,8 @@ def bitsandbytes(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def ray(session: nox.Session) -> None:
     """Optional, not in ``tests``: the Ray executor on a local 2-worker cluster (tests-ray/) against one process,
-    bit for bit: GPTQ and AWQ on the toy decoders (a worker killed mid-layer included) and on SmolLM2 (API and
+    bit for bit: GPTQ and AWQ on the toy decoders (a worker killed mid-layer included; GPTQ on a 3-node local
+    cluster with the staged layer copy) and on SmolLM2 (API and
     ``lowbit quantize --ray local``). Writes the per-layer times the scaling cost model reads to
     ``$LOWBIT_RESULTS_DIR`` (default ``.nox/ray-results``) and prints the model (benchmarks/scaling_cost_model.py).
     """
@@ -179,7 +180,8 @@ def ray(session: nox.Session) -> None:
     session.env["RAY_USAGE_STATS_ENABLED"] = "0"
     _install_packages(session, list(PACKAGES), {**{n: "test" for n in PACKAGES}, "qlooper": "test,ray"})
     _install_smollm2(session)
-    _pytest(session, "tests-ray/test_ray_toy.py", "tests-ray/test_ray_smollm2.py")  # toys (kill, resume) first
+    # toys (kill, resume; a 3-node cluster's staged layer copy) first
+    _pytest(session, "tests-ray/test_ray_toy.py", "tests-ray/test_ray_staged.py", "tests-ray/test_ray_smollm2.py")
     times = Path(session.env["LOWBIT_RESULTS_DIR"]) / "ray_smollm2_times.json"
     session.run("python", "benchmarks/scaling_cost_model.py", str(times))
 

@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cpu_info import cpu_line
+from random_llama import random_llama
 
 HERE = Path(__file__).resolve()
 SHAPE = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8}
@@ -42,18 +43,9 @@ def worker(args: argparse.Namespace) -> None:
     import qalgos.hessian as qhessian
     import torch
     from qalgos.spec import QuantSpec
-    from qhf.architectures import definition_for
-    from qlooper import LoopOptions, prepare_calibration, quantize_model
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from qlooper import LoopOptions, quantize_model
 
-    torch.manual_seed(0)
-    config = LlamaConfig(**SHAPE, num_hidden_layers=args.layers, vocab_size=VOCAB, max_position_embeddings=4096)
-    model = LlamaForCausalLM(config).eval()
-    model.config.use_cache = False
-    definition = definition_for(model, config).definition
-    g = torch.Generator().manual_seed(1)
-    rows = [torch.randint(0, VOCAB, (args.length,), generator=g).tolist() for _ in range(args.rows)]
-    calibration = prepare_calibration(rows, batch_size=1, max_length=args.length)
+    model, definition, calibration = random_llama(SHAPE, args.layers, VOCAB, args.rows, args.length, batch_size=1)
 
     spent = {"accumulate": 0.0, "solve": 0.0}
 

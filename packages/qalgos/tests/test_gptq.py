@@ -237,3 +237,46 @@ def test_modules_sharing_a_hessian_share_one_factorisation(weight: torch.Tensor,
     fresh.hessian()  # the same flush points as shared_again
     fresh.add_batch(x[100:])
     assert shared_again.quantize(weight).weight.equals(fresh.quantize(weight).weight) and len(calls) == 5
+
+
+@pytest.mark.parametrize("kwargs", [*ORDERINGS, {"group_size": -1, "sym": False}, {"bits": 8, "mse": 2.4}])
+def test_a_solver_of_the_formed_hessian_gives_the_accumulators_bits(weight: torch.Tensor, kwargs: dict) -> None:
+    """What a sharded executor's worker solves from (qlooper's per-module jobs): the float32 Hessian and the token
+    count, formed once; every module's result equals the accumulating solver's, and the given Hessian is kept."""
+    spec = QuantSpec(**{"bits": 4, "group_size": 32, **kwargs})
+    x = correlated_activations(300, 96)
+    x[:, 5] = 0.0  # a dead column: the solve changes its Hessian copy there
+    accumulating = GPTQ(96, spec)
+    accumulating.add_batch(x[:130])
+    accumulating.add_batch(x[130:])
+    formed = accumulating.hessian()
+    given = formed.clone()
+    for w in (weight, weight * 0.5):
+        solver = GPTQ.from_hessian(given, accumulating.nsamples, spec)
+        mine, theirs = solver.quantize(w, release_statistics=True), accumulating.quantize(w)
+        assert mine.weight.equals(theirs.weight) and torch.equal(mine.dequantized, theirs.dequantized)
+        assert (mine.loss, mine.damp, mine.nsamples) == (theirs.loss, theirs.damp, theirs.nsamples)
+    assert torch.equal(given, formed)  # the solve worked on its own copy
+    released = GPTQ(96, spec)
+    released.add_batch(x)
+    assert torch.equal(released.hessian(release=True), formed)  # frees the sum while forming the same values
+
+
+def test_a_formed_hessian_takes_no_batches_and_names_bad_input(weight: torch.Tensor) -> None:
+    from qalgos.errors import StateError
+
+    spec = QuantSpec(bits=4, group_size=32)
+    empty = GPTQ.from_hessian(torch.zeros(96, 96), 0, spec)
+    assert empty.quantize(weight).fallback == "no calibration token reached this module"
+    solver = GPTQ.from_hessian(torch.eye(96), 10, spec)
+    with pytest.raises(StateError, match="no more batches"):
+        solver.add_batch(torch.ones(2, 96))
+    with pytest.raises(StateError, match="no resumable state"):
+        solver.state_dict()
+    solver.quantize(weight, release_statistics=True)
+    with pytest.raises(StateError, match="released"):
+        solver.quantize(weight)
+    with pytest.raises(ShapeError, match="hessian: expected a square"):
+        GPTQ.from_hessian(torch.zeros(96, 95), 10, spec)
+    with pytest.raises(ShapeError, match="hessian: expected float32"):
+        GPTQ.from_hessian(torch.eye(96, dtype=torch.float64), 10, spec)

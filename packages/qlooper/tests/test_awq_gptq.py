@@ -181,8 +181,11 @@ def test_deterministic_and_sharded_equals_in_process() -> None:
     cal = toy_calibration()
     first = quantize_model(ToyDecoder(), DENSE, cal, SPEC, "awq_gptq")
     _assert_same(first, quantize_model(ToyDecoder(), DENSE, cal, SPEC, "awq_gptq"))
-    sharded = LoopOptions(executor=LocalShardExecutor(2))
-    _assert_same(first, quantize_model(ToyDecoder(), DENSE, cal, SPEC, "awq_gptq", options=sharded))
+    for workers in (2, 3):  # 3: q/k/v's solves (one job per module) in one wave
+        executor = LocalShardExecutor(workers)
+        sharded = LoopOptions(executor=executor)
+        _assert_same(first, quantize_model(ToyDecoder(), DENSE, cal, SPEC, "awq_gptq", options=sharded))
+        assert all(t.solve_jobs == 7 for t in executor.times)
     on_cpu = LoopOptions(device="cpu")
     _assert_same(first, quantize_model(ToyDecoder(), DENSE, cal, SPEC, "awq_gptq", options=on_cpu))
 

@@ -66,6 +66,26 @@ def test_sharded_gptq_matches_in_process_lockstep(workers: int) -> None:
     assert len(executor.times) == 4 and all(t.calls > 0 and t.solve > 0 for t in executor.times)
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_dense_layer_solves_one_job_per_module_and_the_hessian_once_per_worker(workers: int) -> None:
+    """q/k/v are 3 jobs (one wave on 3 workers), o 1, gate/up 2, down 1; an input's float32 Hessian is one tensor
+    for its modules' jobs, counted (sent) once per worker that solves one of them; the bits equal one process."""
+    cal = toy_calibration(n=6, batch_size=2)
+    ref_model, shard_model = ToyDecoder(), ToyDecoder()
+    ref = quantize_model(ref_model, DENSE, cal, GPTQ_SPEC, "gptq")
+    executor = LocalShardExecutor(workers)
+    run = quantize_model(shard_model, DENSE, cal, GPTQ_SPEC, "gptq", options=LoopOptions(executor=executor))
+    assert_same_run(ref, run, ref_model, shard_model)
+    hidden, inter = 64, 128  # toy_models' widths; a float32 [in, in] Hessian and [out, in] weight per job
+    weights = 4 * hidden * hidden * 4 + 3 * inter * hidden * 4
+    qkv_workers = min(3, workers)  # the q/k/v Hessian goes to each worker that solves one of them
+    hessians = (qkv_workers + 1 + 2) * hidden * hidden * 4 + inter * inter * 4
+    for times in executor.times:
+        assert times.solve_jobs == 7
+        assert times.solve_waves == (4 if workers == 3 else 5)  # [q k v] [o] [gate up] [down]; 2: [q k] [v] ...
+        assert times.bytes_solve == weights + hessians
+
+
 def test_sharded_run_ships_only_changed_parameters_and_keeps_idle_workers_current() -> None:
     cal = toy_calibration(n=4, batch_size=2)  # 2 batches over 3 workers: one worker gets empty calls
     ref_model, shard_model = ToyDecoder(), ToyDecoder()
@@ -116,3 +136,16 @@ def test_ray_executor_without_ray_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # what an install without qlooper[ray] sees
     with pytest.raises(ExecutorError, match=r"pip install 'qlooper\[ray\]'"):
         RayExecutor("local", workers=2)
+
+
+def test_broadcast_rounds_double_the_nodes_holding_a_copy() -> None:
+    from qlooper.broadcast import broadcast_rounds
+
+    nodes = [f"n{i}" for i in range(8)]  # one worker per node, none on the driver's
+    assert broadcast_rounds(nodes, {"driver"}) == [[0], [1, 2], [3, 4, 5, 6], [7]]
+    # the driver's node's workers read its copy in round 0; a node's workers share one round
+    assert broadcast_rounds(["driver", "a", "a", "b", "c", "driver"], {"driver"}) == [[0, 1, 2, 5], [3, 4]]
+    assert broadcast_rounds(["a", "b", "c"], {"driver", "a"}) == [[0, 1, 2]]  # 2 holders serve 2 new nodes
+    assert broadcast_rounds(["d", "d"], {"d"}) == [[0, 1]] and broadcast_rounds([], {"d"}) == []
+    with pytest.raises(ValueError, match="holders: expected at least one"):
+        broadcast_rounds(["a"], set())

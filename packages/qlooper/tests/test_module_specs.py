@@ -52,7 +52,9 @@ def test_modules_get_their_own_width_and_the_rest_is_unchanged(method: str) -> N
     assert "module_specs" not in make_processor(method, SPEC).describe()
 
 
-def test_sharded_solves_match_in_process_with_module_specs() -> None:
+@pytest.mark.parametrize("workers", [2, 3])
+def test_sharded_solves_match_in_process_with_module_specs(workers: int) -> None:
+    """One job per module: q_proj's 8-bit solve and k/v's 4-bit ones run at once from one formed Hessian."""
     cal = toy_calibration(n=6, batch_size=2)
     ref = quantize_model(ToyDecoder(), DENSE, cal, SPEC, make_processor("gptq", SPEC, module_specs=OWN), format="gptq")
     run = quantize_model(
@@ -62,9 +64,10 @@ def test_sharded_solves_match_in_process_with_module_specs() -> None:
         SPEC,
         make_processor("gptq", SPEC, module_specs=OWN),
         format="gptq",
-        options=LoopOptions(executor=LocalShardExecutor(2)),
+        options=LoopOptions(executor=LocalShardExecutor(workers)),
     )
     _same_packed(ref, run, list(ref.modules))
+    assert [(row.module, row.loss, row.damp) for row in ref.report] == [(r.module, r.loss, r.damp) for r in run.report]
 
 
 def test_awq_gptq_solves_modules_at_their_own_width() -> None:

@@ -10,6 +10,7 @@ import torch
 from .column_order import ColumnPlan, plan_columns
 from .errors import ShapeError
 from .fallback import FallbackPolicy, fall_back
+from .formed_hessian import FormedHessian
 from .gptq_solve import SolveOutput, solve, static_params
 from .group_params import gptq_params
 from .hessian import HessianAccumulator
@@ -29,11 +30,26 @@ class GPTQ:
     algorithm = "gptq"
 
     def __init__(self, in_features: int, spec: QuantSpec) -> None:
+        self._start(spec, HessianAccumulator(in_features))
+
+    def _start(self, spec: QuantSpec, statistics: HessianAccumulator | FormedHessian) -> None:
+        """The fields of a solver of ``statistics`` under ``spec`` (no factorisation yet)."""
         self.spec = spec
-        self.in_features = in_features
-        self._acc = HessianAccumulator(in_features)
+        self.in_features = statistics.in_features
+        self._acc = statistics
         #: factorisations of the current Hessian by :func:`factor_key` (shared with :meth:`with_spec` views)
         self._factors: dict[tuple[object, ...], tuple[torch.Tensor, ColumnPlan, DampedInverse]] = {}
+
+    @staticmethod
+    def from_hessian(hessian: torch.Tensor, nsamples: int, spec: QuantSpec) -> GPTQ:
+        """A solver of a Hessian formed elsewhere: ``hessian`` float32 ``[in, in]`` as :meth:`hessian` gave it
+        (``2/N * sum x xᵀ``; not changed by the solve) and ``nsamples`` = ``N``. :meth:`quantize` then gives
+        the bits the accumulating solver gives (its solve reads nothing else); it takes no batches and has no
+        state dict (:class:`~qalgos.formed_hessian.FormedHessian`). Always a plain GPTQ (GPTAQ and QQQ keep
+        more statistics than the Hessian)."""
+        solver = GPTQ.__new__(GPTQ)  # no accumulator: its zeroed float64 sum would be [in, in] for nothing
+        solver._start(spec, FormedHessian(hessian, nsamples))
+        return solver
 
     def with_spec(self, spec: QuantSpec) -> GPTQ:
         """A solver of the same statistics under another ``spec`` (a module's own width or group size): it
@@ -56,9 +72,12 @@ class GPTQ:
         self._factors.clear()
         return self._acc.add_batch(x, mask)
 
-    def hessian(self) -> torch.Tensor:
-        """The float32 Hessian ``2/N * sum x xᵀ`` ``[in, in]`` accumulated so far."""
-        return self._acc.hessian()
+    def hessian(self, *, release: bool = False) -> torch.Tensor:
+        """The float32 Hessian ``2/N * sum x xᵀ`` ``[in, in]`` accumulated so far (what a solve reads).
+        ``release``: free the statistics while forming it (nothing more will be solved from them here)."""
+        if release:
+            self._factors.clear()
+        return self._acc.hessian(release=release)
 
     def state_dict(self) -> dict[str, torch.Tensor | int | float]:
         """Resume state: ``hessian_sum`` float64 ``[in, in]``, ``pending`` float32 ``[k, in]`` (tokens not yet

@@ -127,6 +127,12 @@ class LayerTimes:
     parameters counted once per worker) and of their results (recordings, outputs); ``bytes_changed``: of
     those arguments, the changed parameters (once per worker); ``layer_bytes``: the layer's state-dict bytes
     (shipped once per worker in ``layer_ship``; every call carried all of them before changed-only shipping).
+    ``solve_jobs`` / ``solve_waves``: the spread solve jobs and the waves they ran in (a wave is one job per
+    worker, at once); ``bytes_solve``: tensor bytes of the jobs' arguments, a tensor counted once per worker
+    that got it (GPTQ: each module's weight, and its input's float32 Hessian once per worker);
+    ``ship_rounds``: the rounds the layer copy went out in, one after another (the Ray executor's staged
+    broadcast, :mod:`qlooper.broadcast`: the nodes holding a copy double each round; 1 when every worker is on
+    the driver's node, or in process).
     """
 
     layer: int
@@ -140,6 +146,10 @@ class LayerTimes:
     bytes_back: int = 0
     bytes_changed: int = 0
     layer_bytes: int = 0
+    solve_jobs: int = 0
+    solve_waves: int = 0
+    bytes_solve: int = 0
+    ship_rounds: int = 0
 
 
 @dataclass
@@ -158,8 +168,10 @@ class LostWorker:
 class ShardedExecutor:
     """Batches sharded over workers, statistics reduced in batch order, solves spread (module docstring).
 
-    Subclasses provide ``_call(method, per_worker_args) -> [result per worker]`` (each worker's call of
-    the :class:`LayerWorker` method with its args, results in worker order) and ``_ship(layer)``. The
+    Subclasses provide ``_call(method, per_worker_args, during, shared=None) -> [result per worker]`` (the
+    first ``len(per_worker_args)`` workers' calls of the :class:`LayerWorker` method with their args, results
+    in worker order; ``shared``: where the transport may keep, by ``id``, its copies of arguments several
+    workers get, across calls) and ``_ship(key, layer)``. The
     driver keeps a copy of the layer state the workers hold (``_held``, one layer of memory) to find what
     its solves changed: a parameter is re-sent when any of its bytes differ.
     """
@@ -179,10 +191,13 @@ class ShardedExecutor:
 
     # -- transport (subclasses) -------------------------------------------------------------------------
 
-    def _ship(self, key: str, layer: nn.Module) -> None:
+    def _ship(self, key: str, layer: nn.Module) -> int:
+        """Give every worker a copy of ``layer`` for the calls of ``key``; returns the rounds it took."""
         raise NotImplementedError
 
-    def _call(self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
+    def _call(
+        self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str, shared: dict[int, Any] | None = None
+    ) -> list[Any]:
         raise NotImplementedError
 
     # -- the executor protocol ----------------------------------------------------------------------------
@@ -191,8 +206,9 @@ class ShardedExecutor:
         start = time.perf_counter()
         self._index, self._key = index, f"{index}:{name}"
         self._held = {k: v.clone() for k, v in _state(layer).items()}
-        self._ship(self._key, layer)
+        rounds = self._ship(self._key, layer)
         ship = LayerTimes(index, layer_ship=time.perf_counter() - start, layer_bytes=tensor_bytes(self._held))
+        ship.ship_rounds = rounds
         self.times.append(ship)
 
     def _changed(self, layer: nn.Module) -> dict[str, torch.Tensor]:
@@ -260,14 +276,24 @@ class ShardedExecutor:
         return cache.with_hidden([out.to(h.device) for out, h in zip(outputs, hidden, strict=True)])
 
     def _solve_map(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Jobs round-robin over the workers; each worker runs its jobs one after another."""
+        """Jobs round-robin over the workers in waves of one job per worker (each worker runs ``fn(*job)``);
+        results in job order. A tensor several jobs carry (an input's Hessian for q, k and v) is one object:
+        the transport sends it once per call and worker (``_call``'s ``shared``)."""
         start = time.perf_counter()
         results: list[Any] = [None] * len(jobs)
+        shared: dict[int, Any] = {}
+        sent: list[set[int]] = [set() for _ in range(self.workers)]  # tensors each worker got, for the bytes
         for first in range(0, len(jobs), self.workers):
             wave = list(range(first, min(first + self.workers, len(jobs))))
-            outs = self._call("run", [(fn, jobs[i]) for i in wave], f"solves of layer {self._key}")
+            per_worker = [(fn, *jobs[i]) for i in wave]
+            outs = self._call("run", per_worker, f"solves of layer {self._key}", shared)
             for i, (out, _seconds) in zip(wave, outs, strict=True):
                 results[i] = out
+            if self.times:
+                times = self.times[-1]
+                times.solve_waves += 1
+                times.solve_jobs += len(wave)
+                times.bytes_solve += sum(tensor_bytes(args, sent[w]) for w, args in enumerate(per_worker))
         if self.times:
             self.times[-1].solve += time.perf_counter() - start
         return results
@@ -335,9 +361,12 @@ class LocalShardExecutor(ShardedExecutor):
         super().__init__(workers=workers, name="local-shards")
         self._workers = [LayerWorker(f"local-{i}") for i in range(workers)]
 
-    def _ship(self, key: str, layer: nn.Module) -> None:
+    def _ship(self, key: str, layer: nn.Module) -> int:
         for worker in self._workers:
             worker.set_layer(key, copy.deepcopy(layer))
+        return 1
 
-    def _call(self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
+    def _call(
+        self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str, shared: dict[int, Any] | None = None
+    ) -> list[Any]:
         return [getattr(self._workers[i], method)(*args) for i, args in enumerate(per_worker)]

@@ -4,9 +4,11 @@
 machine with ``workers`` CPUs; anything else is passed to ``ray.init(address=...)``, e.g. ``"auto"`` or
 ``"ray://head:10001"``) and starts ``workers`` actors named ``lowbit-worker-<i>``, each holding one
 :class:`~qlooper.shard_worker.LayerWorker`. What runs where, and why the numbers equal one process's, is in
-:mod:`qlooper.executor`. The layer goes to every actor once per layer (one object-store copy); each forward
-call then carries only the parameters the driver's solves changed since the previous call, and a
-replacement actor gets the layer plus the driver's whole current state before it repeats a call, so:
+:mod:`qlooper.executor`. The layer goes to every actor once per layer (one object-store copy, fetched by the
+nodes in staged rounds so that the copies double each round: :mod:`qlooper.broadcast`); each forward call
+then carries only the parameters the driver's solves changed since the previous call (staged the same way
+when large), and a replacement actor gets the layer plus the driver's whole current state before it repeats a
+call, so:
 
 * a worker that dies during a call (killed, out of memory, node lost) is reported by name, pid and host
   (a warning in the log and ``describe()["lost_workers"]`` in the run summary), replaced by a fresh actor,
@@ -30,8 +32,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from .broadcast import broadcast_rounds
 from .errors import ExecutorError
-from .executor import LostWorker, ShardedExecutor
+from .executor import LostWorker, ShardedExecutor, tensor_bytes
 from .shard_worker import LayerWorker
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,27 @@ def _ray() -> Any:
     except ImportError as exc:
         raise ExecutorError(MISSING_RAY) from exc
     return ray
+
+
+STAGE_MIN_BYTES = 1 << 20
+"""Objects several workers get are fetched in staged rounds (:mod:`qlooper.broadcast`) from this size on; a
+smaller one costs less to pull from the driver's node at once than a round trip per round."""
+
+
+class RayLayerWorker(LayerWorker):
+    """A :class:`LayerWorker` that also knows its Ray node and can fetch objects into its node's store."""
+
+    def identity(self) -> dict[str, Any]:
+        """:meth:`LayerWorker.identity` plus ``node``, the Ray node id (workers on one node share its store)."""
+        return {**super().identity(), "node": _ray().get_runtime_context().get_node_id()}
+
+    def fetch(self, refs: list[Any]) -> int:
+        """Bring ``refs`` (object refs, in a list so that Ray does not resolve them) into this node's object
+        store without deserializing them: later calls on this node, and other nodes, read that copy. Returns
+        how many."""
+        ray = _ray()
+        ray.wait(refs, num_returns=len(refs), fetch_local=True)
+        return len(refs)
 
 
 class RayExecutor(ShardedExecutor):
@@ -62,7 +86,8 @@ class RayExecutor(ShardedExecutor):
                 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
             else:
                 ray.init(address=address, log_to_driver=False)
-        self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(LayerWorker)
+        self._driver_node = ray.get_runtime_context().get_node_id()
+        self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(RayLayerWorker)
         self._layer: tuple[str, Any] | None = None
         self._actors: list[Any] = []
         self.identities: list[dict[str, Any]] = []
@@ -75,39 +100,81 @@ class RayExecutor(ShardedExecutor):
         ray = _ray()
         actor = self._actor_class.remote(f"lowbit-worker-{index}", torch.get_num_threads())
         identity = ray.get(actor.identity.remote())
-        if self._layer is not None:  # a replacement: the layer, then what the lost worker held
+        if self._layer is not None:  # a replacement: the layer (from any node holding it), then the driver's state
             ray.get(actor.set_layer.remote(*self._layer))
             ray.get(actor.update.remote(self._layer[0], self._held))
         return actor, identity
 
-    def _ship(self, key: str, layer: nn.Module) -> None:
+    def _nodes(self, indices: Sequence[int]) -> list[str]:
+        return [str(self.identities[i].get("node", "")) for i in indices]
+
+    def _ship(self, key: str, layer: nn.Module) -> int:
+        """One object-store copy of ``layer``; the workers load it in staged rounds (:mod:`qlooper.broadcast`:
+        the nodes holding it double each round). Returns the rounds."""
         ray = _ray()
         self._layer = (key, ray.put(layer))
-        ray.get([actor.set_layer.remote(*self._layer) for actor in self._actors])
+        rounds = broadcast_rounds(self._nodes(range(self.workers)), {self._driver_node})
+        for members in rounds:
+            self._call_on(members, "set_layer", [self._layer] * len(members), f"shipping layer {key}")
+        return len(rounds)
 
     def _submit(self, index: int, method: str, args: tuple[Any, ...]) -> Any:
         return getattr(self._actors[index], method).remote(*args)
 
-    def _call(self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
+    def _call(
+        self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str, shared: dict[int, Any] | None = None
+    ) -> list[Any]:
+        """Arguments several workers get go to the object store once (kept in ``shared`` by ``id``, with the
+        nodes holding them, across the calls that pass the same dict) and, from ``STAGE_MIN_BYTES`` on, are
+        fetched in staged rounds before the call; then every worker's call."""
+        shared = {} if shared is None else shared
+        calls = self._put_shared(per_worker, shared, during)
+        return self._call_on(range(len(calls)), method, calls, during)
+
+    def _put_shared(
+        self, per_worker: Sequence[tuple[Any, ...]], shared: dict[int, Any], during: str
+    ) -> list[tuple[Any, ...]]:
+        """``per_worker`` with each dict or tensor argument that several workers get (or an earlier call of
+        ``shared`` put) replaced by its object ref; large ones fetched in rounds first."""
         ray = _ray()
-        shared: dict[int, Any] = {}  # one object-store copy of an argument every worker gets (changed parameters)
-        calls = [tuple(self._put_shared(arg, shared) for arg in args) for args in per_worker]
-        refs = [self._submit(i, method, args) for i, args in enumerate(calls)]
+        takers: dict[int, list[int]] = {}
+        for w, args in enumerate(per_worker):
+            for arg in args:
+                if isinstance(arg, (dict, torch.Tensor)):
+                    takers.setdefault(id(arg), []).append(w)
+        for args in per_worker:
+            for arg in args:
+                key = id(arg)
+                if key in takers and key not in shared and (len(takers[key]) > 1 or isinstance(arg, dict)):
+                    shared[key] = (ray.put(arg), {self._driver_node}, tensor_bytes(arg))
+        for key, workers in takers.items():
+            if key in shared:
+                self._stage(shared[key], workers, during)
+        return [tuple(shared[id(arg)][0] if id(arg) in shared else arg for arg in args) for args in per_worker]
+
+    def _stage(self, entry: tuple[Any, set[str], int], workers: list[int], during: str) -> None:
+        """Fetch one shared object into the nodes of ``workers`` in rounds, all but the last round (the call
+        itself fetches that one); record every node of ``workers`` as holding it."""
+        ref, holders, size = entry
+        if size >= STAGE_MIN_BYTES:
+            rounds = broadcast_rounds(self._nodes(workers), holders)
+            for members in rounds[:-1]:
+                chosen = [workers[i] for i in members]
+                self._call_on(chosen, "fetch", [([ref],)] * len(chosen), f"staging the arguments of {during}")
+        holders.update(self._nodes(workers))
+
+    def _call_on(self, indices: Sequence[int], method: str, calls: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
+        """Worker ``indices[k]``'s call of ``method`` with ``calls[k]``, at once; results in that order. A
+        worker lost during its call is replaced and the call repeated (:meth:`_retry`)."""
+        ray = _ray()
+        refs = [self._submit(i, method, args) for i, args in zip(indices, calls, strict=True)]
         results = []
-        for i, ref in enumerate(refs):
+        for i, args, ref in zip(indices, calls, refs, strict=True):
             try:
                 results.append(ray.get(ref))
             except ray.exceptions.RayActorError as exc:
-                results.append(self._retry(i, method, calls[i], during, exc))
+                results.append(self._retry(i, method, args, during, exc))
         return results
-
-    @staticmethod
-    def _put_shared(arg: Any, shared: dict[int, Any]) -> Any:
-        if not isinstance(arg, dict):
-            return arg
-        if id(arg) not in shared:
-            shared[id(arg)] = _ray().put(arg)
-        return shared[id(arg)]
 
     def _retry(self, index: int, method: str, args: tuple[Any, ...], during: str, error: BaseException) -> Any:
         """Report the lost worker, start a replacement (same name), run the call again on it."""

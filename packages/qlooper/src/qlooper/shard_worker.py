@@ -164,7 +164,7 @@ class LayerWorker:
             outputs = [layer_output(layer(*args, **kwargs)).detach() for args, kwargs in calls]
         return outputs, time.perf_counter() - start
 
-    def run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, float]:
+    def run(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
         """``fn(*args)`` (a module solve job) and its seconds."""
         start = time.perf_counter()
         out = fn(*args)

@@ -47,7 +47,7 @@ class AWQGPTQProcessor(AWQProcessor):
     ``module_specs``: named modules' own specs (solved at their width, as GPTQ's); ``search_tokens`` and
     ``gram_loss`` are the AWQ processor's scale-search options (same defaults). Solves
     run inline or, under a sharded executor (``ctx.solve_map``), as GPTQ's
-    :func:`~qlooper.processors.gptq.solve_shared_input` jobs. Forwards run in the model's dtype only (no
+    :func:`~qlooper.processors.gptq.solve_module` jobs (one per module). Forwards run in the model's dtype only (no
     ``compute_dtype``), as for AWQ.
     """
 

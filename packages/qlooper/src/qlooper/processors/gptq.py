@@ -9,9 +9,9 @@ precision run's widths): such a module is solved from its input's statistics und
 (qalgos' ``GPTQ.with_spec``: one accumulator per input whatever the specs); it is part of :meth:`describe`,
 so a resumed run must use the same.
 
-Under a sharded executor (``ctx.solve_map`` set) the modules sharing one input are one job,
-:func:`solve_shared_input`: the accumulator's state (float64 sum plus unflushed rows) and their weights go
-to a worker, which rebuilds the accumulator and solves them in order, exactly as the inline path does.
+Under a sharded executor (``ctx.solve_map`` set) every module is one job, :func:`solve_module`: the driver forms
+each input's float32 Hessian once (the float32 copy every inline solve of that input reads) and sends it with
+each module's weight, so q, k and v (gate and up) solve at once on different workers, bit for bit as inline.
 """
 
 from __future__ import annotations
@@ -136,26 +136,22 @@ class GPTQProcessor:
         )
 
     def _process_spread(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
-        """One :func:`solve_shared_input` job per input key (its non-fallback modules, in group order), run by
-        ``ctx.solve_map``; fallback modules are solved here."""
+        """One :func:`solve_module` job per non-fallback module (group order), run by ``ctx.solve_map``, so
+        the modules reading one input (q/k/v, gate/up) solve at once on different workers. Each input's float32
+        Hessian is formed here once (its float64 sum freed as it forms) and the same tensor goes with each of
+        its modules' jobs: it is the value every inline solve of that input reads, so the bits are the same.
+        Fallback modules are solved here."""
         if ctx.solve_map is None:
             raise ValueError("_process_spread: the context has no solve_map")
-        jobs: dict[str, list[ResolvedModule]] = {}
-        for mod in group.modules:
-            if ctx.fallback.get(mod.full_name) is None:
-                jobs.setdefault(mod.input_key, []).append(mod)
-        keys = list(jobs)
-        spec_jobs: list[tuple[Any, ...]] = []
-        for k in keys:
-            job: tuple[Any, ...] = (self.spec, self._tasks[k].state_dict(), [m.weight.detach() for m in jobs[k]])
-            if any(m.full_name in self.module_specs for m in jobs[k]):
-                job += ([self.spec_for(m) for m in jobs[k]],)
-            spec_jobs.append(job)
-        solved = ctx.solve_map(solve_shared_input, spec_jobs)
-        by_name: dict[str, tuple[Any, float]] = {}
-        for key, (outs, seconds) in zip(keys, solved, strict=True):
-            for mod, result in zip(jobs[key], outs, strict=True):
-                by_name[mod.full_name] = (result, seconds / len(jobs[key]))
+        solving = [mod for mod in group.modules if ctx.fallback.get(mod.full_name) is None]
+        hessians: dict[str, tuple[torch.Tensor, int]] = {}
+        for mod in solving:
+            if mod.input_key not in hessians:
+                task = self._tasks[mod.input_key]
+                hessians[mod.input_key] = (task.hessian(release=True), int(task.nsamples))
+        jobs = [(self.spec_for(mod), *hessians[mod.input_key], mod.weight.detach()) for mod in solving]
+        solved = dict(zip((mod.full_name for mod in solving), ctx.solve_map(solve_module, jobs), strict=True))
+        hessians.clear()
         results = []
         for mod in group.modules:
             start = time.perf_counter()
@@ -164,7 +160,7 @@ class GPTQProcessor:
             if reason is not None:
                 result, seconds = self._fall_back(mod.weight.detach(), reason, tokens, self.spec_for(mod)), 0.0
             else:
-                result, seconds = by_name[mod.full_name]
+                result, seconds = solved[mod.full_name]
             results.append(self._finished(ctx, mod, result, tokens, seconds + time.perf_counter() - start))
         for mod in group.modules:
             self._tasks.pop(mod.input_key, None)
@@ -185,20 +181,11 @@ class GPTQProcessor:
         return None
 
 
-def solve_shared_input(
-    spec: QuantSpec, state: dict[str, Any], weights: list[torch.Tensor], specs: list[QuantSpec] | None = None
-) -> tuple[list[Any], float]:
-    """GPTQ solves of the modules reading one input: ``state`` is the accumulator's ``state_dict`` (float64
-    sum ``[in, in]`` plus unflushed rows), ``weights`` their ``[out, in]`` weights in group order, ``specs``
-    each module's own spec (None: ``spec`` for all). The last solve releases the statistics, as inline.
-    Returns (``QuantResult`` per weight, wall seconds)."""
+def solve_module(spec: QuantSpec, hessian: torch.Tensor, nsamples: int, weight: torch.Tensor) -> tuple[Any, float]:
+    """The GPTQ solve of one module (a sharded executor's job): ``hessian`` float32 ``[in, in]`` is its input's
+    Hessian as the accumulator formed it (``GPTQ.hessian``; not changed here), ``nsamples`` its token count,
+    ``weight`` ``[out, in]``, ``spec`` the module's spec. The same bits as the inline solve (qalgos'
+    ``GPTQ.from_hessian``). Returns (``QuantResult``, wall seconds)."""
     start = time.perf_counter()
-    task = GPTQ(int(state["in_features"]), spec)
-    task.load_state_dict(state)
-    last = len(weights) - 1
-    own = specs if specs is not None else [spec] * len(weights)
-    results = [
-        task.with_spec(s).quantize(w, release_statistics=i == last)
-        for i, (w, s) in enumerate(zip(weights, own, strict=True))
-    ]
-    return results, time.perf_counter() - start
+    result = GPTQ.from_hessian(hessian, nsamples, spec).quantize(weight, release_statistics=True)
+    return result, time.perf_counter() - start
