@@ -6,7 +6,8 @@ machine with ``workers`` CPUs; anything else is passed to ``ray.init(address=...
 :class:`~qlooper.shard_worker.LayerWorker`. What runs where, and why the numbers equal one process's, is in
 :mod:`qlooper.executor`. The layer goes to every actor once per layer (one object-store copy); each forward
 call then carries only the parameters the driver's solves changed since the previous call, and a
-replacement actor gets the layer plus the driver's whole current state before it repeats a call, so:
+replacement actor gets the layer plus the driver's whole current state (and, for sharded MoE experts, the
+output tables its stand-ins had, :mod:`qlooper.expert_shards`) before it repeats a call, so:
 
 * a worker that dies during a call (killed, out of memory, node lost) is reported by name, pid and host
   (a warning in the log and ``describe()["lost_workers"]`` in the run summary), replaced by a fresh actor,
@@ -78,6 +79,8 @@ class RayExecutor(ShardedExecutor):
         if self._layer is not None:  # a replacement: the layer, then what the lost worker held
             ray.get(actor.set_layer.remote(*self._layer))
             ray.get(actor.update.remote(self._layer[0], self._held))
+            for method, args in self._setup_calls(index):  # e.g. the expert stand-ins' output tables
+                ray.get(getattr(actor, method).remote(*args))
         return actor, identity
 
     def _ship(self, key: str, layer: nn.Module) -> None:

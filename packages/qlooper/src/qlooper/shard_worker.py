@@ -164,6 +164,15 @@ class LayerWorker:
             outputs = [layer_output(layer(*args, **kwargs)).detach() for args, kwargs in calls]
         return outputs, time.perf_counter() - start
 
+    def run_on_layer(
+        self, key: str, changed: dict[str, torch.Tensor], fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> tuple[Any, float]:
+        """Apply ``changed``; ``fn(layer, *args)`` on the held layer (the expert stand-ins' calls,
+        :mod:`qlooper.expert_shards`) and its seconds."""
+        start = time.perf_counter()
+        out = fn(self._loaded(key, changed), *args)
+        return out, time.perf_counter() - start
+
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, float]:
         """``fn(*args)`` (a module solve job) and its seconds."""
         start = time.perf_counter()
