@@ -61,6 +61,19 @@ def test_experts_on_their_owners_give_one_process_bits(workers: int) -> None:
         assert all(isinstance(worker.layer.mlp.experts[e], ExpertStandIn) for e in range(4))
 
 
+@pytest.mark.parametrize("shard_experts", [True, False])
+def test_top2_routing_with_index_add_gives_one_process_bits(shard_experts: bool) -> None:
+    """Top-2 routing calls each expert on a fresh temporary (``flat[token]``) that is freed before the next
+    expert's: token-sharded recording once took a reused id for the same tensor (a wrong expert input)."""
+    cal = toy_calibration(n=10, batch_size=2)
+    ref_model = ToyDecoder(moe=True, top_k=2)
+    ref = quantize_model(ref_model, MOE, cal, SPEC, "gptq", options=LoopOptions(fallback=POLICY))
+    model, executor = ToyDecoder(moe=True, top_k=2), LocalShardExecutor(3, shard_experts=shard_experts)
+    run = quantize_model(model, MOE, cal, SPEC, "gptq", options=LoopOptions(executor=executor, fallback=POLICY))
+    assert_same_run(ref, run, ref_model, model)
+    assert bool(executor.describe()["moe_experts"]) == shard_experts
+
+
 def test_recorded_calls_keep_one_process_order_and_shapes() -> None:
     cal = toy_calibration(n=10, batch_size=1)
     executor = RecordingExecutor(3)

@@ -406,7 +406,8 @@ class LayerLoop:
                 else:
                     for unit in self._units(groups):
                         if experts is not None and experts.covers(unit):  # sharded over their owners
-                            solved += cast(Any, self.executor).run_experts(ctx, unit, self.processor, self.options.fallback)
+                            run_experts = cast(Any, self.executor).run_experts
+                            solved += run_experts(ctx, unit, self.processor, self.options.fallback)
                             continue
                         if self.processor.needs_calibration:
                             self._capture(ctx, unit)
