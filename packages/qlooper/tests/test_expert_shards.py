@@ -159,3 +159,19 @@ def test_a_stand_in_refuses_an_input_it_did_not_record() -> None:
     with pytest.raises(ExecutorError, match="reached 'gate_proj' of an expert directly"):
         stand_in.gate_proj  # noqa: B018
     assert not list(stand_in.parameters())
+
+
+def test_per_module_specs_reach_the_owners() -> None:
+    from qlooper import GPTQProcessor
+
+    cal = toy_calibration(n=6, batch_size=2)
+    widths = {"model.layers.1.mlp.experts.0.down_proj": QuantSpec(bits=8, group_size=32)}
+    runs = []
+    for executor in (None, LocalShardExecutor(2)):
+        model = ToyDecoder(moe=True)
+        processor = GPTQProcessor(SPEC, module_specs=widths)
+        options = LoopOptions(executor=executor, fallback=POLICY)
+        runs.append((model, quantize_model(model, MOE, cal, None, processor, format="gptq", options=options)))
+    (ref_model, ref), (model, run) = runs
+    assert_same_run(ref, run, ref_model, model)
+    assert run.report_for("model.layers.1.mlp.experts.0.down_proj").bits == 8

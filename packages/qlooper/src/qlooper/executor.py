@@ -177,13 +177,16 @@ class ShardedExecutor:
     its solves changed: a parameter is re-sent when any of its bytes differ.
 
     ``shard_experts``: a GPTQ MoE layer's experts are owned by workers instead of token-sharded
-    (:mod:`qlooper.expert_shards`, same bits); False keeps every expert on every worker.
+    (:mod:`qlooper.expert_shards`, same bits); False keeps every expert on every worker. ``serializes_calls``:
+    the transport copies a call's arguments when it is submitted (Ray); False (in-process workers): a caller
+    copies what a worker would change in place (an owner job's expert modules).
     """
 
     workers: int
     name: str = "sharded"
     supports_lockstep: bool = False
     shard_experts: bool = True
+    serializes_calls: bool = True
     times: list[LayerTimes] = field(default_factory=list)
     lost: list[LostWorker] = field(default_factory=list)
     experts: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -400,7 +403,7 @@ class LocalShardExecutor(ShardedExecutor):
     """
 
     def __init__(self, workers: int = 2, shard_experts: bool = True) -> None:
-        super().__init__(workers=workers, name="local-shards", shard_experts=shard_experts)
+        super().__init__(workers=workers, name="local-shards", shard_experts=shard_experts, serializes_calls=False)
         self._workers = [LayerWorker(f"local-{i}") for i in range(workers)]
         self._shipped: tuple[str, nn.Module] | None = None
 

@@ -424,7 +424,7 @@ def run_expert_groups(
             ctx.definition,
             _fresh(processor),
             [(i, spec, [m for m in ms if m[0] in mine]) for i, spec, ms in members],
-            {e: copy.deepcopy(plan.experts[e]) for e in mine},
+            {e: plan.experts[e] if executor.serializes_calls else copy.deepcopy(plan.experts[e]) for e in mine},
             {e: calls[e] for e in mine},
             {b: cache.token_masks[b] for b in batches},
             policy,
