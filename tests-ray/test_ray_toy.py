@@ -1,6 +1,7 @@
 """The Ray executor on the session's local 2-worker cluster (conftest ``executor``): GPTQ and AWQ on the toy
-decoders, bit for bit against one process; a worker killed mid-layer is reported by name, replaced, and the
-run still gives the same bits; a driver killed mid-run resumes from its checkpoint to the same bits."""
+decoders, bit for bit against one process (MoE experts on their owners included); a worker killed mid-layer
+(also an expert owner, during its jobs and before a replay) is reported by name, replaced, and the run still
+gives the same bits; a driver killed mid-run resumes from its checkpoint to the same bits."""
 
 import os
 import signal
@@ -56,6 +57,45 @@ def test_worker_killed_mid_layer_is_named_replaced_and_changes_nothing(executor)
     assert lost[0].layer == 1 and "layer model.layers.1" in lost[0].during
     assert executor.identities[1]["pid"] != lost[0].pid  # a fresh process took over under the same name
     assert executor.describe()["lost_workers"][-1]["name"] == "lowbit-worker-1"
+
+
+class KillsExpertOwner(GPTQProcessor):
+    """GPTQ that kills worker 1 (SIGKILL) twice on a MoE run: in layer 1 just before the owners' expert jobs go
+    out (the driver copies the processor for each job; the copy is a plain GPTQProcessor), and in layer 2 after
+    the expert groups, before the replay (the replacement needs the stand-ins' output tables)."""
+
+    def __init__(self, spec, executor) -> None:
+        super().__init__(spec)
+        self.executor, self.killed = executor, []
+
+    def _kill(self) -> None:
+        pid = int(self.executor.identities[1]["pid"])
+        os.kill(pid, signal.SIGKILL)
+        self.killed.append(pid)
+
+    def __copy__(self):
+        if self.executor._index == 1 and not self.killed:
+            self._kill()
+        return GPTQProcessor(self.spec, self.module_specs)
+
+    def end_layer(self, ctx):
+        if ctx.index == 2 and len(self.killed) == 1:
+            self._kill()
+        return super().end_layer(ctx)
+
+
+def test_expert_owner_killed_is_replaced_with_its_experts_and_tables(executor) -> None:
+    cal = toy_calibration(n=10, batch_size=1)
+    ref_model, ray_model = ToyDecoder(moe=True, top_k=2), ToyDecoder(moe=True, top_k=2)
+    ref = quantize_model(ref_model, MOE, cal, GPTQ_SPEC, "gptq")
+    processor = KillsExpertOwner(GPTQ_SPEC, executor)
+    before = len(executor.lost)
+    run = quantize_model(ray_model, MOE, cal, None, processor, format="gptq", options=LoopOptions(executor=executor))
+    assert_same_run(ref, run, ref_model, ray_model)
+    lost = executor.lost[before:]
+    assert [(w.name, w.pid) for w in lost] == [("lowbit-worker-1", pid) for pid in processor.killed]
+    assert "expert solves of layer model.layers.1" in lost[0].during and "replay" in lost[1].during
+    assert executor.describe()["moe_experts"]["model.layers.2"]["experts_by_worker"] == [[0, 1], [2, 3]]
 
 
 class DriverDiesAtLayer:

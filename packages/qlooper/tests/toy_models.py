@@ -56,17 +56,28 @@ class MLP(nn.Module):
 
 
 class MoE(nn.Module):
-    """Top-1 routing over ``n`` experts; ``bias`` pushes the router toward expert 0 so others see few tokens."""
+    """Top-1 routing over ``n`` experts; ``bias`` pushes the router toward expert 0 so others see few tokens.
+    ``top_k=2``: each token to its 2 best experts, outputs weighted by the softmax and summed with
+    ``index_add_`` (Mixtral's way; expert 3 is still never picked). Experts past the fourth get no bias."""
 
-    def __init__(self, n: int = 4) -> None:
+    def __init__(self, n: int = 4, top_k: int = 1) -> None:
         super().__init__()
+        self.top_k = top_k
         self.gate = nn.Linear(HIDDEN, n, bias=True)
         with torch.no_grad():
-            self.gate.bias.copy_(torch.tensor([4.0, 0.0, 0.0, -100.0])[:n])
+            self.gate.bias.copy_(torch.tensor([4.0, 0.0, 0.0, -100.0] + [0.0] * max(0, n - 4))[:n])
         self.experts = nn.ModuleList(MLP() for _ in range(n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, HIDDEN)
+        if self.top_k > 1:
+            weights, chosen = torch.softmax(self.gate(flat), -1).topk(self.top_k, dim=-1)
+            summed = torch.zeros_like(flat)
+            for e, expert in enumerate(self.experts):
+                token, slot = torch.where(chosen == e)
+                if token.numel():
+                    summed.index_add_(0, token, expert(flat[token]) * weights[token, slot, None])
+            return summed.view_as(x)
         choice = self.gate(flat).argmax(-1)
         out = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
@@ -77,12 +88,12 @@ class MoE(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, moe: bool = False, norm_offset: float = 0.0) -> None:
+    def __init__(self, moe: bool = False, norm_offset: float = 0.0, top_k: int = 1, experts: int = 4) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(HIDDEN, norm_offset)
         self.self_attn = Attention()
         self.post_attention_layernorm = RMSNorm(HIDDEN, norm_offset)
-        self.mlp = MoE() if moe else MLP()
+        self.mlp = MoE(experts, top_k) if moe else MLP()
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor]:
         h = hidden + self.self_attn(self.input_layernorm(hidden), attention_mask=attention_mask)[0]
@@ -90,18 +101,26 @@ class Layer(nn.Module):
 
 
 class Inner(nn.Module):
-    def __init__(self, layers: int, moe: bool, norm_offset: float) -> None:
+    def __init__(self, layers: int, moe: bool, norm_offset: float, top_k: int = 1, experts: int = 4) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
-        self.layers = nn.ModuleList(Layer(moe, norm_offset) for _ in range(layers))
+        self.layers = nn.ModuleList(Layer(moe, norm_offset, top_k, experts) for _ in range(layers))
         self.norm = RMSNorm(HIDDEN)
 
 
 class ToyDecoder(nn.Module):
-    def __init__(self, layers: int = 4, moe: bool = False, seed: int = 0, norm_offset: float = 0.0) -> None:
+    def __init__(
+        self,
+        layers: int = 4,
+        moe: bool = False,
+        seed: int = 0,
+        norm_offset: float = 0.0,
+        top_k: int = 1,
+        experts: int = 4,
+    ) -> None:
         super().__init__()
         torch.manual_seed(seed)
-        self.model = Inner(layers, moe, norm_offset)
+        self.model = Inner(layers, moe, norm_offset, top_k, experts)
         self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -34,6 +34,15 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from .definition import ResolvedGroup
+from .expert_shards import (
+    ExpertLayer,
+    describe_plan,
+    log_unsharded,
+    plan_expert_layer,
+    run_expert_groups,
+    traffic_bytes,
+)
 from .forward import capture_forward, layer_device, replay_forward
 from .input_cache import InputCache
 from .processors.base import LayerContext
@@ -126,7 +135,10 @@ class LayerTimes:
     ``bytes_out``/``bytes_back``: tensor bytes of the forward calls' arguments (batches, and the changed
     parameters counted once per worker) and of their results (recordings, outputs); ``bytes_changed``: of
     those arguments, the changed parameters (once per worker); ``layer_bytes``: the layer's state-dict bytes
-    (shipped once per worker in ``layer_ship``; every call carried all of them before changed-only shipping).
+    (shipped once per worker in ``layer_ship``; every call carried all of them before changed-only shipping;
+    without the experts when they are sharded); ``expert_bytes``: the sharded experts' traffic
+    (:mod:`qlooper.expert_shards`): their weights and recorded calls to the owners, the owners' outputs back
+    and on to the workers (tensor bytes; the ``QuantResult`` s not counted).
     ``solve_jobs`` / ``solve_waves``: the spread solve jobs and the waves they ran in (a wave is one job per
     worker, at once); ``bytes_solve``: tensor bytes of the jobs' arguments, a tensor counted once per worker
     that got it (GPTQ: each module's weight, and its input's float32 Hessian once per worker);
@@ -150,6 +162,7 @@ class LayerTimes:
     solve_waves: int = 0
     bytes_solve: int = 0
     ship_rounds: int = 0
+    expert_bytes: int = 0
 
 
 @dataclass
@@ -174,16 +187,26 @@ class ShardedExecutor:
     workers get, across calls) and ``_ship(key, layer)``. The
     driver keeps a copy of the layer state the workers hold (``_held``, one layer of memory) to find what
     its solves changed: a parameter is re-sent when any of its bytes differ.
+
+    ``shard_experts``: a GPTQ MoE layer's experts are owned by workers instead of token-sharded
+    (:mod:`qlooper.expert_shards`, same bits); False keeps every expert on every worker. ``serializes_calls``:
+    the transport copies a call's arguments when it is submitted (Ray); False (in-process workers): a caller
+    copies what a worker would change in place (an owner job's expert modules).
     """
 
     workers: int
     name: str = "sharded"
     supports_lockstep: bool = False
+    shard_experts: bool = True
+    serializes_calls: bool = True
     times: list[LayerTimes] = field(default_factory=list)
     lost: list[LostWorker] = field(default_factory=list)
+    experts: dict[str, dict[str, Any]] = field(default_factory=dict)
     _key: str = ""
     _index: int = -1
     _held: dict[str, torch.Tensor] = field(default_factory=dict)
+    _experts: ExpertLayer | None = None
+    _planned_for: str = ""
 
     @property
     def solve_map(self) -> SolveMap:
@@ -202,11 +225,55 @@ class ShardedExecutor:
 
     # -- the executor protocol ----------------------------------------------------------------------------
 
+    def plan_experts(
+        self, ctx: LayerContext, groups: Sequence[ResolvedGroup], processor: Any, true_sequential: bool
+    ) -> ExpertLayer | None:
+        """Called by the loop before :meth:`begin_layer`: whether this layer's experts are sharded over the
+        workers (:mod:`qlooper.expert_shards`); the reason when not is logged and kept for :meth:`describe`."""
+        self._experts, self._planned_for = None, ctx.name
+        if not self.shard_experts:
+            return None
+        plan, reason = plan_expert_layer(ctx.layer, groups, processor, true_sequential, self.workers)
+        row = describe_plan(plan, reason, self.workers)
+        if row is not None:
+            self.experts[ctx.name] = row
+        if reason is not None:
+            log_unsharded(ctx.name, reason)
+        self._experts = plan
+        return plan
+
+    def run_experts(self, ctx: LayerContext, unit: Sequence[ResolvedGroup], processor: Any, policy: Any) -> list[Any]:
+        """The loop's call for a unit of expert groups planned by :meth:`plan_experts`: the first solves every
+        expert group of the layer (their results, in group order), later ones return nothing."""
+        if self._experts is None:
+            raise ValueError(f"layer {ctx.name}: no expert plan")
+        if self._experts.done:
+            return []
+        return run_expert_groups(self, self._experts, ctx, processor, policy)
+
+    def run_owner_jobs(self, jobs: Sequence[tuple[Any, ...]], during: str) -> list[Any]:
+        """``(fn, args)`` per owner, worker ``i`` running job ``i``; results in job order (timed as solve)."""
+        start = time.perf_counter()
+        outs = self._call("run", [(fn, *args) for fn, args in jobs], during)
+        times = self.times[-1]
+        times.solve += time.perf_counter() - start
+        times.expert_bytes += sum(traffic_bytes(args[0]) for _fn, args in jobs)
+        times.expert_bytes += sum(traffic_bytes(out) for out, _seconds in outs)
+        return [out for out, _seconds in outs]
+
+    def _setup_calls(self, index: int) -> list[tuple[str, tuple[Any, ...]]]:
+        """The calls that set up worker ``index`` in this layer beyond the layer and state (the expert
+        stand-ins' tables): a replacement for a lost worker gets them too."""
+        return self._experts.setup.get(index, []) if self._experts is not None else []
+
     def begin_layer(self, index: int, name: str, layer: nn.Module) -> None:
         start = time.perf_counter()
         self._index, self._key = index, f"{index}:{name}"
-        self._held = {k: v.clone() for k, v in _state(layer).items()}
-        rounds = self._ship(self._key, layer)
+        if self._planned_for != name:  # no plan_experts call for this layer: nothing sharded by expert
+            self._experts = None
+        shipped = self._experts.worker_layer(layer) if self._experts is not None else layer
+        self._held = {k: v.clone() for k, v in _state(shipped).items()}
+        rounds = self._ship(self._key, shipped)
         ship = LayerTimes(index, layer_ship=time.perf_counter() - start, layer_bytes=tensor_bytes(self._held))
         ship.ship_rounds = rounds
         self.times.append(ship)
@@ -214,6 +281,8 @@ class ShardedExecutor:
     def _changed(self, layer: nn.Module) -> dict[str, torch.Tensor]:
         """The state entries of ``layer`` whose bytes differ from what the workers hold (``_held``)."""
         state = _state(layer)
+        if self._experts is not None:  # the workers hold stand-ins, not the experts
+            state = {k: v for k, v in state.items() if not self._experts.is_expert_key(k)}
         if state.keys() != self._held.keys():
             raise ValueError(
                 f"layer {self._key}: its state entries changed during the layer "
@@ -299,13 +368,15 @@ class ShardedExecutor:
         return results
 
     def describe(self) -> dict[str, Any]:
-        """``executor``, ``workers``, ``lost_workers`` (names and what they were doing) and ``layer_times``
-        (:class:`LayerTimes` per layer, as dicts) for the run report."""
+        """``executor``, ``workers``, ``lost_workers`` (names and what they were doing), ``layer_times``
+        (:class:`LayerTimes` per layer, as dicts) and ``moe_experts`` (per MoE layer: its experts per owning
+        worker, or why they were token-sharded) for the run report."""
         return {
             "executor": self.name,
             "workers": self.workers,
             "lost_workers": [vars(lost) for lost in self.lost],
             "layer_times": [vars(t) for t in self.times],
+            "moe_experts": dict(self.experts),
         }
 
 
@@ -357,14 +428,28 @@ class LocalShardExecutor(ShardedExecutor):
     Tests use it to check the sharded path against the in-process loop; its calls run one after another.
     """
 
-    def __init__(self, workers: int = 2) -> None:
-        super().__init__(workers=workers, name="local-shards")
+    def __init__(self, workers: int = 2, shard_experts: bool = True) -> None:
+        super().__init__(workers=workers, name="local-shards", shard_experts=shard_experts, serializes_calls=False)
         self._workers = [LayerWorker(f"local-{i}") for i in range(workers)]
+        self._shipped: tuple[str, nn.Module] | None = None
 
     def _ship(self, key: str, layer: nn.Module) -> int:
+        self._shipped = (key, layer)
         for worker in self._workers:
             worker.set_layer(key, copy.deepcopy(layer))
         return 1
+
+    def replace_worker(self, index: int) -> None:
+        """Put a fresh worker in place of worker ``index`` and bring it up to date as a Ray replacement is
+        (the shipped layer, the driver's current state, the layer's setup calls): tests of a lost worker."""
+        worker = LayerWorker(f"local-{index}")
+        if self._shipped is not None:
+            key, layer = self._shipped
+            worker.set_layer(key, copy.deepcopy(layer))
+            worker.update(key, self._held)
+            for method, args in self._setup_calls(index):
+                getattr(worker, method)(*args)
+        self._workers[index] = worker
 
     def _call(
         self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str, shared: dict[int, Any] | None = None

@@ -36,6 +36,7 @@ from torch import nn
 from .allocator import pin_mmap_threshold, release_free_memory
 from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
+from .coverage import count_hook, mark_fallbacks, tokens_in
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
 from .devices import resolve_compute_dtype, resolve_device
 from .errors import ProcessorError
@@ -47,7 +48,7 @@ from .layer_loader import LayerLoader, call_loader
 from .lockstep import auto_budget, lockstep_forward, lockstep_supported, parked_bytes
 from .placement import LayerPlacement
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
-from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, first_tensor
+from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor
 from .report import ModuleReport, Progress, notes_text
 
 logger = logging.getLogger(__name__)
@@ -139,19 +140,6 @@ class LoopState:
     cursor: int = 0
     start_cursor: int = 0
     lockstep_skipped: dict[str, str] = field(default_factory=dict)
-
-
-def _tokens_in(ctx: LayerContext, x: torch.Tensor) -> int:
-    """Calibration tokens in activations ``x`` ``[..., in]`` of the current batch (padding excluded)."""
-    mask = ctx.mask_for(x)
-    return int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
-
-
-def _count_hook(ctx: LayerContext, name: str) -> Callable[..., None]:
-    def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any) -> None:
-        ctx.tokens[name] = ctx.tokens.get(name, 0) + _tokens_in(ctx, first_tensor(inputs))
-
-    return hook
 
 
 class LayerLoop:
@@ -311,7 +299,7 @@ class LayerLoop:
                 handles += self.processor.attach(ctx, group)
             for group in unit:
                 for mod in group.modules:
-                    handles.append(mod.module.register_forward_hook(_count_hook(ctx, mod.full_name)))
+                    handles.append(mod.module.register_forward_hook(count_hook(ctx, mod.full_name)))
             self.executor.capture(ctx, self._stop_module(unit))
         finally:
             for handle in handles:
@@ -320,17 +308,7 @@ class LayerLoop:
 
     def _mark_fallbacks(self, ctx: LayerContext, unit: list[ResolvedGroup]) -> None:
         """Raise on a dense module that saw no token; mark under-covered modules for the fallback policy."""
-        for group in unit:
-            for mod in group.modules:
-                seen = ctx.tokens.get(mod.full_name, 0)
-                if mod.expert is None and seen == 0:
-                    raise ProcessorError(
-                        f"module {mod.full_name}: received no input during the capture forward of group "
-                        f"{group.index}; the group's modules may be listed out of forward order"
-                    )
-                reason = self.options.fallback.reason(seen, self.total_tokens)
-                if reason is not None:
-                    ctx.fallback[mod.full_name] = reason
+        mark_fallbacks(ctx, unit, self.options.fallback, self.total_tokens)
 
     def _lockstep(self, name: str, groups: list[ResolvedGroup]) -> bool:
         usable = (
@@ -374,7 +352,7 @@ class LayerLoop:
 
         def observe(group: ResolvedGroup, batch: int, x: torch.Tensor) -> None:
             ctx.batch, ctx.mask = batch, cache.token_masks[batch].to(x.device)
-            seen = _tokens_in(ctx, x)
+            seen = tokens_in(ctx, x)
             for mod in group.modules:
                 ctx.tokens[mod.full_name] = ctx.tokens.get(mod.full_name, 0) + seen
             observing.observe(ctx, group, x)
@@ -388,6 +366,14 @@ class LayerLoop:
             release_free_memory()  # the solve's freed work matrices, before the batches resume
 
         return lockstep_forward(ctx.layer, cache, groups, observe, solve)
+
+    def _plan_experts(self, ctx: LayerContext, groups: list[ResolvedGroup], lockstep: bool) -> Any:
+        """An executor's expert sharding plan for this layer (``plan_experts``; :mod:`qlooper.expert_shards`),
+        or None: the in-process executor, a lockstep layer, or a layer whose experts it token-shards."""
+        plan = getattr(self.executor, "plan_experts", None)
+        if plan is None or lockstep or self.state.cache is None:
+            return None
+        return plan(ctx, groups, self.processor, self.options.true_sequential)
 
     def _run_layer(
         self, position: int, step: LoopStep, pool: ThreadPoolExecutor, offload: Path | None
@@ -412,12 +398,18 @@ class LayerLoop:
             if self.processor.needs_calibration:
                 placement.enter()  # after start_layer: a processor may read the layer as loaded there
             try:
+                experts = None
                 if self.processor.needs_calibration:
+                    experts = self._plan_experts(ctx, groups, lockstep)
                     self.executor.begin_layer(position, name, layer)
                 if lockstep:
                     state.cache = self._run_lockstep(ctx, groups, solved)
                 else:
                     for unit in self._units(groups):
+                        if experts is not None and experts.covers(unit):  # sharded over their owners
+                            run_experts = cast(Any, self.executor).run_experts
+                            solved += run_experts(ctx, unit, self.processor, self.options.fallback)
+                            continue
                         if self.processor.needs_calibration:
                             self._capture(ctx, unit)
                         for group in unit:

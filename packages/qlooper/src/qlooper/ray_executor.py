@@ -7,8 +7,8 @@ machine with ``workers`` CPUs; anything else is passed to ``ray.init(address=...
 :mod:`qlooper.executor`. The layer goes to every actor once per layer (one object-store copy, fetched by the
 nodes in staged rounds so that the copies double each round: :mod:`qlooper.broadcast`); each forward call
 then carries only the parameters the driver's solves changed since the previous call (staged the same way
-when large), and a replacement actor gets the layer plus the driver's whole current state before it repeats a
-call, so:
+when large), and a replacement actor gets the layer plus the driver's whole current state (and, for sharded
+MoE experts, the output tables its stand-ins had, :mod:`qlooper.expert_shards`) before it repeats a call, so:
 
 * a worker that dies during a call (killed, out of memory, node lost) is reported by name, pid and host
   (a warning in the log and ``describe()["lost_workers"]`` in the run summary), replaced by a fresh actor,
@@ -103,6 +103,8 @@ class RayExecutor(ShardedExecutor):
         if self._layer is not None:  # a replacement: the layer (from any node holding it), then the driver's state
             ray.get(actor.set_layer.remote(*self._layer))
             ray.get(actor.update.remote(self._layer[0], self._held))
+            for method, args in self._setup_calls(index):  # e.g. the expert stand-ins' output tables
+                ray.get(getattr(actor, method).remote(*args))
         return actor, identity
 
     def _nodes(self, indices: Sequence[int]) -> list[str]:

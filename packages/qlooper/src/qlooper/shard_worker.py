@@ -44,15 +44,17 @@ class HookedModule:
     post: bool
 
 
-def _snapshot(args: tuple[Any, ...], memo: dict[int, torch.Tensor]) -> tuple[Any, ...]:
+def _snapshot(args: tuple[Any, ...], memo: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> tuple[Any, ...]:
     """``args`` with tensors cloned; a tensor several hooked modules read (q/k/v's input) is cloned once per
-    batch, so the recording (and its pickle) holds it once."""
+    batch, so the recording (and its pickle) holds it once. The memo keeps each original alive for the batch
+    (``id -> (original, clone)``): a freed temporary's id can be reused by the next one (one routed expert
+    input after another), which must not be taken for the same tensor."""
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
             if id(a) not in memo:
-                memo[id(a)] = a.detach().clone()
-            a = memo[id(a)]
+                memo[id(a)] = (a, a.detach().clone())
+            a = memo[id(a)][1]
         out.append(a)
     return tuple(out)
 
@@ -114,7 +116,7 @@ class LayerWorker:
         layer = self._loaded(key, changed)
         modules = dict(layer.named_modules())
         events: list[Event] = []
-        memo: dict[int, torch.Tensor] = {}
+        memo: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         handles = []
         try:
             for item in hooked:
@@ -147,7 +149,9 @@ class LayerWorker:
         return per_batch, time.perf_counter() - start
 
     @staticmethod
-    def _recorder(events: list[Event], memo: dict[int, torch.Tensor], name: str, kind: str) -> Callable[..., None]:
+    def _recorder(
+        events: list[Event], memo: dict[int, tuple[torch.Tensor, torch.Tensor]], name: str, kind: str
+    ) -> Callable[..., None]:
         def record(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *_out: Any) -> None:
             events.append((name, kind, _snapshot(args, memo), dict(kwargs)))
 
@@ -163,6 +167,15 @@ class LayerWorker:
         with torch.no_grad():
             outputs = [layer_output(layer(*args, **kwargs)).detach() for args, kwargs in calls]
         return outputs, time.perf_counter() - start
+
+    def run_on_layer(
+        self, key: str, changed: dict[str, torch.Tensor], fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> tuple[Any, float]:
+        """Apply ``changed``; ``fn(layer, *args)`` on the held layer (the expert stand-ins' calls,
+        :mod:`qlooper.expert_shards`) and its seconds."""
+        start = time.perf_counter()
+        out = fn(self._loaded(key, changed), *args)
+        return out, time.perf_counter() - start
 
     def run(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
         """``fn(*args)`` (a module solve job) and its seconds."""

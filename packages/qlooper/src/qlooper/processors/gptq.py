@@ -42,6 +42,9 @@ class GPTQProcessor:
     #: whether ``LoopOptions.compute_dtype`` may run the layer forwards in bfloat16 / float16 (the Hessian is
     #: accumulated in float32 from whatever dtype the activations have; solves read the float32 masters)
     supports_compute_dtype = True
+    #: whether a sharded executor may solve a MoE layer's experts on their owning workers with this processor's
+    #: own ``attach``/``process`` (:mod:`qlooper.expert_shards`; needs ``spread_solves`` too)
+    shard_experts = True
 
     def __init__(self, spec: QuantSpec, module_specs: dict[str, QuantSpec] | None = None) -> None:
         self.spec = spec
