@@ -58,8 +58,6 @@ REGISTRIES = frozenset(
 #: file -> comparisons / tables on family strings it holds today (see the module docstring).
 KNOWN: dict[str, int] = {
     # method-level choices and method tables (the method registry half of issue 37)
-    "packages/lowbit/src/lowbit/cli/quantize_cmd.py": 1,
-    "packages/lowbit/src/lowbit/cli/quantize_flags.py": 2,
     "packages/qformats/src/qformats/config/quantizer_formats.py": 2,
     "packages/qhf/src/qhf/calibrated_settings.py": 2,
     "packages/qhf/src/qhf/checkpoint_config.py": 4,
@@ -160,10 +158,6 @@ METHOD_REGISTRIES_DIR = "packages/qhf/src/qhf/methods/"
 
 #: file -> comparisons / tables on method strings it holds today (see the module docstring).
 KNOWN_METHOD: dict[str, int] = {
-    # the CLI's built-in flags and defaults
-    "packages/lowbit/src/lowbit/cli/device_flags.py": 1,
-    "packages/lowbit/src/lowbit/cli/quantize_cmd.py": 2,
-    "packages/lowbit/src/lowbit/cli/quantize_flags.py": 7,
     # qhf: the built-in methods' settings resolution and stored fields
     "packages/qhf/src/qhf/calibrated_settings.py": 8,
     "packages/qhf/src/qhf/checkpoint_config.py": 5,
@@ -266,15 +260,15 @@ def test_the_method_scan_counts_method_dispatch_not_format_names(tmp_path) -> No
     sample.write_text(
         "def f(args, cfg, fmt, entry):\n"
         '    if args.method != "gptq":\n'  # 2: a method
-        '        pass\n'
+        "        pass\n"
         '    if fmt in ("gptq", "gptq_v2") or entry.layout == "awq":\n'  # 4: formats, not counted
-        '        pass\n'
+        "        pass\n"
         '    if str(cfg.method) in ("awq", "rtn") or algorithm(cfg) == "gguf":\n'  # 6: one comparison... two
-        '        pass\n'
+        "        pass\n"
         '    table = {"gptq": 1, "awq": 2}\n'  # 8: a method table
-        '    match method_of(cfg):\n'
+        "    match method_of(cfg):\n"
         '        case "qqq" | "marlin":\n'  # 10: the qqq case
-        '            pass\n'
+        "            pass\n"
         '    return QUANTIZER_FORMATS["awq"], {"marlin": 1}\n'  # 12: a table read
         'BUDGET_METHODS = ("gptq", "rtn")\n',  # 13: a method list
         encoding="utf-8",
@@ -291,4 +285,6 @@ def test_no_new_method_string_dispatch_outside_the_registry() -> None:
         f"QuantMethod instead (docs/internals.md, 'Add a method'): {grown}"
     )
     shrunk = {p: (n, counts.get(p, 0)) for p, n in KNOWN_METHOD.items() if counts.get(p, 0) < n}
-    assert not shrunk, f"fewer method-string comparisons than KNOWN_METHOD lists (file: known, found); lower it: {shrunk}"
+    assert not shrunk, (
+        f"fewer method-string comparisons than KNOWN_METHOD lists (file: known, found); lower it: {shrunk}"
+    )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS
 
 from .builtin_settings import CalibratedSettings, WeightOnlySettings
+from .cli_flags import CALIBRATED_FLAGS, FP8_FLAGS, GPTQ_FLAGS, INTEGER_FLAGS, PAROQUANT_FLAGS
 from .method import QuantMethod
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class CalibratedMethod(BuiltinMethod):
     """GPTQ (and its GPTAQ / FOEM / ``awq_scales`` variants, EoRA), AWQ, RTN, QQQ: a qalgos ``QuantSpec``."""
 
     settings_type = CalibratedSettings
+    cli_flags = (*INTEGER_FLAGS, *CALIBRATED_FLAGS)
     #: the dtype solved scales are rounded to (QQQ keeps float32: it splits them into its two scale levels)
     scale_dtype = "float16"
 
@@ -93,6 +95,12 @@ class CalibratedMethod(BuiltinMethod):
 
 
 class GPTQMethod(CalibratedMethod):
+    """GPTQ: its variants' flags (GPTAQ, FOEM, AWQ scales, EoRA, presets); plain GPTQ runs its layer forwards in
+    bfloat16 / float16 when asked."""
+
+    cli_flags = (*CalibratedMethod.cli_flags, *GPTQ_FLAGS)
+    takes_compute_dtype = True
+
     def checkpoint_method(self, cfg: QuantizeConfig) -> str:
         """GPTQ on AWQ-scaled weights (``awq_scales``) is stored as the family its format belongs to."""
         if self.settings(cfg).awq_scales:
@@ -103,6 +111,8 @@ class GPTQMethod(CalibratedMethod):
 class RTNMethod(CalibratedMethod):
     """RTN: no calibration (unless a ``bits_budget`` is still to be resolved: its sensitivity pass reads rows);
     stored as the family its format belongs to."""
+
+    spreads_over_ray = False  # no calibration forwards, no solves
 
     def checkpoint_method(self, cfg: QuantizeConfig) -> str:
         return self.written_method(str(cfg.format))
@@ -122,6 +132,8 @@ class QQQMethod(CalibratedMethod):
 class ParoQuantMethod(CalibratedMethod):
     """ParoQuant: a qalgos ``ParoSpec`` from its settings (:mod:`qhf.paroquant_settings`); every module alike."""
 
+    cli_flags = (*CalibratedMethod.cli_flags, *PAROQUANT_FLAGS)
+
     def spec(self, cfg: QuantizeConfig) -> Any:
         from ..paroquant_settings import paro_spec
 
@@ -137,6 +149,7 @@ class WeightOnlyMethod(BuiltinMethod):
     settings_type = WeightOnlySettings
     weight_only = True
     calibrated = False
+    cli_flags = ()
 
     def spec(self, cfg: QuantizeConfig) -> Any:
         from ..weight_only import weight_only_spec
@@ -152,6 +165,21 @@ class WeightOnlyMethod(BuiltinMethod):
         from qlooper.processors.weight_only import WeightOnlyProcessor
 
         return WeightOnlyProcessor(spec, module_specs=module_specs)
+
+
+class FP8Method(WeightOnlyMethod):
+    """FP8: 8-bit codes, its scale granularity flags."""
+
+    cli_flags = FP8_FLAGS
+    default_bits = 8
+
+
+class BitsAndBytesMethod(WeightOnlyMethod):
+    """bitsandbytes (``--method nf4``): NF4 from the command line, int8 with ``--bits 8`` (a config's default is
+    ``fp4``, the reference's)."""
+
+    def flag_format(self, bits: int | None) -> str | None:
+        return "int8" if bits == 8 else "nf4"
 
 
 class GGUFMethod(WeightOnlyMethod):
@@ -170,8 +198,10 @@ def builtin_methods() -> tuple[QuantMethod, ...]:
         GPTQMethod("gptq", "GPTQ: Hessian-based column solve (GPTAQ / FOEM / AWQ-scaled variants, EoRA)"),
         CalibratedMethod("awq", "AWQ: activation-aware per-channel scales, then RTN"),
         RTNMethod("rtn", "round to nearest, no calibration"),
-        WeightOnlyMethod("fp8", "FP8 weights with row / tensor / block scales"),
-        WeightOnlyMethod("bitsandbytes", "bitsandbytes NF4 / FP4 / int8", processor_name="weight_only", cli_name="nf4"),
+        FP8Method("fp8", "FP8 weights with row / tensor / block scales"),
+        BitsAndBytesMethod(
+            "bitsandbytes", "bitsandbytes NF4 / FP4 / int8", processor_name="weight_only", cli_name="nf4"
+        ),
         GGUFMethod("gguf", "GGUF blocks (Q4_0 ... Q6_K, K-quant mixtures)"),
         QQQMethod("qqq", "QQQ: GPTQ on QQQ's 4-bit grids, two scale levels"),
         ParoQuantMethod("paroquant", "ParoQuant: learned pairwise rotations, then AWQ-layout codes"),

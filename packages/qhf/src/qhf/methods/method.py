@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .cli_flags import INTEGER_FLAGS, MethodFlag
 from .closed_settings import closed_settings, settings_dict
 
 if TYPE_CHECKING:
@@ -55,6 +56,15 @@ class QuantMethod:
     calibrated: bool = True
     #: One of lowbit's own methods (their configs keep the reference's pass-through fields, see :mod:`.builtin`).
     builtin: bool = False
+    #: The ``lowbit quantize`` flags it takes beyond the common ones (:mod:`.cli_flags`; the base: ``--group-size``,
+    #: ``--asym``, ``--desc-act``; a third-party method's other flags become its settings of the flag's name).
+    cli_flags: tuple[MethodFlag, ...] = INTEGER_FLAGS
+    #: The code width when the config gives no ``bits``.
+    default_bits: int = 4
+    #: Runs its layer forwards in a dtype other than float32 when asked (``--compute-dtype``).
+    takes_compute_dtype: bool = False
+    #: Has calibration forwards or solves that a Ray cluster can spread (``--ray``).
+    spreads_over_ray: bool = True
 
     @property
     def flag_name(self) -> str:
@@ -64,6 +74,11 @@ class QuantMethod:
     def format_or_default(self, fmt: str | None) -> str:
         """``fmt``, or the format written when none is given."""
         return fmt or self.default_format or self.formats[0]
+
+    def flag_format(self, bits: int | None) -> str | None:
+        """The format a ``lowbit quantize --method`` run writes when no ``--format`` is given (None: the config's
+        default, :meth:`format_or_default`); ``bits``: the ``--bits`` given, or None."""
+        return None
 
     def written_method(self, fmt: str) -> str:
         """The checkpoint's ``quant_method`` for a run writing ``fmt``: AWQ's formats store ``awq``, the rest
