@@ -11,6 +11,7 @@ the checkpoints they write are unchanged.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS
@@ -100,6 +101,18 @@ class GPTQMethod(CalibratedMethod):
 
     cli_flags = (*CalibratedMethod.cli_flags, *GPTQ_FLAGS)
     takes_compute_dtype = True
+    gptq_variants = True
+    group_aware_default = True
+    takes_budget = True
+
+    def run_formats(self, settings: Mapping[str, Any]) -> tuple[str, ...]:
+        """GPTQ on AWQ-scaled weights writes AWQ's layouts too (its scales are folded either way)."""
+        if self.follows_format(settings):
+            return (*self.formats, *QUANTIZER_FORMATS["awq"])
+        return self.formats
+
+    def follows_format(self, settings: Mapping[str, Any]) -> bool:
+        return settings.get("awq_scales") is True
 
     def checkpoint_method(self, cfg: QuantizeConfig) -> str:
         """GPTQ on AWQ-scaled weights (``awq_scales``) is stored as the family its format belongs to."""
@@ -108,11 +121,22 @@ class GPTQMethod(CalibratedMethod):
         return self.name
 
 
+class AWQMethod(CalibratedMethod):
+    """AWQ: natural column order; no mixed-precision budget."""
+
+    natural_order = True
+    budget_refusal = "the AWQ layouts engines read hold 4-bit codes only"
+
+
 class RTNMethod(CalibratedMethod):
     """RTN: no calibration (unless a ``bits_budget`` is still to be resolved: its sensitivity pass reads rows);
     stored as the family its format belongs to."""
 
     spreads_over_ray = False  # no calibration forwards, no solves
+    takes_budget = True
+
+    def follows_format(self, settings: Mapping[str, Any]) -> bool:
+        return True
 
     def checkpoint_method(self, cfg: QuantizeConfig) -> str:
         return self.written_method(str(cfg.format))
@@ -128,11 +152,29 @@ class QQQMethod(CalibratedMethod):
 
     scale_dtype = "float32"
 
+    def default_settings(self) -> Mapping[str, Any]:
+        """The reference's QQQ damping defaults (:data:`qhf.qqq_settings.DEFAULTS`)."""
+        from ..qqq_settings import DEFAULTS
+
+        return DEFAULTS
+
+    def settings_problem(self, cfg: QuantizeConfig, settings: Mapping[str, Any]) -> str | None:
+        """QQQ's recipe: 4-bit, symmetric, group 128 or per channel ... (:func:`qhf.qqq_settings.qqq_problem`)."""
+        from ..qqq_settings import qqq_problem
+
+        return qqq_problem(cfg, settings)
+
 
 class ParoQuantMethod(CalibratedMethod):
     """ParoQuant: a qalgos ``ParoSpec`` from its settings (:mod:`qhf.paroquant_settings`); every module alike."""
 
     cli_flags = (*CalibratedMethod.cli_flags, *PAROQUANT_FLAGS)
+
+    def check_config(self, cfg: QuantizeConfig) -> None:
+        """ParoQuant's fixed choices (:func:`qhf.paroquant_settings.refuse_unsupported`)."""
+        from ..paroquant_settings import refuse_unsupported
+
+        refuse_unsupported(cfg)
 
     def spec(self, cfg: QuantizeConfig) -> Any:
         from ..paroquant_settings import paro_spec
@@ -160,6 +202,10 @@ class WeightOnlyMethod(BuiltinMethod):
         """FP8 / bitsandbytes quantize every module alike."""
         return {}
 
+    def bits_format(self, bits: Any, fmt: str | None) -> tuple[Any, str]:
+        """``(bits, format)`` of a config with the method's defaults; raises naming the field (the subclasses)."""
+        raise NotImplementedError(f"method {self.name!r}: bits_format")
+
     def processor(self, cfg: QuantizeConfig, spec: Any, module_specs: dict[str, Any]) -> Any:
         """qlooper's ``WeightOnlyProcessor`` (a GGUF mixture's modules with their own spec)."""
         from qlooper.processors.weight_only import WeightOnlyProcessor
@@ -173,6 +219,11 @@ class FP8Method(WeightOnlyMethod):
     cli_flags = FP8_FLAGS
     default_bits = 8
 
+    def bits_format(self, bits: Any, fmt: str | None) -> tuple[Any, str]:
+        from ..weight_only_settings import fp8_bits_format
+
+        return fp8_bits_format(bits, fmt, str(self.default_format))
+
 
 class BitsAndBytesMethod(WeightOnlyMethod):
     """bitsandbytes (``--method nf4``): NF4 from the command line, int8 with ``--bits 8`` (a config's default is
@@ -180,6 +231,11 @@ class BitsAndBytesMethod(WeightOnlyMethod):
 
     def flag_format(self, bits: int | None) -> str | None:
         return "int8" if bits == 8 else "nf4"
+
+    def bits_format(self, bits: Any, fmt: str | None) -> tuple[Any, str]:
+        from ..weight_only_settings import bnb_bits_format
+
+        return bnb_bits_format(bits, fmt, str(self.default_format))
 
 
 class GGUFMethod(WeightOnlyMethod):
@@ -191,12 +247,25 @@ class GGUFMethod(WeightOnlyMethod):
 
         return gguf_module_specs(cfg, modules)
 
+    def bits_format(self, bits: Any, fmt: str | None) -> tuple[Any, str]:
+        """``bits`` + public format, or a ``q4_k_m`` style alias (:func:`qhf.gguf_settings.gguf_bits_format`)."""
+        from ..gguf_settings import gguf_bits_format
+
+        return gguf_bits_format(bits, fmt)
+
+    def check_config(self, cfg: QuantizeConfig) -> None:
+        """A GGUF config's ``dynamic`` rules each name a GGUF type (:func:`qhf.gguf_settings.gguf_dynamic`)."""
+        if cfg.rules is not None:
+            from ..gguf_settings import gguf_dynamic
+
+            gguf_dynamic(cfg.rules.to_mapping())
+
 
 def builtin_methods() -> tuple[QuantMethod, ...]:
     """The built-in methods, in qformats' table order."""
     return (
         GPTQMethod("gptq", "GPTQ: Hessian-based column solve (GPTAQ / FOEM / AWQ-scaled variants, EoRA)"),
-        CalibratedMethod("awq", "AWQ: activation-aware per-channel scales, then RTN"),
+        AWQMethod("awq", "AWQ: activation-aware per-channel scales, then RTN"),
         RTNMethod("rtn", "round to nearest, no calibration"),
         FP8Method("fp8", "FP8 weights with row / tensor / block scales"),
         BitsAndBytesMethod(

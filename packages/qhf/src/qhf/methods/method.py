@@ -65,6 +65,16 @@ class QuantMethod:
     takes_compute_dtype: bool = False
     #: Has calibration forwards or solves that a Ray cluster can spread (``--ray``).
     spreads_over_ray: bool = True
+    #: Takes GPTQ's variant settings: ``gptaq`` / ``foem`` sections, an EoRA ``adapter``, ``awq_scales``.
+    gptq_variants: bool = False
+    #: ``act_group_aware`` left unset resolves on (with groups, without ``desc_act`` or a variant section).
+    group_aware_default: bool = False
+    #: Keeps the natural column order: ``act_group_aware: true`` is refused.
+    natural_order: bool = False
+    #: Takes a ``bits_budget`` (mixed precision widths from a sensitivity pass).
+    takes_budget: bool = False
+    #: Why it takes no ``bits_budget`` (the end of the refusal).
+    budget_refusal: str = "it quantizes every module with its own fixed scheme"
 
     @property
     def flag_name(self) -> str:
@@ -79,6 +89,27 @@ class QuantMethod:
         """The format a ``lowbit quantize --method`` run writes when no ``--format`` is given (None: the config's
         default, :meth:`format_or_default`); ``bits``: the ``--bits`` given, or None."""
         return None
+
+    def run_formats(self, settings: Mapping[str, Any]) -> tuple[str, ...]:
+        """The formats a run with the given (unresolved) ``settings`` may write (the base: :attr:`formats`)."""
+        return self.formats
+
+    def follows_format(self, settings: Mapping[str, Any]) -> bool:
+        """Whether a run with ``settings`` is stored under the method its format belongs to
+        (:meth:`written_method`: RTN, GPTQ with ``awq_scales``) rather than its own name."""
+        return False
+
+    def default_settings(self) -> Mapping[str, Any]:
+        """Settings defaults of its own over the calibrated methods' (QQQ's damping)."""
+        return {}
+
+    def settings_problem(self, cfg: QuantizeConfig, settings: Mapping[str, Any]) -> str | None:
+        """Why ``cfg`` with its resolved calibrated ``settings`` is not a run of this method, naming the field,
+        else None."""
+        return None
+
+    def check_config(self, cfg: QuantizeConfig) -> None:
+        """Refuse a resolved config this method cannot run, naming the field (the base: nothing to refuse)."""
 
     def written_method(self, fmt: str) -> str:
         """The checkpoint's ``quant_method`` for a run writing ``fmt``: AWQ's formats store ``awq``, the rest
