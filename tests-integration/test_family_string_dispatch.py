@@ -59,9 +59,6 @@ REGISTRIES = frozenset(
 KNOWN: dict[str, int] = {
     # method-level choices and method tables (the method registry half of issue 37)
     "packages/qformats/src/qformats/config/quantizer_formats.py": 2,
-    "packages/qhf/src/qhf/checkpoint_config.py": 4,
-    "packages/qhf/src/qhf/config_view.py": 1,
-    "packages/qhf/src/qhf/weight_only.py": 3,
     "packages/qhf/src/qhf/weight_only_settings.py": 1,
     # the public GGUF format name ("gguf" as a format or source kind, not a family dispatch)
     "packages/qformats/src/qformats/config/aliases.py": 1,
@@ -158,9 +155,6 @@ METHOD_REGISTRIES_DIR = "packages/qhf/src/qhf/methods/"
 KNOWN_METHOD: dict[str, int] = {
     # qhf: the built-in methods' settings resolution and stored fields
     "packages/qhf/src/qhf/calibrated_settings.py": 1,  # AWQ's formats (no g_idx) asked by a method-table read
-    "packages/qhf/src/qhf/checkpoint_config.py": 5,
-    "packages/qhf/src/qhf/config_view.py": 1,
-    "packages/qhf/src/qhf/weight_only.py": 3,
     # qformats (below qhf: cannot ask the method registry): the stored checkpoint method (gptq / awq layouts,
     # weight-only families) and the method -> formats facts the built-in methods read
     "packages/qformats/src/qformats/checkpoint/modules.py": 1,

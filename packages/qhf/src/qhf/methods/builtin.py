@@ -127,6 +127,10 @@ class AWQMethod(CalibratedMethod):
     natural_order = True
     budget_refusal = "the AWQ layouts engines read hold 4-bit codes only"
 
+    def stored_layout_fields(self, cfg: QuantizeConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+        """AWQ's ``zero_point`` and ``version`` (the format)."""
+        return {"zero_point": not cfg.sym, "version": cfg.format}, {}
+
 
 class RTNMethod(CalibratedMethod):
     """RTN: no calibration (unless a ``bits_budget`` is still to be resolved: its sensitivity pass reads rows);
@@ -164,6 +168,11 @@ class QQQMethod(CalibratedMethod):
 
         return qqq_problem(cfg, settings)
 
+    def stored_layout_fields(self, cfg: QuantizeConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``sym`` and ``wbits``: vLLM's QQQ loader reads the weight width from ``wbits`` (as the reference
+        writes)."""
+        return {"sym": cfg.sym, "wbits": cfg.width}, {}
+
 
 class ParoQuantMethod(CalibratedMethod):
     """ParoQuant: a qalgos ``ParoSpec`` from its settings (:mod:`qhf.paroquant_settings`); every module alike."""
@@ -175,6 +184,13 @@ class ParoQuantMethod(CalibratedMethod):
         from ..paroquant_settings import refuse_unsupported
 
         refuse_unsupported(cfg)
+
+    def stored_layout_fields(self, cfg: QuantizeConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The reference's fields: ``zero_point``, ``krot``; ``opt_*`` under meta
+        (:func:`qhf.paroquant_settings.checkpoint_fields`)."""
+        from ..paroquant_settings import checkpoint_fields
+
+        return checkpoint_fields(cfg)
 
     def spec(self, cfg: QuantizeConfig) -> Any:
         from ..paroquant_settings import paro_spec
@@ -240,6 +256,17 @@ class BitsAndBytesMethod(WeightOnlyMethod):
 
 class GGUFMethod(WeightOnlyMethod):
     """GGUF blocks: a K-quant mixture's modules get their own block types."""
+
+    stores_group_fields = False
+    mixture_formats = ("q_k_m", "q_k_s")
+
+    def stored_dynamic(self, cfg: QuantizeConfig) -> dict[str, dict[str, Any]] | None:
+        """The config's per-module overrides (rule key -> ``{"bits", "format"}``), checked; None without."""
+        if cfg.rules is None:
+            return None
+        from ..gguf_settings import gguf_dynamic
+
+        return gguf_dynamic(cfg.rules.to_mapping()) or None
 
     def module_specs(self, cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
         """A GGUF config's ``dynamic`` types (:func:`qhf.weight_only.module_specs`)."""

@@ -75,6 +75,11 @@ class QuantMethod:
     takes_budget: bool = False
     #: Why it takes no ``bits_budget`` (the end of the refusal).
     budget_refusal: str = "it quantizes every module with its own fixed scheme"
+    #: A weight-only method's stored config writes ``group_size`` / ``desc_act`` / ``pack_dtype`` (as -1, False,
+    #: int32; GGUF's writes none).
+    stores_group_fields: bool = True
+    #: The formats that are per-module mixtures (GGUF's ``q_k_m`` / ``q_k_s``: types recorded as ``dynamic``).
+    mixture_formats: tuple[str, ...] = ()
 
     @property
     def flag_name(self) -> str:
@@ -203,6 +208,15 @@ class QuantMethod:
                 "per-module rules unless it overrides QuantMethod.module_specs"
             )
         return integer_module_specs(cfg, base, modules)
+
+    def stored_layout_fields(self, cfg: QuantizeConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The fields a checkpoint stored under this method's name (:meth:`checkpoint_method`) writes for its
+        layout: ``(top level, under meta)``. The base: ``sym`` (GPTQ's layouts)."""
+        return {"sym": cfg.sym}, {}
+
+    def stored_dynamic(self, cfg: QuantizeConfig) -> dict[str, dict[str, Any]] | None:
+        """A weight-only config's stored per-module overrides (GGUF's types), else None."""
+        return None
 
     def meta_settings(self, cfg: QuantizeConfig) -> dict[str, Any]:
         """Settings written under the stored config's ``meta`` after ``quantizer`` / ``algorithm``."""
