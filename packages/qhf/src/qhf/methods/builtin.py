@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS
 
 from .builtin_settings import CalibratedSettings, WeightOnlySettings
-from .cli_flags import CALIBRATED_FLAGS, FP8_FLAGS, GPTQ_FLAGS, INTEGER_FLAGS, PAROQUANT_FLAGS
+from .cli_flags import CALIBRATED_FLAGS, FP8_FLAGS, GPTQ_FLAGS, INTEGER_FLAGS, PAROQUANT_FLAGS, MethodFlag
 from .method import QuantMethod
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ class WeightOnlyMethod(BuiltinMethod):
     settings_type = WeightOnlySettings
     weight_only = True
     calibrated = False
-    cli_flags = ()
+    cli_flags: tuple[MethodFlag, ...] = ()
 
     def spec(self, cfg: QuantizeConfig) -> Any:
         from ..weight_only import weight_only_spec
@@ -217,10 +217,6 @@ class WeightOnlyMethod(BuiltinMethod):
     def module_specs(self, cfg: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
         """FP8 / bitsandbytes quantize every module alike."""
         return {}
-
-    def bits_format(self, bits: Any, fmt: str | None) -> tuple[Any, str]:
-        """``(bits, format)`` of a config with the method's defaults; raises naming the field (the subclasses)."""
-        raise NotImplementedError(f"method {self.name!r}: bits_format")
 
     def processor(self, cfg: QuantizeConfig, spec: Any, module_specs: dict[str, Any]) -> Any:
         """qlooper's ``WeightOnlyProcessor`` (a GGUF mixture's modules with their own spec)."""

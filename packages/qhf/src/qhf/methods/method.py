@@ -209,6 +209,13 @@ class QuantMethod:
             )
         return integer_module_specs(cfg, base, modules)
 
+    def bits_format(self, bits: Any, fmt: str | None) -> tuple[Any, str]:
+        """A weight-only method's ``(bits, format)`` for a config's ``bits`` and ``format`` (None: its default),
+        refusing what its packer does not store, naming the field; only the weight-only methods are asked."""
+        from .registry import MethodError
+
+        raise MethodError(f"method {self.name!r}: not a weight-only method; it has no bits_format")
+
     def stored_layout_fields(self, cfg: QuantizeConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         """The fields a checkpoint stored under this method's name (:meth:`checkpoint_method`) writes for its
         layout: ``(top level, under meta)``. The base: ``sym`` (GPTQ's layouts)."""
