@@ -125,7 +125,7 @@ def _method_flags(parser: argparse.ArgumentParser) -> None:
     add_method_flags(parser, VALUE_TYPES)
 
 
-def _add_quantize(sub: argparse._SubParsersAction) -> None:
+def _add_quantize(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("quantize", help="quantize a model (HF directory or .gguf file) and save the checkpoint")
     p.late_flags = _method_flags  # the methods' own flags (--group-size, --gptaq, --fp8-scale ...: qhf's registry)
     p.add_argument("source", help="Hugging Face model directory or .gguf file")
@@ -207,7 +207,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines (calibration, layers, save) on stderr")
 
 
-def _add_inspect(sub: argparse._SubParsersAction) -> None:
+def _add_inspect(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("inspect", help="summarize a quantized checkpoint directory or a .gguf file")
     p.add_argument("path", help="checkpoint directory or .gguf file")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -221,7 +221,7 @@ GGUF_TYPE_HELP = (
 )
 
 
-def _add_convert(sub: argparse._SubParsersAction) -> None:
+def _add_convert(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("convert", help="transcode a quantized checkpoint to another layout")
     p.add_argument("path", help="quantized checkpoint directory")
     p.add_argument(
@@ -236,7 +236,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-shard-size", default="4GB", help="largest safetensors shard (default: 4GB)")
 
 
-def _add_eval(sub: argparse._SubParsersAction) -> None:
+def _add_eval(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("eval", help="perplexity and a short generation")
     p.add_argument("path", help="quantized checkpoint directory, Hugging Face directory or .gguf file")
     p.add_argument("--text", default=None, metavar="FILE", help="evaluation text (default: bundled docs)")
@@ -249,7 +249,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _add_bench(sub: argparse._SubParsersAction) -> None:
+def _add_bench(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("bench", help="time quantized linear kernels on this machine")
     p.add_argument("--format", default="gptq", help="layout of the benchmarked weight (default: gptq)")
     p.add_argument("--bits", type=int, default=4, help="code width (default: 4)")
@@ -262,7 +262,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _add_quickstart(sub: argparse._SubParsersAction) -> None:
+def _add_quickstart(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("quickstart", help="SmolLM2-135M or Gemma 3 270M: GPTQ 4-bit, save, reload, evaluate")
     p.add_argument(
         "--model",

@@ -192,7 +192,9 @@ def _save(qm: Any, args: argparse.Namespace) -> QuantizeSummary:
     if not quiet:
         print(f"save: {what} {len(qm.results or {})} quantized modules to {args.out}", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype)
+    summary: QuantizeSummary = qm.save(
+        args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype
+    )
     if not quiet:
         print(f"save: done, elapsed {time.perf_counter() - start:.1f}s", file=sys.stderr, flush=True)
     return summary
