@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from qformats.layouts.families import registered_families
 
@@ -109,18 +111,31 @@ def dispatch_sites(source: Path, names: frozenset[str]) -> list[int]:
     return sorted(lines)
 
 
-def scan() -> dict[str, list[int]]:
-    """Repository-relative path -> dispatch lines, for every package source file outside :data:`REGISTRIES`."""
-    names = family_strings()
+def scan(
+    sites: Callable[[Path, frozenset[str]], list[int]] = dispatch_sites,
+    names: frozenset[str] | None = None,
+    exempt: Callable[[str], bool] = REGISTRIES.__contains__,
+) -> dict[str, list[int]]:
+    """Repository-relative path -> ``sites`` lines of ``names`` (default: the family strings), for every package
+    source file not ``exempt`` (default: :data:`REGISTRIES`)."""
+    names = family_strings() if names is None else names
     found: dict[str, list[int]] = {}
     for source in sorted(PACKAGES_DIR.glob("*/src/**/*.py")):
         path = source.relative_to(ROOT).as_posix()
-        if path in REGISTRIES:
+        if exempt(path):
             continue
-        lines = dispatch_sites(source, names)
+        lines = sites(source, names)
         if lines:
             found[path] = lines
     return found
+
+
+def known_problems(found: dict[str, list[int]], known: dict[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(grown, shrunk)``: files above their ``known`` count (known, found, lines) and below it (known, found)."""
+    counts = Counter({path: len(lines) for path, lines in found.items()})
+    grown = {p: (known.get(p, 0), n, found[p]) for p, n in counts.items() if n > known.get(p, 0)}
+    shrunk = {p: (n, counts.get(p, 0)) for p, n in known.items() if counts.get(p, 0) < n}
+    return grown, shrunk
 
 
 def test_the_scan_sees_a_comparison_a_table_and_a_case(tmp_path) -> None:
@@ -135,14 +150,11 @@ def test_the_scan_sees_a_comparison_a_table_and_a_case(tmp_path) -> None:
 
 
 def test_no_new_family_string_dispatch_outside_the_registry() -> None:
-    found = scan()
-    counts = Counter({path: len(lines) for path, lines in found.items()})
-    grown = {p: (KNOWN.get(p, 0), n, found[p]) for p, n in counts.items() if n > KNOWN.get(p, 0)}
+    grown, shrunk = known_problems(scan(), KNOWN)
     assert not grown, (
         "new comparisons with weight-family strings outside the registry (file: known, found, lines); ask the "
         f"family's record instead (docs/internals.md, 'Add a layout (weight family)'): {grown}"
     )
-    shrunk = {p: (n, counts.get(p, 0)) for p, n in KNOWN.items() if counts.get(p, 0) < n}
     assert not shrunk, f"fewer family-string comparisons than KNOWN lists (file: known, found); lower KNOWN: {shrunk}"
 
 
@@ -232,16 +244,7 @@ def method_sites(source: Path, names: frozenset[str]) -> list[int]:
 
 def method_scan() -> dict[str, list[int]]:
     """Repository-relative path -> method-string lines, for every package source file outside the registry."""
-    names = method_strings()
-    found: dict[str, list[int]] = {}
-    for source in sorted(PACKAGES_DIR.glob("*/src/**/*.py")):
-        path = source.relative_to(ROOT).as_posix()
-        if path.startswith(METHOD_REGISTRIES_DIR):
-            continue
-        lines = method_sites(source, names)
-        if lines:
-            found[path] = lines
-    return found
+    return scan(method_sites, method_strings(), lambda path: path.startswith(METHOD_REGISTRIES_DIR))
 
 
 def test_the_method_scan_counts_method_dispatch_not_format_names(tmp_path) -> None:
@@ -266,14 +269,11 @@ def test_the_method_scan_counts_method_dispatch_not_format_names(tmp_path) -> No
 
 
 def test_no_new_method_string_dispatch_outside_the_registry() -> None:
-    found = method_scan()
-    counts = Counter({path: len(lines) for path, lines in found.items()})
-    grown = {p: (KNOWN_METHOD.get(p, 0), n, found[p]) for p, n in counts.items() if n > KNOWN_METHOD.get(p, 0)}
+    grown, shrunk = known_problems(method_scan(), KNOWN_METHOD)
     assert not grown, (
         "new comparisons with method strings outside qhf's method registry (file: known, found, lines); ask the "
         f"QuantMethod instead (docs/internals.md, 'Add a method'): {grown}"
     )
-    shrunk = {p: (n, counts.get(p, 0)) for p, n in KNOWN_METHOD.items() if counts.get(p, 0) < n}
     assert not shrunk, (
         f"fewer method-string comparisons than KNOWN_METHOD lists (file: known, found); lower it: {shrunk}"
     )
