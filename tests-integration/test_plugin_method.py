@@ -151,13 +151,20 @@ def test_cli_quantize_with_the_plugin(plugin_site: Path, tiny_llama: Path, tmp_p
     out = tmp_path / "cli"
     args = ["quantize", str(tiny_llama), "--method", "rtn_clip", "--bits", "4", "--group-size", "32"]
     run = subprocess.run(
-        [sys.executable, "-m", "lowbit", *args, "--setting", "clip_grid=6", "--out", str(out)],
+        [sys.executable, "-m", "lowbit", *args, "--clip-grid", "6", "--setting", "clip_min_ratio=0.6",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "quantize     rtn_clip 4-bit group 32 sym -> format gptq" in run.stdout
     stored = json.loads((out / "quantize_config.json").read_text(encoding="utf-8"))
-    assert stored["meta"]["algorithm"] == "rtn_clip" and stored["clip_grid"] == 6
+    assert stored["meta"]["algorithm"] == "rtn_clip" and stored["clip_grid"] == 6 and stored["clip_min_ratio"] == 0.6
+    other = subprocess.run(
+        [sys.executable, "-m", "lowbit", "quantize", str(tiny_llama), "--clip-grid", "6", "--out", str(tmp_path / "g")],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    refused = "--clip-grid: an rtn_clip setting; not with --method gptq (taken by --method rtn_clip)"
+    assert other.returncode == 2 and refused in other.stderr, other.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "lowbit", *args, "--setting", "clip_grd=6", "--out", str(tmp_path / "bad")],
         capture_output=True, text=True, timeout=600, env=env,

@@ -18,7 +18,7 @@ def _options(parser) -> set[str]:
 
 
 def _subparsers() -> tuple[set[str], dict[str, set[str]]]:
-    parser = build_parser()
+    parser = build_parser(method_flags=True)
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     return _options(parser), {name: _options(p) for name, p in sub.choices.items()}
 

@@ -25,6 +25,8 @@ from qformats.config.quantizer_formats import QUANTIZER_FORMATS
 
 from .methods.builtin_settings import CalibratedSettings
 from .methods.closed_settings import settings_dict
+from .methods.method import QuantMethod
+from .methods.registry import get_method
 from .quant_config import QuantConfigError
 from .rotation.setting import configured_rotation
 
@@ -36,41 +38,38 @@ FOEM_DEFAULTS = {"alpha": 0.0, "beta": 0.2}
 
 
 def calibrated_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
-    """The :data:`DEFAULTS` settings of a ``method`` run on ``cfg``, resolved (raises naming the field)."""
+    """The :data:`DEFAULTS` settings of a ``method`` run on ``cfg``, resolved (raises naming the field); the
+    method's own defaults (``QuantMethod.default_settings``: QQQ's damping) and recipe checks
+    (``settings_problem``) are its object's."""
+    quant_method = get_method(method)
     out = {**DEFAULTS, **{k: cfg.settings[k] for k in DEFAULTS if k in cfg.settings}}
-    if method == "qqq":  # the reference's QQQ damping defaults
-        from .qqq_settings import DEFAULTS as QQQ_DEFAULTS
-
-        out.update({k: cfg.settings.get(k, v) for k, v in QQQ_DEFAULTS.items()})
-    out["gptaq"] = _section("gptaq", out["gptaq"], GPTAQ_DEFAULTS, method)
-    out["foem"] = _section("foem", out["foem"], FOEM_DEFAULTS, method)
+    out.update({k: cfg.settings.get(k, v) for k, v in quant_method.default_settings().items()})
+    out["gptaq"] = _section("gptaq", out["gptaq"], GPTAQ_DEFAULTS, quant_method)
+    out["foem"] = _section("foem", out["foem"], FOEM_DEFAULTS, quant_method)
     if out["gptaq"] is not None and out["foem"] is not None:
         raise QuantConfigError(
             "gptaq, foem: choose one (FOEM's alpha is GPTAQ's term: foem {alpha: 0.25, beta: 0.2} is both)"
         )
-    out["adapter"] = _adapter(out["adapter"], method)
+    out["adapter"] = _adapter(out["adapter"], quant_method)
     out["rotation"] = configured_rotation(cfg.settings, cfg.meta)
-    out["awq_scales"] = _awq_scales(out, method, cfg)
+    out["awq_scales"] = _awq_scales(out, quant_method, cfg)
     desc_act = bool(cfg.desc_act)
     gar = out["act_group_aware"]
     if gar is None:  # the reference's GPTAQ/FOEM solves ignore act_group_aware: natural order there
         variant = out["gptaq"] is not None or out["foem"] is not None
-        gar = method == "gptq" and cfg.group_size != -1 and not desc_act and not variant
+        gar = quant_method.group_aware_default and cfg.group_size != -1 and not desc_act and not variant
     elif gar and desc_act:
         raise QuantConfigError("act_group_aware: requires desc_act=False (the two orderings are alternatives)")
-    elif gar and method == "awq":
-        raise QuantConfigError("act_group_aware: AWQ keeps the natural column order; only GPTQ reorders")
+    elif gar and quant_method.natural_order:
+        raise QuantConfigError(f"act_group_aware: {method.upper()} keeps the natural column order; only GPTQ reorders")
     out["act_group_aware"] = bool(gar)
-    if method == "qqq":
-        from .qqq_settings import qqq_problem
-
-        problem = qqq_problem(cfg, out)
-        if problem is not None:
-            raise QuantConfigError(problem)
+    problem = quant_method.settings_problem(cfg, out)
+    if problem is not None:
+        raise QuantConfigError(problem)
     return out
 
 
-def _section(name: str, value: Any, defaults: dict[str, float], method: str) -> dict[str, float] | None:
+def _section(name: str, value: Any, defaults: dict[str, float], method: QuantMethod) -> dict[str, float] | None:
     """A ``gptaq`` / ``foem`` section: None, or a dict of the ``defaults`` keys (plus an ignored ``device``,
     the reference's placement hint) with numbers in [0, 1]; only GPTQ takes one."""
     if value is None or value is False:
@@ -82,8 +81,8 @@ def _section(name: str, value: Any, defaults: dict[str, float], method: str) -> 
     unknown = sorted(set(value) - set(defaults) - {"device"})
     if unknown:
         raise QuantConfigError(f"{name}: unknown keys {unknown}; expected {sorted(defaults)} (and device)")
-    if method != "gptq":
-        raise QuantConfigError(f"{name}: a GPTQ variant; method {method!r} cannot use it")
+    if not method.gptq_variants:
+        raise QuantConfigError(f"{name}: a GPTQ variant; method {method.name!r} cannot use it")
     out = {}
     for key, default in defaults.items():
         number = value.get(key, default)
@@ -93,7 +92,7 @@ def _section(name: str, value: Any, defaults: dict[str, float], method: str) -> 
     return out
 
 
-def _adapter(value: Any, method: str) -> dict[str, Any] | None:
+def _adapter(value: Any, method: QuantMethod) -> dict[str, Any] | None:
     """The ``adapter`` field: None, or ``{"name": "lora", "path": <relative dir>, "rank": R > 0}`` (defaults:
     name ``lora``, path ``eora``); only the GPTQ family (GPTQ, GPTAQ, FOEM) computes EoRA adapters."""
     if value is None:
@@ -113,12 +112,12 @@ def _adapter(value: Any, method: str) -> dict[str, Any] | None:
     parts = str(path).replace("\\", "/").split("/")
     if not isinstance(path, str) or path.startswith("/") or ".." in parts or ":" in path:
         raise QuantConfigError(f"adapter.path: expected a relative directory inside the checkpoint, found {path!r}")
-    if method != "gptq":
-        raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method!r} cannot use it")
+    if not method.gptq_variants:
+        raise QuantConfigError(f"adapter: EoRA follows a GPTQ-family solve; method {method.name!r} cannot use it")
     return {"name": "lora", "path": path, "rank": rank}
 
 
-def _awq_scales(resolved: dict[str, Any], method: str, cfg: QuantizeConfig) -> bool:
+def _awq_scales(resolved: dict[str, Any], method: QuantMethod, cfg: QuantizeConfig) -> bool:
     """The ``awq_scales`` field: true or false; true only for GPTQ without a ``gptaq`` / ``foem`` section or an
     ``adapter`` (their solves and covariances read the unscaled weights and inputs), and not asymmetric in the
     ``gptq`` (v1) layout: v1 stores ``zero - 1``, and AWQ-scaled groups whose minimum is just below zero take a
@@ -130,8 +129,8 @@ def _awq_scales(resolved: dict[str, Any], method: str, cfg: QuantizeConfig) -> b
         raise QuantConfigError(f"awq_scales: expected true or false, found {value!r}")
     if not value:
         return False
-    if method != "gptq":
-        raise QuantConfigError(f"awq_scales: GPTQ on AWQ-scaled weights; method {method!r} cannot use it")
+    if not method.gptq_variants:
+        raise QuantConfigError(f"awq_scales: GPTQ on AWQ-scaled weights; method {method.name!r} cannot use it")
     others = [name for name in ("gptaq", "foem", "adapter") if resolved[name] is not None]
     if others:
         raise QuantConfigError(f"awq_scales: not combined with {', '.join(others)} (a GPTQ variant of its own)")

@@ -31,6 +31,7 @@ from .config_view import (
     setting,
     solver_variant,
 )
+from .methods.registry import find_method
 from .weight_only import weight_family
 
 QUANTIZER = f"lowbit-qhf:{__version__}"
@@ -40,13 +41,14 @@ def _weight_only_dict(cfg: QuantizeConfig) -> dict[str, Any]:
     """The reference's serialized FP8 / bitsandbytes / GGUF config (GGUF drops group_size, desc_act,
     pack_dtype; FP8 and bitsandbytes write them as -1, False, int32)."""
     method = algorithm(cfg)
+    group_fields = method_of(cfg).stores_group_fields
     out: dict[str, Any] = {"bits": cfg.width}
-    if method != "gguf":
+    if group_fields:
         out.update(group_size=-1, desc_act=False)
     out.update(
         lm_head=cfg.lm_head, method=method, quant_method=method, format=cfg.format, checkpoint_format=cfg.format,
     )  # fmt: skip
-    if method != "gguf":
+    if group_fields:
         out["pack_dtype"] = cfg.pack_dtype
     out["meta"] = {"quantizer": [QUANTIZER], "algorithm": method}
     fields = weight_family(cfg).config_fields  # the family's own stored fields (FP8 scheme, bitsandbytes blocks)
@@ -120,19 +122,10 @@ def checkpoint_dict(
         out["meta"]["calibration"] = dict(calibration)
     if rotation:
         out["meta"]["rotation"] = dict(rotation)
-    if method == "paroquant":  # the reference's fields: zero_point, krot; opt_* under meta
-        from .paroquant_settings import checkpoint_fields
-
-        top, meta = checkpoint_fields(cfg)
-        out.update(top)
-        out["meta"].update(meta)
-    elif method == "awq":
-        out["zero_point"] = not cfg.sym
-        out["version"] = cfg.format
-    else:
-        out["sym"] = cfg.sym
-    if method == "qqq":
-        out["wbits"] = cfg.width  # vLLM's QQQ loader reads the weight width from wbits (as the reference writes)
+    stored = find_method(method) or quant_method  # the method the checkpoint is stored under (RTN: gptq / awq)
+    top, meta = stored.stored_layout_fields(cfg)  # GPTQ's sym, AWQ's zero_point + version, QQQ's wbits ...
+    out.update(top)
+    out["meta"].update(meta)
     out.update(quant_method.checkpoint_fields(cfg))  # a third-party method's settings ({} for the built-ins)
     dense = kept_dense_fields(dense_parts)
     if dense:  # the dense parts' negative rules join the run's own (a mixed-precision run's widths)

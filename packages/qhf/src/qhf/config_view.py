@@ -95,12 +95,9 @@ def adapter(cfg: QuantizeConfig) -> dict[str, Any] | None:
 
 
 def gguf_dynamic(cfg: QuantizeConfig) -> dict[str, dict[str, Any]] | None:
-    """A GGUF config's per-module overrides (rule key -> ``{"bits", "format"}``), else None."""
-    if algorithm(cfg) != "gguf" or cfg.rules is None:
-        return None
-    from .gguf_settings import gguf_dynamic as checked
-
-    return checked(cfg.rules.to_mapping()) or None
+    """A weight-only config's stored per-module overrides (GGUF: rule key -> ``{"bits", "format"}``), else None
+    (``QuantMethod.stored_dynamic``)."""
+    return method_of(cfg).stored_dynamic(cfg)
 
 
 def rotation(cfg: QuantizeConfig) -> dict[str, Any] | None:

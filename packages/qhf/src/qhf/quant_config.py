@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from qformats.config import QuantizeConfig
-from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS
 
 from .errors import QHFError
 from .methods import MethodSettingsError, QuantMethod, find_method, method_names
@@ -98,16 +97,16 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
         # the reference's forced fields: no groups, no act-order, symmetric, int32 words
         forced = {"group_size": -1, "sym": True, "desc_act": False, "pack_dtype": "int32"}
     else:
-        fmt = fmt or DEFAULT_FORMATS[method]
+        fmt = quant_method.format_or_default(fmt)
         # GPTQ on AWQ-scaled weights writes either family's layouts, as RTN does (its scales are folded either way)
-        either = method == "rtn" or (method == "gptq" and folded.settings.get("awq_scales") is True)
-        formats = (*QUANTIZER_FORMATS["gptq"], *QUANTIZER_FORMATS["awq"]) if either else QUANTIZER_FORMATS[method]
+        either = quant_method.follows_format(folded.settings)
+        formats = quant_method.run_formats(folded.settings)
         if fmt not in formats:
-            with_scales = " with awq_scales" if either and method == "gptq" else ""
+            with_scales = " with awq_scales" if either and quant_method.gptq_variants else ""
             raise QuantConfigError(
                 f"format: method {method!r}{with_scales} writes one of {', '.join(formats)}, found {fmt!r}"
             )
-        resolved_method = ("awq" if fmt in QUANTIZER_FORMATS["awq"] else "gptq") if either else method
+        resolved_method = quant_method.written_method(fmt) if either else method
     try:
         parsed = config_from_folded(folded, source=SOURCE, method=resolved_method, format=fmt, bits=bits)
     except ConfigError as exc:
@@ -124,10 +123,7 @@ def read_quantize_config(config: Any) -> QuantizeConfig:
         )
     except ConfigError as exc:
         raise QuantConfigError(str(exc)) from None
-    if method == "paroquant":
-        from .paroquant_settings import refuse_unsupported
-
-        refuse_unsupported(resolved)
+    quant_method.check_config(resolved)  # a method's fixed choices (ParoQuant's)
     return resolved
 
 
@@ -164,6 +160,8 @@ def _third_party_config(method: QuantMethod, folded: FoldedConfig) -> QuantizeCo
     except MethodSettingsError as exc:
         raise QuantConfigError(str(exc)) from None
     try:
-        return parsed.with_changes(settings=settings, unknown={}, meta={**parsed.meta, "algorithm": method.name})
+        resolved = parsed.with_changes(settings=settings, unknown={}, meta={**parsed.meta, "algorithm": method.name})
     except ConfigError as exc:
         raise QuantConfigError(str(exc)) from None
+    method.check_config(resolved)
+    return resolved

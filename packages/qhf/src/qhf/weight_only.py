@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from qformats.layouts.families import WeightFamily, family_for_config
 
-from .config_view import algorithm
+from .config_view import algorithm, method_of
 
 if TYPE_CHECKING:
     from qformats.config import QuantizeConfig
@@ -54,7 +54,7 @@ def gguf_type_name(settings: QuantizeConfig, module: str | None = None) -> str:
 
 def is_mixture(settings: QuantizeConfig) -> bool:
     """A GGUF ``q_k_m`` / ``q_k_s`` config: llama.cpp's per-module mixture (:mod:`qformats.layouts.gguf.mixtures`)."""
-    return algorithm(settings) == "gguf" and settings.format in ("q_k_m", "q_k_s")
+    return settings.format in method_of(settings).mixture_formats
 
 
 def with_mixture(settings: QuantizeConfig, modules: list[tuple[str, int]], layers: int) -> QuantizeConfig:
@@ -71,8 +71,9 @@ def with_mixture(settings: QuantizeConfig, modules: list[tuple[str, int]], layer
 
 
 def module_specs(settings: QuantizeConfig, modules: list[str]) -> dict[str, Any]:
-    """``{module: WeightOnlySpec}`` for the modules whose GGUF type differs from the config's base type."""
-    if algorithm(settings) != "gguf" or settings.rules is None:
+    """``{module: WeightOnlySpec}`` for the modules whose GGUF type differs from the config's base type (a GGUF
+    config: ``GGUFMethod.module_specs``)."""
+    if settings.rules is None:
         return {}
     from qalgos.weight_only import WeightOnlySpec
 
@@ -176,5 +177,5 @@ FP8_STORAGE = {"float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
 def fp8_storage_dtypes(settings: QuantizeConfig, modules: list[str]) -> dict[str, str]:
     """The writer's ``dtypes`` entries that store each FP8 module's ``weight`` under its FP8 dtype, as the
     reference does (a uint8 tag would make engines cast the bit patterns as numbers)."""
-    tag = FP8_STORAGE.get(str(settings.format)) if algorithm(settings) == "fp8" else None
+    tag = FP8_STORAGE.get(str(settings.format))  # only FP8's formats are FP8 dtype names
     return {} if tag is None else {f"{name}.weight": tag for name in modules}

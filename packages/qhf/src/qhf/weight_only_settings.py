@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from qformats.config import QuantizeConfig
-from qformats.config.quantizer_formats import DEFAULT_FORMATS, QUANTIZER_FORMATS
 
 from .methods.builtin_settings import WeightOnlySettings
 from .methods.closed_settings import settings_dict
+from .methods.registry import get_method
 from .quant_config import QuantConfigError
 
 FP8_SCALE_METHODS = ("tensor", "row", "block")
@@ -28,39 +28,41 @@ DEFAULTS: dict[str, Any] = settings_dict(WeightOnlySettings())
 def weight_only_bits_format(method: str, bits: Any, fmt: str | None) -> tuple[int, str]:
     """``(bits, public format)`` of an FP8 / bitsandbytes / GGUF config with the reference's defaults (FP8
     8-bit ``float8_e4m3fn``; bitsandbytes 4-bit ``fp4``, 8-bit ``int8``; GGUF ``bits`` + public format, a
-    ``q4_k_m`` style alias too); refuses a width or format lowbit's packers do not store, naming the field."""
-    from .gguf_settings import gguf_bits_format
-
+    ``q4_k_m`` style alias too: the method's ``bits_format``); refuses a width or format lowbit's packers do not
+    store, naming the field."""
+    quant_method = get_method(method)
     if bits is None:
-        bits = 8 if method == "fp8" else 4
+        bits = quant_method.default_bits
     if isinstance(bits, bool) or not isinstance(bits, (int, str)):
         raise QuantConfigError(f"bits: expected an integer, found {bits!r}")
-    if method == "gguf":
-        bits, fmt = gguf_bits_format(bits, fmt)
-    elif method == "fp8":
-        if bits != 8:
-            raise QuantConfigError(f"bits: FP8 stores 8-bit weights, found {bits!r}")
-        fmt = fmt or DEFAULT_FORMATS["fp8"]
-    else:
-        if bits not in (4, 8):
-            raise QuantConfigError(f"bits: bitsandbytes stores 4-bit (nf4/fp4) or 8-bit (int8), found {bits!r}")
-        fmt = fmt or ("int8" if bits == 8 else DEFAULT_FORMATS["bitsandbytes"])
-        if (fmt == "int8") != (bits == 8):
-            raise QuantConfigError(f"format: bitsandbytes {fmt!r} does not store {bits}-bit weights")
-    if fmt not in QUANTIZER_FORMATS[method]:
-        choices = ", ".join(QUANTIZER_FORMATS[method])
+    bits, fmt = quant_method.bits_format(bits, fmt)
+    if fmt not in quant_method.formats:
+        choices = ", ".join(quant_method.formats)
         raise QuantConfigError(f"format: method {method!r} writes one of {choices}, found {fmt!r}")
     return int(bits), fmt
 
 
+def fp8_bits_format(bits: Any, fmt: str | None, default_format: str) -> tuple[Any, str]:
+    """FP8: 8-bit only; ``fmt`` or ``default_format``."""
+    if bits != 8:
+        raise QuantConfigError(f"bits: FP8 stores 8-bit weights, found {bits!r}")
+    return bits, fmt or default_format
+
+
+def bnb_bits_format(bits: Any, fmt: str | None, default_format: str) -> tuple[Any, str]:
+    """bitsandbytes: 4-bit (``default_format``, or ``nf4`` / ``fp4``) or 8-bit (``int8``)."""
+    if bits not in (4, 8):
+        raise QuantConfigError(f"bits: bitsandbytes stores 4-bit (nf4/fp4) or 8-bit (int8), found {bits!r}")
+    fmt = fmt or ("int8" if bits == 8 else default_format)
+    if (fmt == "int8") != (bits == 8):
+        raise QuantConfigError(f"format: bitsandbytes {fmt!r} does not store {bits}-bit weights")
+    return bits, fmt
+
+
 def weight_only_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
     """The :data:`DEFAULTS` settings of an FP8 / bitsandbytes / GGUF run on ``cfg``, checked (raises naming the
-    field); a GGUF config's ``dynamic`` rules are checked too (each names a GGUF type)."""
-    from .gguf_settings import gguf_dynamic
-
+    field); a GGUF config's ``dynamic`` rules are its method's to check (``QuantMethod.check_config``)."""
     known: dict[str, Any] = {k: cfg.settings[k] for k in DEFAULTS if k in cfg.settings}
-    if method == "gguf" and cfg.rules is not None:
-        gguf_dynamic(cfg.rules.to_mapping())
     semantics = cfg.settings.get("weight_scale_semantics", "inverse")
     if semantics is not None and semantics != "inverse":
         raise QuantConfigError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from qhf.methods import QuantMethod
+from qhf.methods import QuantMethod, method_flag
 
 from . import processor as _processor  # registers the qlooper processor "rtn_clip"
 from .solve import ClipSpec
@@ -36,6 +36,18 @@ class RTNClipMethod(QuantMethod):
     settings_type = RTNClipSettings
     processor_name = "rtn_clip"
     calibrated = False
+    #: ``lowbit quantize --clip-grid N``: its setting ``clip_grid`` (a flag's name is its setting's)
+    cli_flags = (
+        *QuantMethod.cli_flags,
+        method_flag(
+            "--clip-grid",
+            "rtn_clip: shrink steps tried per group (default 20)",
+            about="an rtn_clip setting",
+            type="positive_int",
+            default=None,
+            metavar="N",
+        ),
+    )
 
     def spec(self, cfg: Any) -> ClipSpec:
         own: RTNClipSettings = self.settings(cfg)

@@ -86,7 +86,9 @@ def _refusal_message(refused: list[tuple[str, str]], total: int, to: str) -> str
     )
 
 
-def _lossy_modules(checkpoint: Any, to: str, refused: list[tuple[str, str]]) -> tuple[dict[str, Any], dict]:
+def _lossy_modules(
+    checkpoint: Any, to: str, refused: list[tuple[str, str]]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Every module in layout ``to``: transcoded when possible, else requantized (with its added error)."""
     from qformats.errors import CheckpointFormatError, TranscodeError
     from qformats.transcode import transcode

@@ -24,7 +24,8 @@ def flag_device(value: str | None, flag: str) -> Any:
 
 def check_compute_flags(args: argparse.Namespace) -> None:
     """``quantize``: ``--device`` and ``--cache-device`` exist here; ``--compute-dtype`` other than float32 only
-    with plain GPTQ and without ``--ray`` (the methods and executor that take it)."""
+    for a method that takes it (``QuantMethod.takes_compute_dtype``: plain GPTQ, none of its variants' flags) and
+    without ``--ray`` (the executor runs float32)."""
     flag_device(args.device, "--device")
     flag_device(args.cache_device, "--cache-device")
     if args.ray is not None and args.device is not None:
@@ -33,9 +34,15 @@ def check_compute_flags(args: argparse.Namespace) -> None:
         return
     extras = [flag for flag, given in (("--gptaq", args.gptaq), ("--foem", args.foem), ("--eora-rank", args.eora_rank),
                                        ("--awq-scales", args.awq_scales), ("--ray", args.ray)) if given]  # fmt: skip
-    if args.method != "gptq" or extras:
+    from qhf.methods import get_method, method_names
+
+    from .quantize_flags import quant_method
+
+    if extras or not quant_method(args.method).takes_compute_dtype:
+        methods = [get_method(name) for name in method_names()]
+        takers = " / ".join(f"--method {m.flag_name}" for m in methods if m.takes_compute_dtype)
         with_what = f"--method {args.method}" + "".join(f" {flag}" for flag in extras)
         raise UsageError(
-            f"--compute-dtype {args.compute_dtype}: only plain --method gptq runs its layer forwards in another "
+            f"--compute-dtype {args.compute_dtype}: only plain {takers} runs its layer forwards in another "
             f"dtype, found {with_what} (leave --compute-dtype at float32)"
         )

@@ -7,6 +7,8 @@ Defaults that mirror a package's default (samples, length, window) are the packa
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .. import __version__
 from .method_choices import MethodChoices
@@ -83,8 +85,49 @@ def _setting_pair(text: str) -> tuple[str, object]:
     return key.strip(), parsed
 
 
-def _add_quantize(sub: argparse._SubParsersAction) -> None:
+#: The value parsers a method flag may name as its ``type`` (``qhf.methods.cli_flags``).
+VALUE_TYPES: dict[str, Callable[[str], Any]] = {
+    "positive_int": _positive_int,
+    "non_negative_int": _non_negative_int,
+    "group_size": _group_size,
+    "unit_float": _unit_float,
+    "int_list": _int_list,
+    "epoch_pair": _epoch_pair,
+}
+
+
+class LateFlagsParser(argparse.ArgumentParser):
+    """A parser whose ``late_flags`` (a function adding arguments) runs once, the first time it parses or prints
+    its help: ``quantize`` adds the methods' flags from qhf's registry then, so building the parser imports nothing."""
+
+    late_flags: Callable[[argparse.ArgumentParser], None] | None = None
+
+    def complete(self) -> None:
+        """Add the late flags now (once)."""
+        late, self.late_flags = self.late_flags, None
+        if late is not None:
+            late(self)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self.complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self.complete()
+        return super().format_help()
+
+
+def _method_flags(parser: argparse.ArgumentParser) -> None:
+    from .method_flags import add_method_flags
+
+    add_method_flags(parser, VALUE_TYPES)
+
+
+def _add_quantize(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("quantize", help="quantize a model (HF directory or .gguf file) and save the checkpoint")
+    p.late_flags = _method_flags  # the methods' own flags (--group-size, --gptaq, --fp8-scale ...: qhf's registry)
     p.add_argument("source", help="Hugging Face model directory or .gguf file")
     p.add_argument(
         "--method",
@@ -96,117 +139,11 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--bits", type=int, default=None, help="code width, 2..8 (default: 4; fp8: 8; nf4 with 8: int8)")
     p.add_argument(
-        "--group-size", type=_group_size, default=None, help="columns per group, -1 per channel (default: 128)"
-    )
-    p.add_argument("--asym", action="store_true", help="asymmetric zero points (default: symmetric)")
-    p.add_argument("--desc-act", action="store_true", help="GPTQ act-order (columns by descending Hessian)")
-    p.add_argument("--damp-percent", type=float, default=None, help="GPTQ damping (default: 0.05; qqq: 0.005)")
-    p.add_argument("--static-groups", action="store_true", help="GPTQ group parameters from the unsolved weight")
-    p.add_argument("--mse", type=float, default=None, help="GPTQ range search norm per group (default: 0, off)")
-    p.add_argument(
-        "--gptaq",
-        type=_unit_float,
-        nargs="?",
-        const=0.25,
-        default=None,
-        metavar="ALPHA",
-        help="GPTQ with GPTAQ's native-input term (the reference's gptaq: {alpha}; ALPHA default 0.25)",
-    )
-    p.add_argument(
-        "--foem",
-        type=_unit_float,
-        nargs="?",
-        const=0.2,
-        default=None,
-        metavar="BETA",
-        help="GPTQ with FOEM's first-order term (the reference's foem: {alpha, beta}; BETA default 0.2)",
-    )
-    p.add_argument(
-        "--foem-alpha",
-        type=_unit_float,
-        default=None,
-        metavar="ALPHA",
-        help="with --foem: also GPTAQ's native-input term (default: 0)",
-    )
-    p.add_argument(
-        "--awq-scales",
-        action="store_true",
-        help="GPTQ on AWQ-scaled weights: AWQ's per-channel scale search folded into the previous norm or linear, "
-        "then GPTQ solves the scaled weights (a plain GPTQ checkpoint; GPTQ only)",
-    )
-    p.add_argument(
-        "--krot", type=_positive_int, default=None, metavar="N", help="paroquant: rotation rounds per group (default 8)"
-    )
-    p.add_argument(
-        "--paro-epochs",
-        type=_epoch_pair,
-        default=None,
-        metavar="ROT,FT",
-        help="paroquant: rotation and finetune epochs per module (default 2,1; the reference's 10,10)",
-    )
-    p.add_argument(
-        "--eora-rank",
-        type=_positive_int,
-        default=None,
-        metavar="R",
-        help="after the GPTQ-family solve, an EoRA low-rank adapter of rank R per module, saved to eora/ in the "
-        "checkpoint (the reference's adapter: {rank})",
-    )
-    p.add_argument(
-        "--rotation",
-        choices=("none", "hadamard", "random"),
-        default=None,
-        help="fold a rotation into the weights before quantizing (residual stream and per-head values; a "
-        "randomized Hadamard, or a random orthogonal matrix); the checkpoint stays a plain model (default: none)",
-    )
-    p.add_argument(
-        "--rotation-seed",
-        type=_non_negative_int,
-        default=None,
-        metavar="N",
-        help="with --rotation: the seed of its random signs / matrix (default: 0)",
-    )
-    p.add_argument(
-        "--bits-budget",
-        type=float,
-        default=None,
-        metavar="BPW",
-        help="mixed precision: average stored bits per weight (codes, scales, zeros, g_idx) the decoder-layer "
-        "modules may take, e.g. 4.25; widths per module from a sensitivity pass, --bits is then the base "
-        "(gptq, rtn with a GPTQ format)",
-    )
-    p.add_argument(
-        "--bits-candidates",
-        type=_int_list,
-        default=None,
-        metavar="B,B,...",
-        help="with --bits-budget: the widths a module may get (default 3,4,8; format gptq stores 2,3,4,8)",
-    )
-    p.add_argument(
-        "--no-act-group-aware",
-        action="store_true",
-        help="GPTQ in natural column order (default: group-aware order, as GPT-QModel)",
-    )
-    p.add_argument(
-        "--preset",
-        choices=("reference", "best"),
-        default=None,
-        help="GPTQ recipe: reference (GPT-QModel's defaults) or best (Hadamard rotation folded in, act-order, MSE "
-        "range search); flags given explicitly override it",
-    )
-    p.add_argument(
         "--format",
         default=None,
         help="checkpoint layout (default: gptq for gptq/rtn, gemm for awq); fp8: float8_e4m3fn (default) or "
         "float8_e5m2; nf4: nf4 (default), fp4 or int8; gguf: q_0 (default), q_k, q_k_s, q_k_m or an alias like q4_k",
     )
-    p.add_argument(
-        "--fp8-scale",
-        choices=("row", "tensor", "block"),
-        default=None,
-        help="fp8 scale granularity (default: row; block needs --fp8-block)",
-    )
-    p.add_argument("--fp8-block", type=_int_list, default=None, metavar="ROWS,COLS", help="fp8 block scaling size")
     p.add_argument(
         "--setting",
         action="append",
@@ -270,7 +207,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines (calibration, layers, save) on stderr")
 
 
-def _add_inspect(sub: argparse._SubParsersAction) -> None:
+def _add_inspect(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("inspect", help="summarize a quantized checkpoint directory or a .gguf file")
     p.add_argument("path", help="checkpoint directory or .gguf file")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -284,7 +221,7 @@ GGUF_TYPE_HELP = (
 )
 
 
-def _add_convert(sub: argparse._SubParsersAction) -> None:
+def _add_convert(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("convert", help="transcode a quantized checkpoint to another layout")
     p.add_argument("path", help="quantized checkpoint directory")
     p.add_argument(
@@ -299,7 +236,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-shard-size", default="4GB", help="largest safetensors shard (default: 4GB)")
 
 
-def _add_eval(sub: argparse._SubParsersAction) -> None:
+def _add_eval(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("eval", help="perplexity and a short generation")
     p.add_argument("path", help="quantized checkpoint directory, Hugging Face directory or .gguf file")
     p.add_argument("--text", default=None, metavar="FILE", help="evaluation text (default: bundled docs)")
@@ -312,7 +249,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _add_bench(sub: argparse._SubParsersAction) -> None:
+def _add_bench(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("bench", help="time quantized linear kernels on this machine")
     p.add_argument("--format", default="gptq", help="layout of the benchmarked weight (default: gptq)")
     p.add_argument("--bits", type=int, default=4, help="code width (default: 4)")
@@ -325,7 +262,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _add_quickstart(sub: argparse._SubParsersAction) -> None:
+def _add_quickstart(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
     p = sub.add_parser("quickstart", help="SmolLM2-135M or Gemma 3 270M: GPTQ 4-bit, save, reload, evaluate")
     p.add_argument(
         "--model",
@@ -357,8 +294,9 @@ def _add_quickstart(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default="auto", help="qkernels backend of the reloaded model (default: auto)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``lowbit`` parser with every subcommand."""
+def build_parser(*, method_flags: bool = False) -> argparse.ArgumentParser:
+    """The ``lowbit`` parser with every subcommand. The methods' flags of ``quantize`` are added when it first
+    parses (:class:`LateFlagsParser`); ``method_flags``: add them now (reads qhf's method registry)."""
     parser = argparse.ArgumentParser(
         prog="lowbit", description="Quantize LLMs to low-bit checkpoints, inspect, convert, evaluate and benchmark."
     )
@@ -370,8 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch CPU threads (default: the cores not busy with other work, at least 1)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log the packages' info messages")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=LateFlagsParser)
     sub.required = True
     for add in (_add_quantize, _add_inspect, _add_convert, _add_eval, _add_bench, _add_quickstart):
         add(sub)
+    if method_flags:
+        for command in sub.choices.values():
+            command.complete()
     return parser

@@ -61,10 +61,10 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.resume and args.checkpoint_dir is None:
         raise UsageError("--resume needs --checkpoint-dir (the directory the stopped run committed its checkpoint to)")
     _check_out_empty(args.out)
-    code_bits = args.bits if args.bits is not None else (8 if args.method == "fp8" else 4)  # the methods' defaults
-    check_output(args.out, args.checkpoint_dir, args.source, code_bits)
-    if args.ray is not None and args.method == "rtn":
-        raise UsageError("--ray: rtn runs no calibration forwards and no spread solves; drop --ray")
+    method = quant_method(args.method)
+    check_output(args.out, args.checkpoint_dir, args.source, method.default_bits if args.bits is None else args.bits)
+    if args.ray is not None and not method.spreads_over_ray:
+        raise UsageError(f"--ray: {args.method} runs no calibration forwards and no spread solves; drop --ray")
     check_save_flags(args)
     check_compute_flags(args)
     if args.plot is not None:
@@ -192,7 +192,9 @@ def _save(qm: Any, args: argparse.Namespace) -> QuantizeSummary:
     if not quiet:
         print(f"save: {what} {len(qm.results or {})} quantized modules to {args.out}", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    summary = qm.save(args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype)
+    summary: QuantizeSummary = qm.save(
+        args.out, max_shard_size=args.max_shard_size, verify=not args.no_verify, dtype=args.dtype
+    )
     if not quiet:
         print(f"save: done, elapsed {time.perf_counter() - start:.1f}s", file=sys.stderr, flush=True)
     return summary

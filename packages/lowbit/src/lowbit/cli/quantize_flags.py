@@ -1,8 +1,9 @@
 """``lowbit quantize`` flags -> the config dict that qhf reads into the run's ``qformats.config.QuantizeConfig``
 (:func:`qhf.quant_config.read_quantize_config`), in the reference's vocabulary.
 
-Flags a method does not use are refused naming the flag (``UsageError``); the values themselves are checked once,
-by qhf's reader, naming the field.
+Each method declares the flags it takes (``QuantMethod.cli_flags``, :mod:`lowbit.cli.method_flags`); a flag the
+method does not take is refused naming the flag and the method (``UsageError``); the values themselves are checked
+once, by qhf's reader, naming the field.
 """
 
 from __future__ import annotations
@@ -11,15 +12,7 @@ import argparse
 from typing import Any
 
 from ..errors import UsageError
-
-_INTEGER_ONLY_FLAGS = {
-    "group_size": "--group-size", "asym": "--asym", "desc_act": "--desc-act", "damp_percent": "--damp-percent",
-    "static_groups": "--static-groups", "mse": "--mse", "no_act_group_aware": "--no-act-group-aware",
-    "preset": "--preset", "gptaq": "--gptaq", "foem": "--foem", "foem_alpha": "--foem-alpha",
-    "awq_scales": "--awq-scales", "eora_rank": "--eora-rank", "krot": "--krot", "paro_epochs": "--paro-epochs",
-    "rotation": "--rotation", "rotation_seed": "--rotation-seed", "bits_budget": "--bits-budget",
-    "bits_candidates": "--bits-candidates",
-}  # fmt: skip
+from .method_flags import own_settings, refuse_flags_not_taken
 
 
 def quant_method(method: str) -> Any:
@@ -34,33 +27,13 @@ def quant_method(method: str) -> Any:
     return found
 
 
-def qhf_method(method: str) -> str:
-    """The config method of a ``--method`` value: ``nf4`` names the bitsandbytes 4-bit weight family (its
-    method ``bitsandbytes``); every other value is its own method."""
-    return str(quant_method(method).name)
-
-
-def is_weight_only_method(method: str) -> bool:
-    """Whether ``--method`` names a weight-only method (``fp8``, ``nf4``, ``gguf``; qhf's registry)."""
-    return bool(quant_method(method).weight_only)
-
-
 def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
-    """FP8 / bitsandbytes / GGUF: refuse the integer-quantizer flags, map --format/--bits/--fp8-*."""
-    given = [flag for name, flag in _INTEGER_ONLY_FLAGS.items() if getattr(args, name) not in (None, False)]
-    if given:
-        raise UsageError(
-            f"--method {args.method}: {', '.join(given)} not used by a weight-only method "
-            "(no groups, zero points or calibration)"
-        )
-    if args.method != "fp8" and (args.fp8_scale is not None or args.fp8_block is not None):
-        raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")
-    config: dict[str, Any] = {"method": qhf_method(args.method)}
+    """FP8 / bitsandbytes / GGUF: map --format/--bits/--fp8-* (the method refused the flags it does not take)."""
+    method = quant_method(args.method)
+    config: dict[str, Any] = {"method": method.name}
     if args.bits is not None:
         config["bits"] = args.bits
-    fmt = args.format
-    if args.method == "nf4" and fmt is None:
-        fmt = "int8" if args.bits == 8 else "nf4"
+    fmt = args.format if args.format is not None else method.flag_format(args.bits)
     if fmt is not None:
         config["format"] = fmt
     if args.fp8_block is not None:
@@ -73,15 +46,15 @@ def _weight_only_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def quant_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The qhf quantization config dict the flags describe."""
-    if not quant_method(args.method).builtin:
+    """The qhf quantization config dict the flags describe (a flag the method does not take refused first)."""
+    method = quant_method(args.method)
+    refuse_flags_not_taken(args, method)
+    if not method.builtin:
         return _third_party_config(args)
     if args.setting:
         raise UsageError(f"--setting: the settings of a third-party method; --method {args.method} takes its own flags")
-    if is_weight_only_method(args.method):
+    if method.weight_only:
         return _weight_only_config(args)
-    if args.fp8_scale is not None or args.fp8_block is not None:
-        raise UsageError(f"--fp8-scale/--fp8-block: only for --method fp8, found --method {args.method}")
     config: dict[str, Any] = {
         "method": args.method,
         "bits": 4 if args.bits is None else args.bits,
@@ -102,10 +75,6 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     config.update(_rotation_config(args))
     config.update(_budget_config(args))
     if args.preset is not None:
-        if args.method != "gptq":
-            raise UsageError(
-                f"--preset {args.preset}: a GPTQ recipe; it cannot be combined with --method {args.method}"
-            )
         from qhf.presets import apply_preset
 
         config = apply_preset(args.preset, config)
@@ -120,20 +89,16 @@ def _asymmetric_config(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--foem-alpha: only together with --foem")
     out: dict[str, Any] = {}
     if args.eora_rank is not None:
-        if args.method != "gptq":
-            raise UsageError(f"--eora-rank: EoRA follows a GPTQ-family solve; not with --method {args.method}")
         out["adapter"] = {"rank": args.eora_rank}
     if args.awq_scales:
         variants = (("--gptaq", args.gptaq), ("--foem", args.foem), ("--eora-rank", args.eora_rank))
         given = [flag for flag, value in variants if value is not None]
-        if args.method != "gptq" or given:
+        if given:
             with_what = " ".join([f"--method {args.method}", *given])
             raise UsageError(f"--awq-scales: a GPTQ variant of its own; not with {with_what}")
         out["awq_scales"] = True
     if args.gptaq is None and args.foem is None:
         return out
-    if args.method != "gptq":
-        raise UsageError(f"--gptaq/--foem: GPTQ variants; they cannot be combined with --method {args.method}")
     if args.gptaq is not None and args.foem is not None:
         raise UsageError("--gptaq, --foem: choose one (--foem BETA --foem-alpha ALPHA is both terms)")
     if args.gptaq is not None:
@@ -159,8 +124,6 @@ def _paroquant_config(args: argparse.Namespace) -> dict[str, Any]:
     ``opt_finetune_epochs`` fields (ParoQuant only)."""
     if args.krot is None and args.paro_epochs is None:
         return {}
-    if args.method != "paroquant":
-        raise UsageError(f"--krot/--paro-epochs: ParoQuant settings; not with --method {args.method}")
     out: dict[str, Any] = {}
     if args.krot is not None:
         out["krot"] = args.krot
@@ -182,30 +145,13 @@ def _budget_config(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-#: The flags of a third-party method: the config's own fields (its settings come with --setting KEY=VALUE).
-_THIRD_PARTY_FLAGS = {"group_size", "asym", "desc_act"}
-
-
 def _third_party_config(args: argparse.Namespace) -> dict[str, Any]:
-    """A third-party method's config: ``--bits`` / ``--group-size`` / ``--asym`` / ``--desc-act`` / ``--format`` and
-    its settings from ``--setting KEY=VALUE`` (checked by the method's closed settings class, naming the key); the
-    built-in methods' own flags are refused naming them."""
-    method = quant_method(args.method)
-    given = [
-        flag
-        for name, flag in _INTEGER_ONLY_FLAGS.items()
-        if name not in _THIRD_PARTY_FLAGS and getattr(args, name) not in (None, False)
-    ]
-    if args.fp8_scale is not None or args.fp8_block is not None:
-        given.append("--fp8-scale/--fp8-block")
-    if given:
-        from qhf.methods import setting_names
+    """A third-party method's config: ``--bits`` / ``--group-size`` / ``--asym`` / ``--desc-act`` / ``--format``, its
+    own flags and ``--setting KEY=VALUE`` as its settings (checked by the method's closed settings class, naming the
+    key)."""
+    from qhf.methods.cli_flags import INTEGER_FLAGS
 
-        accepted = ", ".join(setting_names(method.settings_type)) or "none"
-        raise UsageError(
-            f"--method {args.method}: {', '.join(given)} not a setting of this method (its settings, given with "
-            f"--setting KEY=VALUE: {accepted})"
-        )
+    method = quant_method(args.method)
     config: dict[str, Any] = {
         "method": method.name,
         "bits": 4 if args.bits is None else args.bits,
@@ -216,7 +162,8 @@ def _third_party_config(args: argparse.Namespace) -> dict[str, Any]:
         config["desc_act"] = True
     if args.format is not None:
         config["format"] = args.format
-    for key, value in args.setting or ():
+    settings = [*own_settings(args, method, frozenset(f.flag for f in INTEGER_FLAGS)).items(), *(args.setting or ())]
+    for key, value in settings:
         if key in config or key in ("format", "desc_act"):
             raise UsageError(f"--setting {key}=...: {key} is a config field; use its own flag")
         config[key] = value

@@ -3,6 +3,7 @@ third-party methods from the ``lowbit.methods`` entry-point group). See docs/int
 
 from __future__ import annotations
 
+from .cli_flags import MethodFlag, method_flag
 from .closed_settings import MethodSettingsError, closed_settings, setting_names, settings_dict
 from .method import NoSettings, QuantMethod
 from .registry import (
@@ -21,6 +22,7 @@ from .registry import (
 __all__ = [
     "ENTRY_POINT_GROUP",
     "MethodError",
+    "MethodFlag",
     "MethodSettingsError",
     "NoSettings",
     "QuantMethod",
@@ -30,6 +32,7 @@ __all__ = [
     "discover_methods",
     "find_method",
     "get_method",
+    "method_flag",
     "method_names",
     "register_method",
     "setting_names",

@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .cli_flags import INTEGER_FLAGS, MethodFlag
 from .closed_settings import closed_settings, settings_dict
 
 if TYPE_CHECKING:
@@ -55,6 +56,30 @@ class QuantMethod:
     calibrated: bool = True
     #: One of lowbit's own methods (their configs keep the reference's pass-through fields, see :mod:`.builtin`).
     builtin: bool = False
+    #: The ``lowbit quantize`` flags it takes beyond the common ones (:mod:`.cli_flags`; the base: ``--group-size``,
+    #: ``--asym``, ``--desc-act``; a third-party method's other flags become its settings of the flag's name).
+    cli_flags: tuple[MethodFlag, ...] = INTEGER_FLAGS
+    #: The code width when the config gives no ``bits``.
+    default_bits: int = 4
+    #: Runs its layer forwards in a dtype other than float32 when asked (``--compute-dtype``).
+    takes_compute_dtype: bool = False
+    #: Has calibration forwards or solves that a Ray cluster can spread (``--ray``).
+    spreads_over_ray: bool = True
+    #: Takes GPTQ's variant settings: ``gptaq`` / ``foem`` sections, an EoRA ``adapter``, ``awq_scales``.
+    gptq_variants: bool = False
+    #: ``act_group_aware`` left unset resolves on (with groups, without ``desc_act`` or a variant section).
+    group_aware_default: bool = False
+    #: Keeps the natural column order: ``act_group_aware: true`` is refused.
+    natural_order: bool = False
+    #: Takes a ``bits_budget`` (mixed precision widths from a sensitivity pass).
+    takes_budget: bool = False
+    #: Why it takes no ``bits_budget`` (the end of the refusal).
+    budget_refusal: str = "it quantizes every module with its own fixed scheme"
+    #: A weight-only method's stored config writes ``group_size`` / ``desc_act`` / ``pack_dtype`` (as -1, False,
+    #: int32; GGUF's writes none).
+    stores_group_fields: bool = True
+    #: The formats that are per-module mixtures (GGUF's ``q_k_m`` / ``q_k_s``: types recorded as ``dynamic``).
+    mixture_formats: tuple[str, ...] = ()
 
     @property
     def flag_name(self) -> str:
@@ -64,6 +89,32 @@ class QuantMethod:
     def format_or_default(self, fmt: str | None) -> str:
         """``fmt``, or the format written when none is given."""
         return fmt or self.default_format or self.formats[0]
+
+    def flag_format(self, bits: int | None) -> str | None:
+        """The format a ``lowbit quantize --method`` run writes when no ``--format`` is given (None: the config's
+        default, :meth:`format_or_default`); ``bits``: the ``--bits`` given, or None."""
+        return None
+
+    def run_formats(self, settings: Mapping[str, Any]) -> tuple[str, ...]:
+        """The formats a run with the given (unresolved) ``settings`` may write (the base: :attr:`formats`)."""
+        return self.formats
+
+    def follows_format(self, settings: Mapping[str, Any]) -> bool:
+        """Whether a run with ``settings`` is stored under the method its format belongs to
+        (:meth:`written_method`: RTN, GPTQ with ``awq_scales``) rather than its own name."""
+        return False
+
+    def default_settings(self) -> Mapping[str, Any]:
+        """Settings defaults of its own over the calibrated methods' (QQQ's damping)."""
+        return {}
+
+    def settings_problem(self, cfg: QuantizeConfig, settings: Mapping[str, Any]) -> str | None:
+        """Why ``cfg`` with its resolved calibrated ``settings`` is not a run of this method, naming the field,
+        else None."""
+        return None
+
+    def check_config(self, cfg: QuantizeConfig) -> None:
+        """Refuse a resolved config this method cannot run, naming the field (the base: nothing to refuse)."""
 
     def written_method(self, fmt: str) -> str:
         """The checkpoint's ``quant_method`` for a run writing ``fmt``: AWQ's formats store ``awq``, the rest
@@ -157,6 +208,22 @@ class QuantMethod:
                 "per-module rules unless it overrides QuantMethod.module_specs"
             )
         return integer_module_specs(cfg, base, modules)
+
+    def bits_format(self, bits: Any, fmt: str | None) -> tuple[Any, str]:
+        """A weight-only method's ``(bits, format)`` for a config's ``bits`` and ``format`` (None: its default),
+        refusing what its packer does not store, naming the field; only the weight-only methods are asked."""
+        from .registry import MethodError
+
+        raise MethodError(f"method {self.name!r}: not a weight-only method; it has no bits_format")
+
+    def stored_layout_fields(self, cfg: QuantizeConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The fields a checkpoint stored under this method's name (:meth:`checkpoint_method`) writes for its
+        layout: ``(top level, under meta)``. The base: ``sym`` (GPTQ's layouts)."""
+        return {"sym": cfg.sym}, {}
+
+    def stored_dynamic(self, cfg: QuantizeConfig) -> dict[str, dict[str, Any]] | None:
+        """A weight-only config's stored per-module overrides (GGUF's types), else None."""
+        return None
 
     def meta_settings(self, cfg: QuantizeConfig) -> dict[str, Any]:
         """Settings written under the stored config's ``meta`` after ``quantizer`` / ``algorithm``."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from qformats.config import QuantizeConfig
 
+from ..methods.registry import get_method, method_names
 from ..quant_config import QuantConfigError
 
 BUDGET_KEY = "bits_budget"
@@ -43,7 +44,6 @@ FORMAT_BITS: dict[str, tuple[int, ...]] = {
     "gptq_v2": (2, 3, 4, 8),
     "gptq_p": (2, 3, 4, 5, 6, 7, 8),
 }
-BUDGET_METHODS = ("gptq", "rtn")
 
 
 def budget_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
@@ -57,15 +57,12 @@ def budget_settings(method: str, cfg: QuantizeConfig) -> dict[str, Any]:
         return {}
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or budget <= 0:
         raise QuantConfigError(f"{BUDGET_KEY}: expected a positive number of stored bits per weight, found {budget!r}")
-    if method not in BUDGET_METHODS:
-        why = (
-            "the AWQ layouts engines read hold 4-bit codes only"
-            if method == "awq"
-            else "it quantizes every module with its own fixed scheme"
-        )
+    quant_method = get_method(method)
+    if not quant_method.takes_budget:
+        takers = [name for name in method_names() if get_method(name).takes_budget]
         raise QuantConfigError(
-            f"{BUDGET_KEY}: mixed precision runs with method gptq (and its gptaq/foem variants) or rtn; "
-            f"method {method!r} cannot take a budget ({why})"
+            f"{BUDGET_KEY}: mixed precision runs with method {' or '.join(takers)} (and GPTQ's gptaq/foem variants); "
+            f"method {method!r} cannot take a budget ({quant_method.budget_refusal})"
         )
     fmt = str(cfg.format)
     if fmt not in FORMAT_BITS:
