@@ -54,7 +54,12 @@ ASSUMPTIONS = Rates(
 )
 CALIBRATION = Calibration(rows=128, length=2048)  # 128 rows of 2048 tokens, one row a batch
 GPUS = (1, 8, 32, 128)
-DESIGNS = {"built": BUILT, "issue38": ISSUE38, "issue38+transport": ISSUE38_TRANSPORT, "issue38+resident": ISSUE38_RESIDENT}
+DESIGNS = {
+    "built": BUILT,
+    "issue38": ISSUE38,
+    "issue38+transport": ISSUE38_TRANSPORT,
+    "issue38+resident": ISSUE38_RESIDENT,
+}
 DONE_WHEN = ((DENSE_70B, 8, 5.0), (MOE_600B, 32, 10.0))
 COLUMNS = {
     "forward": "forward",
@@ -104,7 +109,8 @@ def apply_settings(pairs: list[str], rates: Rates, designs: dict[str, Design]) -
         elif key in design_fields:
             designs = {name: replace(d, **{key: value}) for name, d in designs.items()}
         else:
-            raise SystemExit(f"--set {key}: not a field of Rates {sorted(rate_fields)} nor of Design {sorted(design_fields)}")
+            known = f"Rates {sorted(rate_fields)} nor of Design {sorted(design_fields)}"
+            raise SystemExit(f"--set {key}: not a field of {known}")
     return rates, designs
 
 
@@ -162,14 +168,15 @@ def switch_table(rates: Rates, cal: Calibration, extra: list[str]) -> str:
     headers = ["design"] + [f"{s.name.split(' (')[0]} on {n} GPUs (target {t:g}x)" for s, n, t in DONE_WHEN]
     rows = []
     for name, design in CUMULATIVE:
-        design, _ = apply_settings(extra, rates, {"d": design})[1]["d"], None
+        design = apply_settings(extra, rates, {"d": design})[1]["d"]
         rows.append([name, *speedups(design, rates, cal)])
     return table(headers, rows)
 
 
 def sensitivity_table(rates: Rates, cal: Calibration, design: Design) -> str:
     """Speed-ups at the done-when points under ``design`` as the solve rate and the calibration rows change."""
-    headers = ["solve TFLOP/s", "calibration rows x 2048"] + [f"{s.name.split(' (')[0]} on {n}" for s, n, _ in DONE_WHEN]
+    points = [f"{s.name.split(' (')[0]} on {n}" for s, n, _ in DONE_WHEN]
+    headers = ["solve TFLOP/s", "calibration rows x 2048", *points]
     rows = []
     for solve in (20e12, 40e12, 60e12):
         for rows_n in (128, 512, 1024):
@@ -190,11 +197,18 @@ def measured_section(path: Path) -> None:
     cal = Calibration(rows=rows, length=run["tokens"] // rows)
     fit = fit_rates(SMOLLM2, cal, data["workers"], m, wire_bytes=4, lanes=2)
     r = fit.rates
-    print(f"Measured: SmolLM2-135M GPTQ, {data['workers']} Ray workers, {run['tokens']} tokens (medians per layer, ms)\n")
-    print(table(list(m)[:-1] + ["MB moved"], [[f"{m[k] * 1e3:.0f}" for k in list(m)[:-1]] + [f"{m['bytes'] / 1e6:.1f}"]]))
+    print(f"Measured: SmolLM2-135M GPTQ, {data['workers']} Ray workers, {run['tokens']} tokens (medians per layer)\n")
+    items = [k for k in m if k != "bytes"]
     print(
-        f"\nFitted rates: forward {r.forward / 1e9:.1f} GFLOP/s per worker, driver Hessian {r.reduce / 1e9:.1f} GFLOP/s, "
-        f"solve {r.solve / 1e9:.1f} GFLOP/s, transfer {r.link / 1e6:.0f} MB/s, layer copy {(r.ship_link or 0) / 1e6:.0f} MB/s\n"
+        table(
+            [*(f"{k} ms" for k in items), "MB moved"],
+            [[*(f"{m[k] * 1e3:.0f}" for k in items), f"{m['bytes'] / 1e6:.1f}"]],
+        )
+    )
+    print(
+        f"\nFitted rates: forward {r.forward / 1e9:.1f} GFLOP/s per worker, driver Hessian {r.reduce / 1e9:.1f} "
+        f"GFLOP/s, solve {r.solve / 1e9:.1f} GFLOP/s, transfer {r.link / 1e6:.0f} MB/s, layer copy "
+        f"{(r.ship_link or 0) / 1e6:.0f} MB/s\n"
     )
 
 

@@ -12,7 +12,7 @@ transfer rate) and the first copy's bytes/s.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from scaling_model import BUILT, Calibration, Design, LayerCost, Rates, layer_cost
 from scaling_shapes import Shape
@@ -34,11 +34,12 @@ def unit_rates(wire_bytes: int, lanes: float) -> Rates:
 
 @dataclass(frozen=True)
 class Fit:
-    """Fitted ``rates`` and ``other``: the measured layer wall outside the executor's items (the driver's
-    loop, packing, finalizers), carried over unchanged to other worker counts."""
+    """Fitted ``rates``; ``other``: the measured layer wall outside the executor's items (the driver's loop,
+    packing, finalizers), carried over unchanged to other worker counts; ``design``: the executor fitted."""
 
     rates: Rates
     other: float
+    design: Design = BUILT
 
 
 def fit_rates(
@@ -50,9 +51,11 @@ def fit_rates(
     wire_bytes: int,
     lanes: float,
     layer_wall: float | None = None,
+    design: Design = BUILT,
 ) -> Fit:
-    """Rates from ``measured`` medians (:func:`medians`) of a run on ``workers`` workers of the built executor."""
-    work = layer_cost(shape, cal, workers, BUILT, unit_rates(wire_bytes, lanes))
+    """Rates from ``measured`` medians (:func:`medians`) of a run on ``workers`` workers of the executor
+    ``design`` describes (its transport: e.g. one shared-memory copy on a local cluster)."""
+    work = layer_cost(shape, cal, workers, design, unit_rates(wire_bytes, lanes))
     link = (work.activations + work.changed_params) / measured["transfer"]
     solve_time = max(measured["solve"] - work.solve_bytes / link, 0.1 * measured["solve"])
     reduce = work.driver_reduce / measured["reduce"]
@@ -70,12 +73,12 @@ def fit_rates(
         ship_link=work.layer_ship / measured["layer_ship"],
     )
     other = 0.0 if layer_wall is None else max(0.0, layer_wall - sum(measured[k] for k in ITEMS))
-    return Fit(rates, other)
+    return Fit(rates, other, design)
 
 
-def predict(shape: Shape, cal: Calibration, workers: int, fit: Fit, design: Design = BUILT) -> LayerCost:
-    """The model's layer cost on ``workers`` workers at the fitted rates."""
-    return layer_cost(shape, cal, workers, design, fit.rates)
+def predict(shape: Shape, cal: Calibration, workers: int, fit: Fit, design: Design | None = None) -> LayerCost:
+    """The model's layer cost on ``workers`` workers at the fitted rates (``design``: default the fitted one)."""
+    return layer_cost(shape, cal, workers, design or fit.design, fit.rates)
 
 
 def as_measured_items(cost: LayerCost) -> dict[str, float]:
@@ -88,8 +91,3 @@ def as_measured_items(cost: LayerCost) -> dict[str, float]:
         "transfer": cost.activations + cost.changed_params + cost.sums + cost.calls,
         "layer_ship": cost.layer_ship,
     }
-
-
-def with_lanes(fit: Fit, lanes: float) -> Fit:
-    """The same fit on a machine with ``lanes`` cores for the workers."""
-    return Fit(replace(fit.rates, lanes=lanes), fit.other)

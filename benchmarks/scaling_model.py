@@ -110,16 +110,20 @@ CUMULATIVE = (
 
 @dataclass(frozen=True)
 class Rates:
-    """How fast things go. ``forward``: flop/s of a worker's layer forwards; ``stats``: flop/s of the float32
-    chunk products on a worker (and on the one device of the baseline); ``reduce``: the same on the driver;
-    ``solve``: flop/s of a GPTQ solve; ``link``: bytes/s of one process's link (the driver's and each
-    worker's); ``ship_link``: bytes/s of the layer's first copy (None: ``link``); ``sum_add``: bytes/s of
-    float64 sums added on the driver (received over the link); ``device_sum_add``: bytes/s of a worker adding
-    its own segment sums where it formed them; ``call_latency``: seconds per executor call; ``wire_bytes``: bytes per activation or
-    weight element on the wire (the dequantized results too, plus a 1-byte code); ``host_link``: bytes/s of the
-    one-device baseline loading a layer; ``lanes``: workers that compute at full speed at once (CPU cores;
-    ``inf``: each worker its own GPU); ``expert_imbalance``: the busiest expert owner's routed tokens over the
-    mean."""
+    """How fast things go.
+
+    * ``forward``: flop/s of a worker's layer forwards; ``stats``: flop/s of the float32 chunk products on a
+      worker (and on the one device of the baseline); ``reduce``: the same on the driver; ``solve``: flop/s of
+      a GPTQ solve.
+    * ``link``: bytes/s of one process's link (the driver's and each worker's); ``ship_link``: bytes/s of the
+      layer's first copy (None: ``link``); ``host_link``: bytes/s of the one-device baseline loading a layer.
+    * ``sum_add``: bytes/s of float64 sums added on the driver (received over the link); ``device_sum_add``:
+      bytes/s of a worker adding its own segment sums where it formed them.
+    * ``call_latency``: seconds per executor call; ``wire_bytes``: bytes per activation or weight element on
+      the wire (the dequantized results too, plus a 1-byte code).
+    * ``lanes``: workers that compute at full speed at once (CPU cores; ``inf``: each worker its own GPU);
+      ``expert_imbalance``: the busiest expert owner's routed tokens over the mean.
+    """
 
     forward: float
     stats: float
@@ -138,11 +142,13 @@ class Rates:
 
 @dataclass(frozen=True)
 class Calibration:
-    """``rows`` of ``length`` tokens in batches of ``batch_rows`` rows (contiguous batch shards per worker)."""
+    """``rows`` of ``length`` tokens in batches of ``batch_rows`` rows (contiguous batch shards per worker);
+    ``call_extra_bytes``: bytes each batch's layer call carries besides its hidden states (an attention mask)."""
 
     rows: int
     length: int
     batch_rows: int = 1
+    call_extra_bytes: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -155,7 +161,8 @@ class Calibration:
 
 @dataclass
 class LayerCost:
-    """Seconds per layer by item, and the bytes behind the transfer items.
+    """Seconds per layer by item, and the bytes behind the transfer items (``bytes``: what each item delivers to
+    its destinations, e.g. the changed parameters once per worker, whichever way they travel).
 
     ``forward``: token-sharded forwards (slowest worker) plus routed experts on their owners; ``worker_stats``:
     chunk products (and sum additions) on the workers, slowest worker per group; ``driver_reduce``: chunk
@@ -351,7 +358,8 @@ def group_jobs(group: list[Input], design: Design, wire: int) -> tuple[list[Job]
             if design.module_solves:
                 sent += [Job(solve_flops(n, out), 4.0 * n * n + out * n * wire, out * n * back) for out in item.outs]
             else:
-                sent.append(Job(shared_job.flops, shared_job.bytes_in + sum(item.outs) * n * wire, shared_job.bytes_back))
+                weights = sum(item.outs) * n * wire
+                sent.append(Job(shared_job.flops, shared_job.bytes_in + weights, shared_job.bytes_back))
     return sent, owned
 
 
@@ -367,7 +375,8 @@ def _solves(shape: Shape, workers: int, design: Design, rates: Rates, cost: Laye
             compute += max(j.flops for j in wave) / (rates.solve * active_share(rates, len(wave)))
             waves += 1
         for copies, job in owned:
-            compute = max(compute, math.ceil(copies / workers) * job.flops / (rates.solve * active_share(rates, workers)))
+            per_owner = math.ceil(copies / workers) * job.flops
+            compute = max(compute, per_owner / (rates.solve * active_share(rates, workers)))
             waves += 1
         nbytes = sum(j.bytes_in + j.bytes_back for j in sent) + sum(c * j.bytes_back for c, j in owned)
         cost.solve += compute
@@ -386,19 +395,20 @@ def _parameters(shape: Shape, workers: int, design: Design, rates: Rates, cost: 
     if design.workers_load_weights:  # every worker its part, all links at once
         cost.layer_ship = (broadcast + (routed / workers if sharded else 0.0)) / ship_link
     else:
-        cost.layer_ship = broadcast_seconds(broadcast, workers, design, ship_link) + (routed / ship_link if sharded else 0)
+        direct = routed / ship_link if sharded else 0.0  # each owned expert from the driver to its owner
+        cost.layer_ship = broadcast_seconds(broadcast, workers, design, ship_link) + direct
     changed = (broadcast - shape.router_params() * wire) * ((1 / wire) if design.codes_only else 1.0)
     cost.changed_params = broadcast_seconds(changed, workers, design, rates.link)
-    copies = workers if design.layer_copy == "driver" else 1
-    cost.bytes["layer copy"] = broadcast * copies + (routed if sharded else 0)
-    cost.bytes["changed params"] = changed * copies
+    cost.bytes["layer copy"] = broadcast * workers + (routed if sharded else 0)
+    cost.bytes["changed params"] = changed * workers
 
 
 def _token_traffic(shape: Shape, cal: Calibration, workers: int, design: Design, rates: Rates, cost: LayerCost) -> None:
     """Layer inputs out with every call, replay outputs back, routed tokens and expert outputs."""
     wire, tokens = rates.wire_bytes, cal.tokens
     calls = len(shape.groups()) + 1
-    moved = 0.0 if design.inputs_resident else (calls + 1) * tokens * shape.hidden * wire
+    per_call = tokens * shape.hidden * wire + cal.batches * cal.call_extra_bytes
+    moved = 0.0 if design.inputs_resident else calls * per_call + tokens * shape.hidden * wire
     cost.activations += moved / rates.link
     cost.bytes["layer inputs and outputs"] = moved
     if not (shape.experts and design.experts_sharded):

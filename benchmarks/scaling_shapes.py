@@ -148,7 +148,7 @@ class Shape:
         if self.shared:
             gate_up.append(Input(self.hidden, (self.inter, self.inter), self.shared))
             down.append(Input(self.inter, (self.hidden,), self.shared))
-        return attention + [gate_up, down]
+        return [*attention, gate_up, down]
 
 
 DENSE_70B = Shape("70B dense (Llama-3-70B shapes)", layers=80, hidden=8192, kv=1024, inter=28672)
