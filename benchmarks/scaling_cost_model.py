@@ -5,9 +5,10 @@ executor as built before issue 38 (``BUILT``), issue 38's design (``ISSUE38``), 
 transport choices (``ISSUE38_TRANSPORT``) and with the layer inputs resident on the workers, codes-only results
 and workers loading their weights (``ISSUE38_RESIDENT``), at the GPU rates of :data:`ASSUMPTIONS` (stated, not
 measured here), against the same run in one process on one GPU. Prints, per model and design, seconds per
-layer by item, run hours and the speed-up over one GPU; issue 38's done-when verdicts with the items that bound
-a failing one and the compute floor (forwards, statistics and solves with nothing moving); the switches one by
-one at the done-when points; and how the verdicts move with the solve rate and the calibration size.
+layer by item, run hours and the speed-up over one GPU; a summary of every design; issue 38's done-when
+verdicts with the items that bound a failing one and the compute floor (forwards, statistics and solves with
+nothing moving); the switches one by one at the done-when points; and how the verdicts move with the solve
+rate and the calibration size.
 
 Usage: ``python benchmarks/scaling_cost_model.py [PATH/ray_smollm2_times.json] [--rows R] [--length L]
 [--set field=value ...]``. With the JSON (written by tests-ray/test_ray_smollm2.py in ``nox -s ray``), the
@@ -163,6 +164,21 @@ def speedups(design: Design, rates: Rates, cal: Calibration) -> list[str]:
     return out
 
 
+def summary_table(rates: Rates, cal: Calibration, designs: dict[str, Design]) -> str:
+    """Seconds per layer and speed-up over one GPU of every design at each GPU count."""
+    headers = ["model", "design", "1 GPU, one process", *(f"{n} GPUs" for n in GPUS)]
+    rows = []
+    for shape in (DENSE_70B, MOE_600B):
+        one = one_device_cost(shape, cal, rates).total
+        for name, design in designs.items():
+            cells = []
+            for n in GPUS:
+                total = layer_cost(shape, cal, n, design, rates).total
+                cells.append(f"{total:.2f} s ({one / total:.2f}x)")
+            rows.append([shape.name.split(" (")[0], name, f"{one:.2f} s", *cells])
+    return table(headers, rows)
+
+
 def switch_table(rates: Rates, cal: Calibration, extra: list[str]) -> str:
     """Speed-ups at the done-when points as the design's switches turn on one by one."""
     headers = ["design"] + [f"{s.name.split(' (')[0]} on {n} GPUs (target {t:g}x)" for s, n, t in DONE_WHEN]
@@ -234,6 +250,8 @@ def main() -> None:
         for shape, n, target in DONE_WHEN:
             print(bound_report(shape, n, target, design, rates, cal))
         print()
+    print("### Summary: seconds per layer (speed-up over one GPU)\n")
+    print(summary_table(rates, cal, designs) + "\n")
     print("### Switch by switch (speed-up over one GPU)\n")
     print(switch_table(rates, cal, args.set) + "\n")
     print("### Sensitivity of design issue38+resident (speed-up over one GPU)\n")
