@@ -17,8 +17,12 @@ the cores this process may run on), i.e. 4 workers on 2 cores each get half a co
 prints the workers' nice values.
 
 Walls are medians over layers 1.. (layer 0's includes warm-up; a layer's wall is the time between the loop's
-``on_layer_done`` calls). The host's load average before and after each run and the CPU seconds of the driver
-and of the workers are printed beside them: on a shared host the walls are noisy.
+``on_layer_done`` calls); with ``--repeats R`` each worker count runs R times (interleaved) and each item counts
+its smallest median. The model's bytes per layer are checked against the executor's (a warning past 2%).
+The built executor is modelled with its transport on one machine (``LOCAL``): the layer copy and the changed
+parameters are one shared-memory copy that every worker reads. The host's load average before and after each
+run and the CPU seconds of the driver and of the workers are printed beside them: on a shared host the walls
+are noisy.
 
 Run: ``python benchmarks/bench_ray_scaling.py`` (about 8 minutes on a quiet 2-core machine with the defaults:
 hidden 512, MLP 1408, 4 layers, 64 rows of 1024 tokens = 2 Hessian segments of 32768 tokens per input);
@@ -54,6 +58,9 @@ from scaling_model import BUILT, Calibration  # noqa: E402
 from scaling_shapes import Shape, chunk_tokens  # noqa: E402
 
 SPEC = QuantSpec(bits=4, group_size=128)
+DRIVER_SHARE = 0.5
+"""Of moving token rows between driver and workers on one machine, the driver's serial half (pickling the
+shards' inputs, unpickling the recordings); the workers' half (the reverse) runs on them at once."""
 LOCAL = replace(BUILT, layer_copy="pipelined")
 """The built executor on one machine: the layer copy and the changed parameters are put once in the shared-memory
 object store and every worker reads that copy (one copy's cost, not one per worker over a link)."""
@@ -161,18 +168,31 @@ def error(predicted: float, measured: float) -> str:
     return f"{(predicted - measured) / measured * 100:+.0f}%" if measured > 0 else "n/a"
 
 
-def report(shape: Shape, cal: Calibration, runs: list[dict[str, Any]], cores: int, one: dict[str, Any]) -> None:
-    base = runs[0]
-    m = medians(base["layer_times"])
+def summarize(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """One worker count's repeats: per item the smallest of the repeats' medians (the least disturbed on a shared
+    host), the layer wall likewise."""
+    per = [medians(r["layer_times"]) for r in repeats]
+    return {
+        "workers": repeats[0]["workers"],
+        "items": {k: min(p[k] for p in per) for k in per[0]},
+        "wall": min(statistics.median(r["walls"]) for r in repeats),
+    }
+
+
+def report(shape: Shape, cal: Calibration, runs: list[dict[str, Any]], cores: int, ones: list[dict[str, Any]]) -> None:
+    counts = list(dict.fromkeys(r["workers"] for r in runs))
+    summaries = [summarize([r for r in runs if r["workers"] == n]) for n in counts]
+    base = summaries[0]
     fit = fit_rates(
         shape,
         cal,
         base["workers"],
-        m,
+        base["items"],
         wire_bytes=4,
         lanes=cores,
-        layer_wall=statistics.median(base["walls"]),
+        layer_wall=base["wall"],
         design=LOCAL,
+        driver_share=DRIVER_SHARE,
     )
     r = fit.rates
     print(
@@ -182,8 +202,8 @@ def report(shape: Shape, cal: Calibration, runs: list[dict[str, Any]], cores: in
         "by the workers\n"
     )
     print(row("workers", "item", "measured ms", "predicted ms", "error") + "\n" + "|---" * 5 + "|")
-    for run in runs:
-        n, measured = run["workers"], medians(run["layer_times"])
+    for summary in summaries:
+        n, measured = summary["workers"], summary["items"]
         cost = predict(shape, cal, n, fit)
         items = as_measured_items(cost)
         for k in ITEMS:
@@ -191,12 +211,18 @@ def report(shape: Shape, cal: Calibration, runs: list[dict[str, Any]], cores: in
         moved = sum(cost.bytes.get(k, 0.0) for k in CALL_BYTES)
         mb = measured["bytes"]
         print(row(n, "MB moved (calls)", f"{mb / 1e6:.1f}", f"{moved / 1e6:.1f}", error(moved, mb)))
-        wall, predicted = statistics.median(run["walls"]), sum(items.values()) + fit.other
+        if abs(moved - mb) > 0.02 * mb:
+            print(
+                f"WARNING: the model's bytes are {error(moved, mb)} off the executor's: its byte formulas need a look"
+            )
+        predicted = sum(items.values()) + fit.other
+        wall = summary["wall"]
         print(row(n, "**layer wall**", f"{wall * 1e3:.0f}", f"{predicted * 1e3:.0f}", error(predicted, wall)))
     heads = ("run", "median layer wall ms", "driver CPU s", "worker CPU s", "load before/after", "worker nice")
     print("\n" + row(*heads) + "\n" + "|---" * len(heads) + "|")
-    one_wall = statistics.median(one["walls"]) * 1e3
-    print(row("one process (lockstep)", f"{one_wall:.0f}", f"{one['driver_cpu']:.1f}", "-", load(one), "-"))
+    for one in ones:
+        one_wall = statistics.median(one["walls"]) * 1e3
+        print(row("one process (lockstep)", f"{one_wall:.0f}", f"{one['driver_cpu']:.1f}", "-", load(one), "-"))
     for run in runs:
         wall = statistics.median(run["walls"]) * 1e3
         cpus = (f"{run['driver_cpu']:.1f}", f"{run['worker_cpu']:.1f}")
@@ -224,10 +250,13 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts; the first is fitted")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the driver and every worker")
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--repeats", type=int, default=1, help="runs per worker count; per item the smallest counts")
     parser.add_argument("--json", type=Path, help="write the measured runs here")
     args = parser.parse_args()
     if args.layers < 2:
         raise SystemExit("--layers: expected at least 2 (walls are measured from layer 1 on)")
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats: expected at least 1, found {args.repeats}")
     counts = [int(x) for x in args.workers.split(",")]
     torch.set_num_threads(args.threads)
     w = Width(hidden=args.hidden, inter=args.inter, heads=args.heads, kv_heads=args.heads, layers=args.layers)
@@ -242,14 +271,16 @@ def main() -> None:
         f"{args.rows} rows x {args.length} tokens in batches of {args.batch_rows} ({cal_model.tokens} tokens, "
         f"{segments:.2f} Hessian segments of the hidden-width inputs); GPTQ 4 bits group 128"
     )
-    load = os.getloadavg()[0]
-    ref_run, ref_model, clock, cpu = run_once(w, cal, args.length)
-    one = {"walls": clock.walls(), "driver_cpu": cpu, "load": (load, os.getloadavg()[0])}
-    runs = [ray_run(w, cal, args.length, n, (ref_run, ref_model)) for n in counts]
+    ones, runs = [], []
+    for _ in range(args.repeats):  # each repeat: one process, then every worker count (interleaved)
+        load = os.getloadavg()[0]
+        ref_run, ref_model, clock, cpu = run_once(w, cal, args.length)
+        ones.append({"walls": clock.walls(), "driver_cpu": cpu, "load": (load, os.getloadavg()[0])})
+        runs += [ray_run(w, cal, args.length, n, (ref_run, ref_model)) for n in counts]
     print(f"Bits: every Ray run equal to the one-process run ({', '.join(str(n) for n in counts)} workers)")
-    report(shape, cal_model, runs, args.cores, one)
+    report(shape, cal_model, runs, args.cores, ones)
     if args.json is not None:
-        record = {"args": vars(args) | {"json": str(args.json)}, "one": one, "runs": runs}
+        record = {"args": vars(args) | {"json": str(args.json)}, "one_process": ones, "runs": runs}
         args.json.write_text(json.dumps(record, indent=1))
 
 

@@ -12,7 +12,7 @@ transfer rate) and the first copy's bytes/s.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scaling_model import BUILT, Calibration, Design, LayerCost, Rates, layer_cost
 from scaling_shapes import Shape
@@ -52,10 +52,12 @@ def fit_rates(
     lanes: float,
     layer_wall: float | None = None,
     design: Design = BUILT,
+    driver_share: float = 1.0,
 ) -> Fit:
     """Rates from ``measured`` medians (:func:`medians`) of a run on ``workers`` workers of the executor
-    ``design`` describes (its transport: e.g. one shared-memory copy on a local cluster)."""
-    work = layer_cost(shape, cal, workers, design, unit_rates(wire_bytes, lanes))
+    ``design`` describes (its transport: e.g. one shared-memory copy on a local cluster); ``driver_share``: see
+    :class:`~scaling_model.Rates` (not fitted: one worker count cannot tell it)."""
+    work = layer_cost(shape, cal, workers, design, replace(unit_rates(wire_bytes, lanes), driver_share=driver_share))
     link = (work.activations + work.changed_params) / measured["transfer"]
     solve_time = max(measured["solve"] - work.solve_bytes / link, 0.1 * measured["solve"])
     reduce = work.driver_reduce / measured["reduce"]
@@ -71,6 +73,7 @@ def fit_rates(
         host_link=link,
         lanes=lanes,
         ship_link=work.layer_ship / measured["layer_ship"],
+        driver_share=driver_share,
     )
     other = 0.0 if layer_wall is None else max(0.0, layer_wall - sum(measured[k] for k in ITEMS))
     return Fit(rates, other, design)

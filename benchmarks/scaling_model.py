@@ -119,6 +119,9 @@ class Rates:
       layer's first copy (None: ``link``); ``host_link``: bytes/s of the one-device baseline loading a layer.
     * ``sum_add``: bytes/s of float64 sums added on the driver (received over the link); ``device_sum_add``:
       bytes/s of a worker adding its own segment sums where it formed them.
+    * ``driver_share``: the part of moving the workers' token rows (layer inputs, hooked inputs, outputs) that is
+      serial on the driver (1.0: all of it, the driver's link being the bottleneck); the rest (a worker
+      unpickling its shard, pickling its recordings) runs on the workers at once.
     * ``call_latency``: seconds per executor call; ``wire_bytes``: bytes per activation or weight element on
       the wire (the dequantized results too, plus a 1-byte code).
     * ``lanes``: workers that compute at full speed at once (CPU cores; ``inf``: each worker its own GPU);
@@ -138,6 +141,7 @@ class Rates:
     expert_imbalance: float = 1.0
     ship_link: float | None = None
     device_sum_add: float = math.inf
+    driver_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -256,6 +260,13 @@ def broadcast_seconds(nbytes: float, workers: int, design: Design, link: float) 
     return nbytes / link
 
 
+def sharded_seconds(nbytes: float, workers: int, rates: Rates) -> float:
+    """Seconds to move ``nbytes`` of token rows split over the workers between them and the driver: the driver's
+    share (``driver_share``: its link, its pickling) is serial, the rest runs on the workers at once."""
+    parallel = min(workers, rates.lanes)
+    return nbytes / rates.link * (rates.driver_share + (1.0 - rates.driver_share) / parallel)
+
+
 def distinct_owners(workers: int, top_k: int) -> float:
     """Expected distinct expert owners among a token's ``top_k`` experts (experts spread evenly)."""
     return workers * (1.0 - (1.0 - 1.0 / workers) ** top_k)
@@ -292,7 +303,7 @@ def _statistics(shape: Shape, cal: Calibration, workers: int, design: Design, ra
                 rows = item.copies * stream
                 cost.driver_reduce += rows * flops / rates.reduce
                 cost.bytes["hooked inputs"] = cost.bytes.get("hooked inputs", 0.0) + rows * item.width * wire
-                cost.activations += rows * item.width * wire / rates.link
+                cost.activations += sharded_seconds(rows * item.width * wire, workers, rates)
                 continue
             _segment_statistics(item, stream, bounds, design, rates, cost, per_worker)
         active = sum(1 for t in per_worker if t > 0)
@@ -317,7 +328,8 @@ def _segment_statistics(
         per_worker[w] += item.copies * (tokens * flops / rates.stats + adds)
     straddle_bytes = item.copies * split.driver_tokens * item.width * wire
     cost.driver_reduce += item.copies * split.driver_tokens * flops / rates.reduce
-    cost.activations += straddle_bytes / rates.link + item.copies * max(split.rows_in) * item.width * wire / rates.link
+    cost.activations += sharded_seconds(straddle_bytes, len(bounds), rates)
+    cost.activations += item.copies * max(split.rows_in) * item.width * wire / rates.link
     cost.bytes["straddling rows"] = cost.bytes.get("straddling rows", 0.0) + straddle_bytes
     total_sums = item.copies * sum(split.sums_per_worker)
     if design.sum_reduce == "driver":
@@ -409,7 +421,7 @@ def _token_traffic(shape: Shape, cal: Calibration, workers: int, design: Design,
     calls = len(shape.groups()) + 1
     per_call = tokens * shape.hidden * wire + cal.batches * cal.call_extra_bytes
     moved = 0.0 if design.inputs_resident else calls * per_call + tokens * shape.hidden * wire
-    cost.activations += moved / rates.link
+    cost.activations += sharded_seconds(moved, workers, rates)
     cost.bytes["layer inputs and outputs"] = moved
     if not (shape.experts and design.experts_sharded):
         return
