@@ -116,23 +116,16 @@ def apply_settings(pairs: list[str], rates: Rates, designs: dict[str, Design]) -
 
 
 def projection_rows(shape: Shape, design: Design, rates: Rates, cal: Calibration) -> list[list[str]]:
-    one = one_device_cost(shape, cal, rates).total
-    rows = [[shape.name.split(" (")[0], "1 GPU, one process", "1", *("" for _ in COLUMNS), f"{one:.2f}"]]
-    rows[0] += [f"{one * shape.layers / 3600:.2f}", "1.00"]
-    for n in GPUS:
-        cost = layer_cost(shape, cal, n, design, rates)
+    """The one-GPU baseline (its stats in "stats", its layer load in "layer ship") and each GPU count."""
+    one = one_device_cost(shape, cal, rates)
+    name = shape.name.split(" (")[0]
+    rows = []
+    for label, n, cost in [("1 GPU, one process", 1, one)] + [
+        ("Ray", n, layer_cost(shape, cal, n, design, rates)) for n in GPUS
+    ]:
         items = cost.items()
-        rows.append(
-            [
-                shape.name.split(" (")[0],
-                "",
-                str(n),
-                *(f"{items[k]:.2f}" for k in COLUMNS),
-                f"{cost.total:.2f}",
-                f"{cost.total * shape.layers / 3600:.2f}",
-                f"{one / cost.total:.2f}",
-            ]
-        )
+        totals = (f"{cost.total:.2f}", f"{cost.total * shape.layers / 3600:.2f}", f"{one.total / cost.total:.2f}")
+        rows.append([name, label, str(n), *(f"{items[k]:.2f}" for k in COLUMNS), *totals])
     return rows
 
 
@@ -166,7 +159,7 @@ def speedups(design: Design, rates: Rates, cal: Calibration) -> list[str]:
 
 def summary_table(rates: Rates, cal: Calibration, designs: dict[str, Design]) -> str:
     """Seconds per layer and speed-up over one GPU of every design at each GPU count."""
-    headers = ["model", "design", "1 GPU, one process", *(f"{n} GPUs" for n in GPUS)]
+    headers = ["model", "design", "1 GPU, one process", *(f"{n} GPU{'s' if n > 1 else ''} (Ray)" for n in GPUS)]
     rows = []
     for shape in (DENSE_70B, MOE_600B):
         one = one_device_cost(shape, cal, rates).total

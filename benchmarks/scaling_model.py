@@ -267,6 +267,11 @@ def sharded_seconds(nbytes: float, workers: int, rates: Rates) -> float:
     return nbytes / rates.link * (rates.driver_share + (1.0 - rates.driver_share) / parallel)
 
 
+def busiest_owner(rates: Rates, workers: int) -> float:
+    """The busiest expert owner's routed tokens over the mean (1 with one owner)."""
+    return rates.expert_imbalance if workers > 1 else 1.0
+
+
 def distinct_owners(workers: int, top_k: int) -> float:
     """Expected distinct expert owners among a token's ``top_k`` experts (experts spread evenly)."""
     return workers * (1.0 - (1.0 - 1.0 / workers) ** top_k)
@@ -280,7 +285,7 @@ def _token_forwards(shape: Shape, cal: Calibration, workers: int, design: Design
     speed = rates.forward * active_share(rates, active)
     if shape.experts and design.experts_sharded:
         token_passes, pair_flops = shape.token_pass_flops_experts_sharded(cal.length)
-        pairs = cal.tokens * shape.top_k / workers * rates.expert_imbalance
+        pairs = cal.tokens * shape.top_k / workers * busiest_owner(rates, workers)
         return (sum(token_passes) * busiest + pair_flops * pairs) / speed
     return sum(shape.token_pass_flops(cal.length)) * busiest / speed
 
@@ -296,7 +301,7 @@ def _statistics(shape: Shape, cal: Calibration, workers: int, design: Design, ra
             stream = cal.tokens * item.share
             flops = gram_flops_per_token(item.width)
             if item.routed and design.experts_sharded:
-                owned = math.ceil(item.copies / workers) * stream * rates.expert_imbalance
+                owned = math.ceil(item.copies / workers) * stream * busiest_owner(rates, workers)
                 per_worker = [t + owned * flops / rates.stats for t in per_worker]
                 continue
             if not design.hessian_on_workers:
@@ -431,7 +436,7 @@ def _token_traffic(shape: Shape, cal: Calibration, workers: int, design: Design,
         dispatch += tokens * shape.hidden * wire  # the routed rows reach the driver first
         cost.activations += dispatch / rates.link
     else:
-        cost.activations += dispatch / workers * rates.expert_imbalance / rates.link
+        cost.activations += dispatch / workers * busiest_owner(rates, workers) / rates.link
     cost.bytes["routed tokens and expert outputs"] = dispatch
 
 
