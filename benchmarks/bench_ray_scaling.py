@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -272,11 +273,14 @@ def main() -> None:
         f"{segments:.2f} Hessian segments of the hidden-width inputs); GPTQ 4 bits group 128"
     )
     ones, runs = [], []
-    for _ in range(args.repeats):  # each repeat: one process, then every worker count (interleaved)
-        load = os.getloadavg()[0]
-        ref_run, ref_model, clock, cpu = run_once(w, cal, args.length)
-        ones.append({"walls": clock.walls(), "driver_cpu": cpu, "load": (load, os.getloadavg()[0])})
-        runs += [ray_run(w, cal, args.length, n, (ref_run, ref_model)) for n in counts]
+    try:
+        for _ in range(args.repeats):  # each repeat: one process, then every worker count (interleaved)
+            load = os.getloadavg()[0]
+            ref_run, ref_model, clock, cpu = run_once(w, cal, args.length)
+            ones.append({"walls": clock.walls(), "driver_cpu": cpu, "load": (load, os.getloadavg()[0])})
+            runs += [ray_run(w, cal, args.length, n, (ref_run, ref_model)) for n in counts]
+    finally:
+        shutil.rmtree(TEMP_DIR, ignore_errors=True)  # the Ray sessions' logs and sockets, ours alone
     print(f"Bits: every Ray run equal to the one-process run ({', '.join(str(n) for n in counts)} workers)")
     report(shape, cal_model, runs, args.cores, ones)
     if args.json is not None:
