@@ -19,6 +19,11 @@ prints the workers' nice values.
 Walls are medians over layers 1.. (layer 0's includes warm-up; a layer's wall is the time between the loop's
 ``on_layer_done`` calls); with ``--repeats R`` each worker count runs R times (interleaved) and each item counts
 its smallest median. The model's bytes per layer are checked against the executor's (a warning past 2%).
+The rates are fitted on the built executor. Once issue 38's changes are in the executor, ``--design issue38
+--fit-json BUILT.json`` predicts them from an earlier ``--json BUILT.json`` run of the built executor on the
+same machine (the rates belong to the machine and the kernels, not to the executor); then check that
+:func:`scaling_fit.as_measured_items` maps the model's items onto the new ``LayerTimes`` as the executor times
+them (the workers' Hessian products inside ``forward``, the segment sums in ``transfer``).
 The built executor is modelled with its transport on one machine (``LOCAL``): the layer copy and the changed
 parameters are one shared-memory copy that every worker reads. The host's load average before and after each
 run and the CPU seconds of the driver and of the workers are printed beside them: on a shared host the walls
@@ -54,8 +59,8 @@ from cpu_info import cpu_line  # noqa: E402
 from llama_like import LlamaLike, Width, definition  # noqa: E402
 from qalgos.spec import QuantSpec  # noqa: E402
 from qlooper import LoopOptions, prepare_calibration, quantize_model  # noqa: E402
-from scaling_fit import ITEMS, as_measured_items, fit_rates, medians, predict  # noqa: E402
-from scaling_model import BUILT, Calibration  # noqa: E402
+from scaling_fit import ITEMS, Fit, as_measured_items, fit_rates, medians, predict  # noqa: E402
+from scaling_model import BUILT, ISSUE38, Calibration  # noqa: E402
 from scaling_shapes import Shape, chunk_tokens  # noqa: E402
 
 SPEC = QuantSpec(bits=4, group_size=128)
@@ -65,9 +70,14 @@ shards' inputs, unpickling the recordings); the workers' half (the reverse) runs
 LOCAL = replace(BUILT, layer_copy="pipelined")
 """The built executor on one machine: the layer copy and the changed parameters are put once in the shared-memory
 object store and every worker reads that copy (one copy's cost, not one per worker over a link)."""
+LOCAL_DESIGNS = {"built": LOCAL, "issue38": replace(ISSUE38, layer_copy="pipelined")}
+"""What ``--design`` predicts: the built executor, or issue 38's design (on one machine its staged broadcast is
+the same one shared-memory copy)."""
+SAME_RUN = ("hidden", "inter", "heads", "layers", "rows", "length", "batch_rows", "threads")
+"""The arguments a ``--fit-json`` run must share with this one."""
 TEMP_DIR = f"/tmp/ray-bench-{os.getpid()}"
 """This benchmark's own Ray session directory (not the machine's shared /tmp/ray)."""
-CALL_BYTES = ("hooked inputs", "straddling rows", "layer inputs and outputs", "changed params")
+CALL_BYTES = ("hooked inputs", "straddling rows", "segment sums", "layer inputs and outputs", "changed params")
 """The model's byte items that the executor's forward calls carry (LayerTimes ``bytes_out + bytes_back``)."""
 
 
@@ -180,11 +190,32 @@ def summarize(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def report(shape: Shape, cal: Calibration, runs: list[dict[str, Any]], cores: int, ones: list[dict[str, Any]]) -> None:
+def sum_add_rate() -> float:
+    """Bytes/s of float64 ``a += b`` here (16 MiB operands): how fast the driver or a worker adds segment sums."""
+    a = torch.zeros(2**21, dtype=torch.float64)
+    b = torch.ones_like(a)
+    a += b
+    start = time.perf_counter()
+    for _ in range(20):
+        a += b
+    return 20 * a.numel() * a.element_size() / (time.perf_counter() - start)
+
+
+def report(
+    shape: Shape,
+    cal: Calibration,
+    runs: list[dict[str, Any]],
+    cores: int,
+    ones: list[dict[str, Any]],
+    design: str,
+    fit_runs: list[dict[str, Any]],
+) -> None:
+    """Fit the rates on the first worker count of ``fit_runs`` (a run of the built executor), predict ``runs``
+    under ``design`` (a key of :data:`LOCAL_DESIGNS`) and print measured against predicted."""
     counts = list(dict.fromkeys(r["workers"] for r in runs))
     summaries = [summarize([r for r in runs if r["workers"] == n]) for n in counts]
-    base = summaries[0]
-    fit = fit_rates(
+    base = summarize([r for r in fit_runs if r["workers"] == fit_runs[0]["workers"]])
+    built = fit_rates(
         shape,
         cal,
         base["workers"],
@@ -195,6 +226,9 @@ def report(shape: Shape, cal: Calibration, runs: list[dict[str, Any]], cores: in
         design=LOCAL,
         driver_share=DRIVER_SHARE,
     )
+    adds = sum_add_rate()
+    fit = Fit(replace(built.rates, sum_add=adds, device_sum_add=adds), built.other, LOCAL_DESIGNS[design])
+    print(f"\nPredicting design {design!r}: {fit.design}; float64 sums added at {adds / 1e9:.1f} GB/s (measured)")
     r = fit.rates
     print(
         f"\nFitted on {base['workers']} worker(s): forward {r.forward / 1e9:.1f} GFLOP/s per worker, driver Hessian "
@@ -239,6 +273,19 @@ def load(run: dict[str, Any]) -> str:
     return f"{run['load'][0]:.1f}/{run['load'][1]:.1f}"
 
 
+def load_fit_runs(path: Path, args: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of an earlier ``--json`` file, checked to be of the same sizes as ``args``."""
+    if not path.is_file():
+        raise SystemExit(f"--fit-json {path}: not found")
+    data = json.loads(path.read_text())
+    other = data.get("args", {})
+    differ = [k for k in SAME_RUN if other.get(k) != args[k]]
+    if differ:
+        found = ", ".join(f"{k} {other.get(k)!r} (this run: {args[k]!r})" for k in differ)
+        raise SystemExit(f"--fit-json {path}: another run's sizes: {found}")
+    return list(data["runs"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hidden", type=int, default=512)
@@ -252,6 +299,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the driver and every worker")
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--repeats", type=int, default=1, help="runs per worker count; per item the smallest counts")
+    parser.add_argument("--design", choices=sorted(LOCAL_DESIGNS), default="built", help="the executor to predict")
+    parser.add_argument(
+        "--fit-json", type=Path, help="fit the rates on this earlier --json run of the built executor (same sizes)"
+    )
     parser.add_argument("--json", type=Path, help="write the measured runs here")
     args = parser.parse_args()
     if args.layers < 2:
@@ -259,6 +310,12 @@ def main() -> None:
     if args.repeats < 1:
         raise SystemExit(f"--repeats: expected at least 1, found {args.repeats}")
     counts = [int(x) for x in args.workers.split(",")]
+    fit_runs = load_fit_runs(args.fit_json, vars(args)) if args.fit_json is not None else None
+    if args.design != "built" and fit_runs is None:
+        raise SystemExit(
+            f"--design {args.design}: the rates are fitted on the built executor; pass --fit-json with an earlier "
+            "--json run of it (same sizes, same machine)"
+        )
     torch.set_num_threads(args.threads)
     w = Width(hidden=args.hidden, inter=args.inter, heads=args.heads, kv_heads=args.heads, layers=args.layers)
     shape = Shape("llama-like", args.layers, w.hidden, w.kv, w.inter)
@@ -282,7 +339,7 @@ def main() -> None:
     finally:
         shutil.rmtree(TEMP_DIR, ignore_errors=True)  # the Ray sessions' logs and sockets, ours alone
     print(f"Bits: every Ray run equal to the one-process run ({', '.join(str(n) for n in counts)} workers)")
-    report(shape, cal_model, runs, args.cores, ones)
+    report(shape, cal_model, runs, args.cores, ones, args.design, fit_runs or runs)
     if args.json is not None:
         record = {"args": vars(args) | {"json": str(args.json)}, "one_process": ones, "runs": runs}
         args.json.write_text(json.dumps(record, indent=1))
