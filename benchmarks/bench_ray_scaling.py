@@ -27,7 +27,9 @@ them (the workers' Hessian products inside ``forward``, the segment sums in ``tr
 The built executor is modelled with its transport on one machine (``LOCAL``): the layer copy and the changed
 parameters are one shared-memory copy that every worker reads. The host's load average before and after each
 run and the CPU seconds of the driver and of the workers are printed beside them: on a shared host the walls
-are noisy.
+are noisy. "Workers' cores" is the workers' CPU seconds over the seconds they were computing (forwards and
+solves, all layers): about how many cores the host gave them (N on a quiet machine with N <= cores); the model
+assumes ``--cores``.
 
 Run: ``python benchmarks/bench_ray_scaling.py`` (about 8 minutes on a quiet 2-core machine with the defaults:
 hidden 512, MLP 1408, 4 layers, 64 rows of 1024 tokens = 2 Hessian segments of 32768 tokens per input);
@@ -167,6 +169,7 @@ def ray_run(w: Width, cal: Any, length: int, workers: int, ref: tuple[Any, Any])
     return {
         "workers": workers,
         "layer_times": times[1:],
+        "busy": sum(t["forward"] + t["solve"] for t in times),
         "walls": clock.walls(),
         "driver_cpu": driver_cpu,
         "worker_cpu": cpu_after - cpu_before,
@@ -253,14 +256,22 @@ def report(
         predicted = sum(items.values()) + fit.other
         wall = summary["wall"]
         print(row(n, "**layer wall**", f"{wall * 1e3:.0f}", f"{predicted * 1e3:.0f}", error(predicted, wall)))
-    heads = ("run", "median layer wall ms", "driver CPU s", "worker CPU s", "load before/after", "worker nice")
+    heads = (
+        "run",
+        "median layer wall ms",
+        "driver CPU s",
+        "worker CPU s",
+        "workers' cores",
+        "load before/after",
+        "nice",
+    )
     print("\n" + row(*heads) + "\n" + "|---" * len(heads) + "|")
     for one in ones:
         one_wall = statistics.median(one["walls"]) * 1e3
-        print(row("one process (lockstep)", f"{one_wall:.0f}", f"{one['driver_cpu']:.1f}", "-", load(one), "-"))
+        print(row("one process (lockstep)", f"{one_wall:.0f}", f"{one['driver_cpu']:.1f}", "-", "-", load(one), "-"))
     for run in runs:
         wall = statistics.median(run["walls"]) * 1e3
-        cpus = (f"{run['driver_cpu']:.1f}", f"{run['worker_cpu']:.1f}")
+        cpus = (f"{run['driver_cpu']:.1f}", f"{run['worker_cpu']:.1f}", f"{run['worker_cpu'] / run['busy']:.2f}")
         print(row(f"{run['workers']} Ray worker(s)", f"{wall:.0f}", *cpus, load(run), run["worker_nice"]))
 
 
