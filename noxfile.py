@@ -306,6 +306,7 @@ OWN_SESSION_BENCHMARKS = {  # scaling_cost_model.py: the ray session
     "bench_quality.py": "bench_quality",
     "bench_awq_vs_reference.py": "bench_awq_reference",
     "bench_scale.py": "bench_scale",
+    "bench_ray_scaling.py": "ray_scaling",
 }
 
 
@@ -334,6 +335,22 @@ def bench_scale(session: nox.Session) -> None:
     _install_packages(session, list(PACKAGES))
     _install_reference(session)
     session.run("python", "benchmarks/bench_scale.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def ray_scaling(session: nox.Session) -> None:
+    """The Ray executor on local 1-, 2- and 4-worker clusters against the cost model (benchmarks/bench_ray_scaling.py).
+
+    Every run must give the one-process bits; the 1-worker run fits the model's rates, which predict the others'
+    per-layer walls (measured vs predicted, with the error). Arguments after ``--`` go to the script (``--rows``,
+    ``--length``, ``--layers``, ``--workers``, ``--cores`` ...); about 8 minutes on a quiet 2-core CPU with the
+    defaults. Not part of ``bench`` nor of CI.
+    """
+    session.env.setdefault("OMP_NUM_THREADS", "1")
+    session.env["RAY_USAGE_STATS_ENABLED"] = "0"
+    _install_packages(session, list(PACKAGES), {"qlooper": "ray"})
+    session.install("psutil")
+    session.run("python", "benchmarks/bench_ray_scaling.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
