@@ -47,8 +47,9 @@ from .layer_loader import LayerLoader, call_loader
 from .lockstep import auto_budget, lockstep_forward, lockstep_supported, parked_bytes
 from .placement import LayerPlacement
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
-from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, first_tensor
+from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, tokens_in
 from .report import ModuleReport, Progress, notes_text
+from .worker_statistics import TokenCountHook
 
 logger = logging.getLogger(__name__)
 
@@ -143,15 +144,7 @@ class LoopState:
 
 def _tokens_in(ctx: LayerContext, x: torch.Tensor) -> int:
     """Calibration tokens in activations ``x`` ``[..., in]`` of the current batch (padding excluded)."""
-    mask = ctx.mask_for(x)
-    return int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
-
-
-def _count_hook(ctx: LayerContext, name: str) -> Callable[..., None]:
-    def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any) -> None:
-        ctx.tokens[name] = ctx.tokens.get(name, 0) + _tokens_in(ctx, first_tensor(inputs))
-
-    return hook
+    return tokens_in(ctx.mask, x)
 
 
 class LayerLoop:
@@ -310,7 +303,7 @@ class LayerLoop:
                 handles += self.processor.attach(ctx, group)
             for group in unit:
                 for mod in group.modules:
-                    handles.append(mod.module.register_forward_hook(_count_hook(ctx, mod.full_name)))
+                    handles.append(mod.module.register_forward_hook(TokenCountHook(ctx, mod.full_name)))
             self.executor.capture(ctx, self._stop_module(unit))
         finally:
             for handle in handles:
