@@ -19,8 +19,12 @@ accumulated in the same order, from the same tensors, as in one process: GPTQ's 
 AWQ's concatenated inputs and its inspect calls come out bit for bit the same (the workers' forwards give the
 same bits as the driver's on the same CPU and torch: measured by the ``ray`` nox session). Forward hooks
 replayed this way receive ``None`` as the output and pre-hooks' return values are ignored (the built-in
-processors use neither). Solves are spread round-robin over the workers. :class:`LocalShardExecutor` keeps its
-workers in this process (tests, no Ray); :class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
+processors use neither). Modules whose hooks are only token counts and GPTQ's Hessian of a dense input are
+not recorded: the workers return counts and Hessian pieces (rows before the first segment boundary in their
+shard, whole segments' float64 sums, rows after the last) that the driver adds in worker order, the same
+bits (:mod:`qlooper.worker_statistics`). Solves are spread round-robin over the workers.
+:class:`LocalShardExecutor` keeps its workers in this process (tests, no Ray);
+:class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
 """
 
 from __future__ import annotations
