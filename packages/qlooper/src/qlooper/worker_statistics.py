@@ -130,7 +130,10 @@ class RowCollector:
 
     def __call__(self, _m: nn.Module, inputs: tuple[Any, ...], _out: Any) -> None:
         x = first_tensor(inputs).detach()
-        if self.plan.expected is not None and x.shape[-1] != self.plan.in_features:
+        if self.plan.expected is None:  # a count only
+            self.counts.append(tokens_in(self.masks[self.batch], x))
+            return
+        if x.shape[-1] != self.plan.in_features:
             self.mismatch = f"input width {x.shape[-1]}, expected {self.plan.in_features}"
             return
         mask = matching_mask(self.masks[self.batch], x)
@@ -138,7 +141,7 @@ class RowCollector:
         rows = flat[mask.reshape(-1).to(device=flat.device, dtype=torch.bool)] if mask is not None else flat
         self.counts.append(int(rows.shape[0]))
         self._in_batch += int(rows.shape[0])
-        if self.plan.expected is not None and self.mismatch is None:
+        if self.mismatch is None:
             self._push(rows if mask is not None else rows.clone())  # a view of the input: copy it
 
     def end_batch(self) -> None:
