@@ -265,3 +265,139 @@ def test_releasing_hessian_equals_the_kept_one_and_frees_the_sum(n: int) -> None
     assert released.gram is None and not gram.blocks  # every block row was given up
     with pytest.raises(StateError, match="released"):
         released.hessian()
+
+
+def _small_chunks(monkeypatch: pytest.MonkeyPatch, rows: int = 8, chunks: int = 3) -> None:
+    """Chunks of ``rows`` rows and segments of ``chunks`` chunks (the real ones are 4096 x 8)."""
+    from qalgos import hessian
+
+    monkeypatch.setattr(hessian, "MIN_BUFFER_TOKENS", rows)
+    monkeypatch.setattr(hessian, "MAX_BUFFER_TOKENS", rows)
+    monkeypatch.setattr(hessian, "SEGMENT_CHUNKS", chunks)
+
+
+def _closed_total(acc: HessianAccumulator) -> torch.Tensor:
+    acc.hessian()  # flushes and closes the open segment
+    return acc.state_dict()["hessian_sum"]
+
+
+def test_chunks_add_into_segments_and_segments_into_the_total(monkeypatch: pytest.MonkeyPatch) -> None:
+    _small_chunks(monkeypatch)
+    x = torch.randn(8 * 3 * 3 + 10, 16, generator=torch.Generator().manual_seed(11))
+    acc = HessianAccumulator(16)
+    acc.add_batch(x)
+    total = torch.zeros(16, 16, dtype=torch.float64)
+    for first in range(0, x.shape[0], 24):  # segments of 3 chunks of 8 rows, the last one partial
+        segment = torch.zeros(16, 16, dtype=torch.float64)
+        for chunk in x[first : first + 24].split(8):
+            segment += (chunk.T @ chunk).double()
+        total += segment
+    assert torch.equal(_closed_total(acc), total)
+    one_level = HessianAccumulator(16)  # up to one segment the total is 0 + segment: the old one-level sum
+    one_level.add_batch(x[:24])
+    flat = torch.zeros(16, 16, dtype=torch.float64)
+    for chunk in x[:24].split(8):
+        flat += (chunk.T @ chunk).double()
+    assert torch.equal(_closed_total(one_level), flat)
+
+
+@pytest.mark.parametrize("head", [0, 5, 24])
+def test_segments_formed_elsewhere_add_to_the_same_bits(head: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qalgos.hessian import segment_sum
+
+    _small_chunks(monkeypatch)
+    x = torch.randn(24 * 4 + 13, 16, generator=torch.Generator().manual_seed(head))
+    whole = HessianAccumulator(16)
+    for start in range(0, x.shape[0], 7):
+        whole.add_batch(x[start : start + 7])
+    pieces = HessianAccumulator(16)
+    pieces.add_batch(x[:head])  # rows up to the first boundary (none at 0 and 24)
+    boundary = head + pieces.rows_to_boundary()
+    pieces.add_batch(x[head:boundary])
+    assert pieces.rows_to_boundary() == 0 and boundary == (0 if head == 0 else 24)
+    for first in (boundary, boundary + 24):
+        pieces.add_segment(segment_sum(x[first : first + 24]), 24)
+    pieces.add_batch(x[boundary + 48 :])
+    assert pieces.nsamples == whole.nsamples and pieces.rows_to_boundary() == whole.rows_to_boundary() != 0
+    assert torch.equal(pieces.hessian(), whole.hessian())
+    assert torch.equal(pieces.state_dict()["hessian_sum"], whole.state_dict()["hessian_sum"])
+
+
+def test_segments_at_the_real_constants_add_to_the_same_bits() -> None:
+    from qalgos.hessian import segment_sum, segment_tokens
+
+    whole_rows = segment_tokens(64)
+    assert whole_rows == 8 * 4096
+    x = torch.randn(1000 + 2 * whole_rows + 777, 64, generator=torch.Generator().manual_seed(3))
+    whole, pieces = HessianAccumulator(64), HessianAccumulator(64)
+    whole.add_batch(x)
+    pieces.add_batch(x[:1000])
+    head = 1000 + pieces.rows_to_boundary()
+    pieces.add_batch(x[1000:head])
+    pieces.add_segment(segment_sum(x[head : head + whole_rows]), whole_rows)
+    pieces.add_batch(x[head + whole_rows :])
+    assert torch.equal(pieces.hessian(), whole.hessian())
+
+
+def test_add_segment_only_at_a_boundary_and_only_whole_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qalgos.errors import ShapeError, StateError
+    from qalgos.hessian import LowerGram, segment_sum
+
+    _small_chunks(monkeypatch)
+    segment = segment_sum(torch.randn(24, 16))
+    buffered = HessianAccumulator(16)
+    buffered.add_batch(torch.randn(3, 16))
+    with pytest.raises(StateError, match=r"segment boundary .* found 3 buffered rows and 0 of 3 chunks"):
+        buffered.add_segment(segment, 24)
+    chunked = HessianAccumulator(16)
+    chunked.add_batch(torch.randn(8, 16))  # one whole chunk in the open segment, nothing buffered
+    assert chunked.rows_to_boundary() == 16
+    with pytest.raises(StateError, match="found 0 buffered rows and 1 of 3 chunks"):
+        chunked.add_segment(segment, 24)
+    fresh = HessianAccumulator(16)
+    with pytest.raises(ShapeError, match="tokens: expected one whole segment of 24 rows"):
+        fresh.add_segment(segment, 23)
+    with pytest.raises(ShapeError, match="total: expected a LowerGram of width 16, found width 8"):
+        fresh.add_segment(LowerGram(8), 24)
+    with pytest.raises(ShapeError, match="rows: expected one whole segment of 24 rows"):
+        segment_sum(torch.randn(20, 16))
+    with pytest.raises(ShapeError, match=r"blocks\[0, 0\]: expected float64 \(16, 16\), found torch.float32"):
+        LowerGram.from_blocks(16, [torch.zeros(16, 16)])
+
+
+def test_state_round_trip_inside_a_later_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    _small_chunks(monkeypatch)
+    x = torch.randn(24 + 8 + 5 + 40, 16, generator=torch.Generator().manual_seed(4))
+    whole = HessianAccumulator(16)
+    whole.add_batch(x)
+    first = HessianAccumulator(16)
+    first.add_batch(x[:37])  # one closed segment, one chunk in the open one, 5 rows buffered
+    state = first.state_dict()
+    assert (state["segments"], state["segment_chunks"], tuple(state["pending"].shape)) == (1, 1, (5, 16))
+    assert tuple(state["segment_sum"].shape) == (16, 16)
+    resumed = HessianAccumulator(16)
+    resumed.load_state_dict(state)
+    resumed.add_batch(x[37:])
+    assert torch.equal(resumed.hessian(), whole.hessian())
+
+
+def test_a_state_without_segment_fields_loads_only_within_one_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qalgos.errors import StateError
+
+    _small_chunks(monkeypatch)
+    x = torch.randn(70, 16, generator=torch.Generator().manual_seed(9))
+    whole = HessianAccumulator(16)
+    whole.add_batch(x)
+    for cut in (5, 16 + 5, 24):
+        older = HessianAccumulator(16)
+        older.add_batch(x[:cut])
+        state = {k: v for k, v in older.state_dict().items() if k not in ("segments", "segment_chunks")}
+        resumed = HessianAccumulator(16)
+        resumed.load_state_dict(state)  # the sum is the open segment's (or, at 24 rows, the closed one's)
+        resumed.add_batch(x[cut:])
+        assert torch.equal(resumed.hessian(), whole.hessian()), cut
+    beyond = HessianAccumulator(16)
+    beyond.add_batch(x[:33])
+    state = {k: v for k, v in beyond.state_dict().items() if k not in ("segments", "segment_chunks", "segment_sum")}
+    with pytest.raises(StateError, match=r"without segment fields .* holds 32 tokens .* more than one segment"):
+        HessianAccumulator(16).load_state_dict(state)

@@ -1,14 +1,18 @@
 """The executor abstraction without Ray: in-process shard workers must give the in-process loop's bits."""
 
+import logging
+
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from qalgos.fallback import FallbackPolicy
 from qalgos.spec import QuantSpec
-from qlooper import LoopOptions, quantize_model
+from qlooper import LoopOptions, prepare_calibration, quantize_model
 from qlooper.executor import LocalShardExecutor, feed_hooks, hooked_modules, same_bits, shard_ranges
+from qlooper.processors.gptq import GPTQProcessor
 from torch import nn
-from toy_models import DENSE, MOE, ToyDecoder, toy_calibration
+from toy_models import DENSE, MLP, MOE, ToyDecoder, calibration_rows, toy_calibration
 
 GPTQ_SPEC = QuantSpec(bits=4, group_size=32)
 AWQ_SPEC = QuantSpec(bits=4, group_size=32, sym=False)
@@ -149,3 +153,108 @@ def test_broadcast_rounds_double_the_nodes_holding_a_copy() -> None:
     assert broadcast_rounds(["d", "d"], {"d"}) == [[0, 1]] and broadcast_rounds([], {"d"}) == []
     with pytest.raises(ValueError, match="holders: expected at least one"):
         broadcast_rounds(["a"], set())
+
+
+class StatisticsOfGPTQ(GPTQProcessor):
+    """GPTQ that keeps each input's accumulator state (float64 sums, segment position) before its solve."""
+
+    def __init__(self, spec: QuantSpec) -> None:
+        super().__init__(spec)
+        self.states: dict[str, dict] = {}
+
+    def process(self, ctx, group):
+        for mod in group.modules:
+            key = f"{ctx.name}/{mod.input_key}"
+            if mod.input_key in self._tasks and key not in self.states:
+                self.states[key] = self._tasks[mod.input_key].state_dict()
+        return super().process(ctx, group)
+
+
+def padded_calibration():
+    """5 batches of 2 rows of distinct lengths (12-57 tokens): every batch is padded."""
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.randint(1, 96, (12 + 5 * i,), generator=g).tolist() for i in range(10)]
+    return prepare_calibration(rows, batch_size=2, max_length=64, min_length=4)
+
+
+def small_segments(monkeypatch: pytest.MonkeyPatch, rows: int = 8, chunks: int = 2) -> int:
+    """Hessian chunks of ``rows`` rows and segments of ``chunks`` chunks (the real ones: 4096 x 8); returns the
+    segment's rows. The in-process workers of LocalShardExecutor see the same constants."""
+    from qalgos import hessian
+
+    monkeypatch.setattr(hessian, "MIN_BUFFER_TOKENS", rows)
+    monkeypatch.setattr(hessian, "MAX_BUFFER_TOKENS", rows)
+    monkeypatch.setattr(hessian, "SEGMENT_CHUNKS", chunks)
+    return rows * chunks
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_hessian_segments_formed_on_workers_give_the_in_process_bits(
+    workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    segment = small_segments(monkeypatch)
+    cal = padded_calibration()
+    ref_model, shard_model = ToyDecoder(), ToyDecoder()
+    ref_gptq, shard_gptq = StatisticsOfGPTQ(GPTQ_SPEC), StatisticsOfGPTQ(GPTQ_SPEC)
+    ref = quantize_model(ref_model, DENSE, cal, None, ref_gptq, format="gptq")
+    executor = LocalShardExecutor(workers)
+    options = LoopOptions(executor=executor)
+    run = quantize_model(shard_model, DENSE, cal, None, shard_gptq, format="gptq", options=options)
+    assert_same_run(ref, run, ref_model, shard_model)
+    assert ref_gptq.states.keys() == shard_gptq.states.keys() and len(ref_gptq.states) == 16
+    for key, state in ref_gptq.states.items():  # the float64 sums themselves, not only what they round to
+        theirs = shard_gptq.states[key]
+        assert state.keys() == theirs.keys() and state["segments"] >= 3, key
+        for field in state:
+            assert same_bits(*(torch.as_tensor(s[field]) for s in (state, theirs))), (key, field)
+    total = ref.report[0].tokens
+    assert total >= 3 * segment and total < sum(b.input_ids.numel() for b in cal.batches)  # padding dropped
+    # every layer formed whole segments on the workers and returned their sums
+    assert all(t.bytes_sums > 0 and t.statistic > 0 for t in executor.times)
+
+
+def test_shard_edges_fall_inside_segments_in_the_segment_test() -> None:
+    """The segment test above is only a test of the head / tail split if shards start off a segment edge."""
+    cal = padded_calibration()
+    counts = [int(b.attention_mask.sum()) for b in cal.batches]
+    assert all(c < b.input_ids.numel() for c, b in zip(counts, cal.batches, strict=True))
+    for workers in (2, 3):
+        edges = [sum(counts[:lo]) for lo, _ in shard_ranges(len(counts), workers)[1:]]
+        assert edges and all(edge % 16 for edge in edges), (workers, edges)
+
+
+def flat_mlp_forward(self: MLP, x: torch.Tensor) -> torch.Tensor:
+    """The toy MLP reading its input flattened to ``[B*T, in]`` (a shared expert's way): padding rows count."""
+    flat = x.reshape(-1, x.shape[-1])
+    return self.down_proj(F.silu(self.gate_proj(flat)) * self.up_proj(flat)).view_as(x)
+
+
+def test_a_flattened_padded_input_is_captured_raw_with_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    small_segments(monkeypatch)
+    monkeypatch.setattr(MLP, "forward", flat_mlp_forward)
+    cal = padded_calibration()
+    ref_model, shard_model = ToyDecoder(), ToyDecoder()
+    ref = quantize_model(ref_model, DENSE, cal, GPTQ_SPEC, "gptq")
+    executor = LocalShardExecutor(2)
+    with caplog.at_level(logging.INFO, logger="qlooper.executor"):
+        run = quantize_model(shard_model, DENSE, cal, GPTQ_SPEC, "gptq", options=LoopOptions(executor=executor))
+    assert_same_run(ref, run, ref_model, shard_model)
+    raw = [r.message for r in caplog.records if "captured raw" in r.message]
+    assert len(raw) == 2 and "mlp.gate_proj" in raw[0] and "mlp.down_proj" in raw[1]  # once each, in layer 0
+    assert all(t.bytes_sums > 0 for t in executor.times)  # attention inputs still summed on the workers
+
+
+def test_hessian_segments_at_the_real_constants_give_the_in_process_bits() -> None:
+    from qalgos.hessian import segment_tokens
+
+    rows = calibration_rows(n=1140, length=60)  # about 70k tokens: 2 whole segments of 32768 and a tail
+    cal = prepare_calibration(rows, batch_size=60, max_length=64, min_length=4)
+    ref_model, shard_model = ToyDecoder(layers=1), ToyDecoder(layers=1)
+    ref = quantize_model(ref_model, DENSE, cal, GPTQ_SPEC, "gptq")
+    executor = LocalShardExecutor(2)
+    run = quantize_model(shard_model, DENSE, cal, GPTQ_SPEC, "gptq", options=LoopOptions(executor=executor))
+    assert ref.report[0].tokens > 2 * segment_tokens(64)
+    assert_same_run(ref, run, ref_model, shard_model)
+    assert executor.times[0].bytes_sums > 0

@@ -42,6 +42,14 @@ class FormedHessian:
         """Refused: the Hessian is final."""
         raise StateError("a formed Hessian takes no more batches (it was formed from all of them)")
 
+    def rows_to_boundary(self) -> int:
+        """Refused, as :meth:`add_batch`."""
+        raise StateError("a formed Hessian takes no more rows (it was formed from all of them)")
+
+    def add_segment(self, total: object, tokens: int) -> None:
+        """Refused, as :meth:`add_batch`."""
+        raise StateError("a formed Hessian takes no more segments (it was formed from all of them)")
+
     def hessian(self, *, release: bool = False) -> torch.Tensor:
         """A CPU copy of the float32 Hessian (the caller may change it; the given tensor never changes).
         ``release``: drop this object's reference as well."""

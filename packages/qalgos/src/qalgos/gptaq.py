@@ -23,6 +23,7 @@ from .column_order import ColumnPlan
 from .errors import ShapeError, SpecError, StateError
 from .gptq import GPTQ
 from .gptq_solve import SolveOutput, solve
+from .hessian import LowerGram
 from .spec import QuantSpec
 
 
@@ -82,6 +83,11 @@ class GPTAQ(GPTQ):
         if self.terms.needs_native:
             raise StateError(f"{self.terms.method}: alpha > 0 needs the native inputs; call add_pair")
         return super().add_batch(x, mask)
+
+    def add_segment(self, total: LowerGram, tokens: int) -> None:
+        if self.terms.needs_native:
+            raise StateError(f"{self.terms.method}: alpha > 0 needs the native inputs; call add_pair")
+        super().add_segment(total, tokens)
 
     def add_pair(self, x: torch.Tensor, x_native: torch.Tensor, mask: torch.Tensor | None = None) -> int:
         """Add quantized-path ``x`` and native ``x_native`` (same shape ``[..., in]``); returns tokens added."""

@@ -13,7 +13,7 @@ from .fallback import FallbackPolicy, fall_back
 from .formed_hessian import FormedHessian
 from .gptq_solve import SolveOutput, solve, static_params
 from .group_params import gptq_params
-from .hessian import HessianAccumulator
+from .hessian import HessianAccumulator, LowerGram
 from .hessian_inverse import DampedInverse, damped_inverse
 from .result import QuantResult, build_logical, check_weight, stored_dequantized
 from .spec import QuantSpec
@@ -71,6 +71,16 @@ class GPTQ:
         """Add activations ``x [..., in]``; ``mask [...]`` bool keeps True tokens. Returns tokens added."""
         self._factors.clear()
         return self._acc.add_batch(x, mask)
+
+    def rows_to_boundary(self) -> int:
+        """Rows the accumulator takes before its next segment boundary (0 at one; see :mod:`qalgos.hessian`)."""
+        return self._acc.rows_to_boundary()
+
+    def add_segment(self, total: LowerGram, tokens: int) -> None:
+        """Add one whole segment's float64 sum (:func:`qalgos.hessian.segment_sum`, formed anywhere) at a segment
+        boundary: the same bits as :meth:`add_batch` of its ``tokens`` rows."""
+        self._factors.clear()
+        self._acc.add_segment(total, tokens)
 
     def hessian(self, *, release: bool = False) -> torch.Tensor:
         """The float32 Hessian ``2/N * sum x xᵀ`` ``[in, in]`` accumulated so far (what a solve reads).

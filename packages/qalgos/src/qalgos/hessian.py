@@ -19,6 +19,16 @@ alone is a thin one: 3.4x slower per token for ``in`` = 5632 here). Chunk bounda
 counts, never on batch sizes' timing or the thread count, and a state dict carries the unflushed rows, so
 a resumed accumulator continues exactly where it stopped.
 
+**Two-level order.** The float64 sum has a fixed association that does not depend on where it is formed: the
+float32 chunk products are added into a *segment* sum that starts from zero; a segment is
+:data:`SEGMENT_CHUNKS` = 8 chunks (:func:`segment_tokens` rows: 32768 for inputs up to 4096 columns); each
+completed segment's sum is added to the running total, and the last, partial segment when the Hessian is
+taken. So a whole segment can be formed anywhere (:func:`segment_sum`, what a shard worker calls on its rows)
+and added by :meth:`HessianAccumulator.add_segment` at a segment boundary, with the same bits as accumulating
+its rows in place. Up to one segment the total is ``0 + segment``, exactly the one-level sum of earlier
+releases; longer inputs keep a second float64 sum for the open segment (one :class:`LowerGram` more while
+it is open).
+
 The buffer and the sum live on the device of the activations (the first batch's; a CUDA layer's Hessian
 accumulates on the GPU); :meth:`HessianAccumulator.hessian` and the state dict are CPU tensors.
 """
@@ -35,12 +45,40 @@ GRAM_MIN_BLOCK = 1024
 BUFFER_BYTES = 256 * 1024 * 1024
 MAX_BUFFER_TOKENS = 4096
 MIN_BUFFER_TOKENS = 256
+SEGMENT_CHUNKS = 8
 
 
 def buffer_tokens(in_features: int) -> int:
     """Rows of the float32 token buffer for ``in_features`` inputs: 256 MiB worth, within [256, 4096] (4096 up to
     ``in`` = 16384; so every input of up to 4096 columns keeps the chunks, and the bits, it had with 64 MiB)."""
     return max(MIN_BUFFER_TOKENS, min(MAX_BUFFER_TOKENS, BUFFER_BYTES // (4 * in_features)))
+
+
+def segment_tokens(in_features: int) -> int:
+    """Rows of one whole segment for ``in_features`` inputs: :data:`SEGMENT_CHUNKS` chunks of
+    :func:`buffer_tokens` rows."""
+    return SEGMENT_CHUNKS * buffer_tokens(in_features)
+
+
+def segment_sum(rows: torch.Tensor) -> LowerGram:
+    """The float64 sum of one whole segment: ``rows`` ``[segment_tokens(in), in]`` (any floating dtype; the
+    token rows, padding already removed) go through an accumulator's own buffer and chunk products, so the
+    sum is bit for bit what an accumulator forms from the same rows starting at a segment boundary
+    (:meth:`HessianAccumulator.add_segment` adds it). Raises ShapeError for another row count."""
+    if not isinstance(rows, torch.Tensor) or rows.ndim != 2:
+        found = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
+        raise ShapeError(f"rows: expected a [tokens, in] tensor of one segment, found {found}")
+    n = int(rows.shape[1])
+    if n == 0 or rows.shape[0] != segment_tokens(n):
+        raise ShapeError(
+            f"rows: expected one whole segment of {segment_tokens(n) if n else 'n/a'} rows "
+            f"({SEGMENT_CHUNKS} chunks of {buffer_tokens(n) if n else 'n/a'}) for in = {n}, found {rows.shape[0]}"
+        )
+    acc = HessianAccumulator(n)
+    acc.add_batch(rows)
+    if acc.gram is None or acc._segments != 1 or acc._segment_chunks != 0:  # the 8th chunk closed it
+        raise StateError("segment_sum: the rows did not close exactly one segment")
+    return acc.gram
 
 
 def add_gram(acc: torch.Tensor, x: torch.Tensor) -> None:
@@ -118,6 +156,41 @@ class LowerGram:
         for (i, j), acc in self.blocks.items():
             acc += (x[:, self._span(i)].T @ x[:, self._span(j)]).to(torch.float64)
 
+    def add_sum(self, other: LowerGram) -> None:
+        """Add another float64 sum of the same width block by block (``self += other``, in block order)."""
+        if other.n != self.n or other.edges != self.edges:
+            raise ShapeError(f"sum: expected a LowerGram of width {self.n}, found width {other.n}")
+        for pair, acc in self.blocks.items():
+            acc += other.blocks[pair].to(acc.device)
+
+    def block_list(self) -> list[torch.Tensor]:
+        """The lower-triangle blocks in block order (``(i, j)`` for ``j <= i``), what :meth:`from_blocks` takes."""
+        return [self.blocks[pair] for pair in self._pairs()]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the float64 blocks (the lower triangle, about ``(k + 1) / 2k`` of ``[n, n]``)."""
+        return sum(block.numel() * block.element_size() for block in self.blocks.values())
+
+    @classmethod
+    def from_blocks(cls, n: int, blocks: list[torch.Tensor]) -> LowerGram:
+        """A sum over ``n`` inputs made of :meth:`block_list`'s blocks (float64, in block order; adopted, not
+        copied). Raises ShapeError naming the block whose shape or dtype is wrong."""
+        gram = cls.__new__(cls)
+        gram.n, gram.edges = n, gram_edges(n)
+        pairs = gram._pairs()
+        if not isinstance(blocks, (list, tuple)) or len(blocks) != len(pairs):
+            found = len(blocks) if isinstance(blocks, (list, tuple)) else type(blocks).__name__
+            raise ShapeError(f"blocks: expected {len(pairs)} lower-triangle blocks for width {n}, found {found}")
+        gram.blocks = {}
+        for (i, j), block in zip(pairs, blocks, strict=True):
+            shape = (gram._size(i), gram._size(j))
+            if not isinstance(block, torch.Tensor) or tuple(block.shape) != shape or block.dtype != torch.float64:
+                got = f"{block.dtype} {tuple(block.shape)}" if isinstance(block, torch.Tensor) else type(block).__name__
+                raise ShapeError(f"blocks[{i}, {j}]: expected float64 {shape}, found {got}")
+            gram.blocks[i, j] = block
+        return gram
+
     def scaled_into(self, out: torch.Tensor, scale: float, *, consume: bool = False) -> None:
         """``out [n, n] = sum * scale`` (each block scaled in float64, then cast to ``out``'s dtype).
 
@@ -158,8 +231,10 @@ class LowerGram:
 class HessianAccumulator:
     """Accumulates ``sum x xᵀ`` over tokens ``x: [in]``; masked tokens are excluded (see the module docstring).
 
-    ``gram`` (:class:`LowerGram`, float64) holds every flushed token; up to :func:`buffer_tokens` more wait in the
-    buffer. :meth:`hessian` flushes first. :meth:`release` frees both once the Hessian was taken.
+    ``gram`` (:class:`LowerGram`, float64) holds the closed segments' total, or, while no segment was closed,
+    the open segment itself (the total is then ``0 + segment``: no second sum is kept); after the first segment
+    the open one has its own sum. Up to :func:`buffer_tokens` more rows wait in the buffer. :meth:`hessian`
+    flushes and closes the open segment first. :meth:`release` frees everything once the Hessian was taken.
     """
 
     def __init__(self, in_features: int) -> None:
@@ -170,6 +245,9 @@ class HessianAccumulator:
         self.nsamples = 0
         self._buffer: torch.Tensor | None = None
         self._buffered = 0
+        self._segment: LowerGram | None = None  # the open segment's own sum (only after a segment was closed)
+        self._segments = 0  # closed segments
+        self._segment_chunks = 0  # chunks in the open segment
         self._released = False
 
     def _check_live(self) -> None:
@@ -208,15 +286,50 @@ class HessianAccumulator:
         self.nsamples += tokens
         return tokens
 
+    def rows_to_boundary(self) -> int:
+        """Rows this accumulator takes before it stands at a segment boundary (0 when it does: nothing
+        buffered and no chunk in the open segment), where :meth:`add_segment` is legal."""
+        self._check_live()
+        whole = segment_tokens(self.in_features)
+        return (whole - self._segment_chunks * buffer_tokens(self.in_features) - self._buffered) % whole
+
+    def add_segment(self, total: LowerGram, tokens: int) -> None:
+        """Add a whole segment's float64 sum (:func:`segment_sum` of its ``tokens`` rows, formed anywhere) at a
+        segment boundary: the same bits as adding those rows with :meth:`add_batch`. Raises StateError when
+        rows are buffered or the open segment has chunks, ShapeError for another width or row count."""
+        self._check_live()
+        if self._buffered or self._segment_chunks:
+            raise StateError(
+                "add_segment: expected the accumulator at a segment boundary (no buffered row and no chunk in the "
+                f"open segment), found {self._buffered} buffered rows and {self._segment_chunks} of "
+                f"{SEGMENT_CHUNKS} chunks in the open segment"
+            )
+        whole = segment_tokens(self.in_features)
+        if int(tokens) != whole:
+            raise ShapeError(
+                f"tokens: expected one whole segment of {whole} rows ({SEGMENT_CHUNKS} chunks of "
+                f"{buffer_tokens(self.in_features)}), found {tokens}"
+            )
+        if not isinstance(total, LowerGram) or total.n != self.in_features:
+            found = f"width {total.n}" if isinstance(total, LowerGram) else type(total).__name__
+            raise ShapeError(f"total: expected a LowerGram of width {self.in_features}, found {found}")
+        if self.gram is None:
+            raise StateError("add_segment: the accumulator holds no sum")
+        self.gram.add_sum(total)  # with no closed segment the total is zero: 0 + segment, the segment exactly
+        self._segments += 1
+        self.nsamples += whole
+
     def _new_buffer(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """The float32 token buffer ``[buffer_tokens(in), in]`` on ``device`` (contents undefined)."""
         return torch.empty(buffer_tokens(self.in_features), self.in_features, device=device)
 
     def _place(self, device: torch.device) -> torch.Tensor:
-        """Buffer and sum on ``device`` (the activations'): made there, or moved there exactly (a resumed
+        """Buffer and sums on ``device`` (the activations'): made there, or moved there exactly (a resumed
         accumulator's CPU state continuing on a GPU). Returns the buffer."""
         if self.gram is not None:
             self.gram = self.gram.to(device)
+        if self._segment is not None:
+            self._segment = self._segment.to(device)
         if self._buffer is None:
             self._buffer = self._new_buffer(device)
         elif self._buffer.device != device:
@@ -224,18 +337,42 @@ class HessianAccumulator:
         return self._buffer
 
     def _flush(self) -> None:
+        """Add the buffered rows' product (a chunk) to the open segment; close the segment at its last chunk."""
         if self._buffered and self._buffer is not None and self.gram is not None:
-            self.gram.add(self._buffer[: self._buffered])
+            if self._segments == 0:
+                target = self.gram  # the total is zero: the first segment is summed in place
+            else:
+                if self._segment is None:
+                    self._segment = LowerGram(self.in_features, device=self.gram.device)
+                target = self._segment
+            target.add(self._buffer[: self._buffered])
+            self._segment_chunks += 1
+            if self._segment_chunks == SEGMENT_CHUNKS:
+                self._close_segment()
         self._buffered = 0
+
+    def _close_segment(self) -> None:
+        """Add the open segment's sum to the total (nothing to add for the first: it is summed in place)."""
+        if not self._segment_chunks:
+            return
+        if self._segments and self._segment is not None and self.gram is not None:
+            self.gram.add_sum(self._segment)
+            for block in self._segment.blocks.values():
+                block.zero_()  # reused by the next segment
+        self._segments += 1
+        self._segment_chunks = 0
 
     def hessian(self, *, release: bool = False) -> torch.Tensor:
         """``2/N * sum x xᵀ`` as float32 ``[in, in]`` on the CPU (zeros when no token was seen).
 
+        Flushes the buffered rows and closes the open segment first (later rows start a new segment).
         Formed block by block on the sum's device, so no float64 temporary of the full size is made.
         ``release``: :meth:`release` as well, freeing the sum's block rows while the Hessian is formed
         (:meth:`LowerGram.scaled_into` with ``consume``; the same values)."""
         self._check_live()
         self._flush()
+        self._close_segment()
+        self._segment = None
         gram = self.gram
         if release:
             self.release()
@@ -247,40 +384,52 @@ class HessianAccumulator:
         return out.cpu()
 
     def release(self) -> None:
-        """Free the sum and the buffer (after the last solve that needs them); later calls raise StateError."""
+        """Free the sums and the buffer (after the last solve that needs them); later calls raise StateError."""
         self.gram = None
+        self._segment = None
         self._buffer = None
         self._buffered = 0
+        self._segment_chunks = 0
         self._released = True
 
     def state_dict(self) -> dict[str, torch.Tensor | int]:
-        """``{"hessian_sum": float64 [in, in], "pending": float32 [k, in], "nsamples": int, "in_features": int}``
-        (CPU copies; ``pending`` holds the k tokens not yet added to the sum)."""
+        """``{"hessian_sum": float64 [in, in], "pending": float32 [k, in], "nsamples": int, "in_features": int,
+        "segments": int, "segment_chunks": int}`` plus ``"segment_sum"`` float64 ``[in, in]`` when a segment was
+        closed and the open one has chunks (CPU copies). ``hessian_sum`` is the closed segments' total, or while
+        none was closed (``segments`` 0) the open segment's sum; ``segment_chunks`` counts the open segment's
+        chunks; ``pending`` holds the k tokens not yet in a chunk."""
         self._check_live()
         pending = (
             self._buffer[: self._buffered].cpu().clone()
             if self._buffer is not None
             else torch.zeros(0, self.in_features, dtype=torch.float32)
         )
-        return {
+        state: dict[str, torch.Tensor | int] = {
             "hessian_sum": self.gram.full().cpu() if self.gram is not None else torch.zeros(0, dtype=torch.float64),
             "pending": pending,
             "nsamples": self.nsamples,
             "in_features": self.in_features,
+            "segments": self._segments,
+            "segment_chunks": self._segment_chunks,
         }
+        if self._segments and self._segment_chunks:
+            segment = self._segment if self._segment is not None else LowerGram(self.in_features)
+            state["segment_sum"] = segment.full().cpu()
+        return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor | int | float]) -> None:
-        """Restore from :meth:`state_dict`; names the key that is missing or wrong (``pending`` is optional)."""
+        """Restore from :meth:`state_dict`; names the key that is missing or wrong (``pending`` is optional).
+
+        A state without the segment fields (written before the two-level order) loads when its sum holds at
+        most one segment of tokens (it is then exactly the open segment's sum) and raises StateError otherwise
+        (its float64 sum cannot be split into segments)."""
         for key in ("hessian_sum", "nsamples", "in_features"):
             if key not in state:
                 raise StateError(f"{key}: missing from the GPTQ state (found keys {sorted(state)})")
         if int(state["in_features"]) != self.in_features:
             raise StateError(f"in_features: expected {self.in_features}, found {state['in_features']}")
-        total = state["hessian_sum"]
         shape = (self.in_features, self.in_features)
-        if not isinstance(total, torch.Tensor) or tuple(total.shape) != shape:
-            found = tuple(total.shape) if isinstance(total, torch.Tensor) else type(total).__name__
-            raise StateError(f"hessian_sum: expected a tensor of shape {shape}, found {found}")
+        total = _checked_sum(state, "hessian_sum", shape)
         nsamples = int(state["nsamples"])
         if nsamples < 0:
             raise StateError(f"nsamples: expected >= 0, found {nsamples}")
@@ -294,7 +443,12 @@ class HessianAccumulator:
         ):
             found = tuple(pending.shape) if isinstance(pending, torch.Tensor) else type(pending).__name__
             raise StateError(f"pending: expected a tensor [k < {capacity}, {self.in_features}], found {found}")
+        buffered = int(pending.shape[0]) if pending is not None else 0
+        segments, chunks = self._segment_position(state, nsamples - buffered)
+        segment = _checked_sum(state, "segment_sum", shape) if segments and chunks else None
         self.gram = LowerGram.from_full(total.detach())
+        self._segment = LowerGram.from_full(segment.detach()) if segment is not None else None
+        self._segments, self._segment_chunks = segments, chunks
         self.nsamples = nsamples
         self._released = False
         self._buffer, self._buffered = None, 0
@@ -302,3 +456,36 @@ class HessianAccumulator:
             self._buffer = self._new_buffer(self.gram.device)
             self._buffer[: pending.shape[0]].copy_(pending)
             self._buffered = int(pending.shape[0])
+
+    def _segment_position(self, state: dict[str, torch.Tensor | int | float], summed: int) -> tuple[int, int]:
+        """``(closed segments, chunks in the open segment)`` of a state whose sum holds ``summed`` tokens."""
+        capacity = buffer_tokens(self.in_features)
+        if "segment_chunks" in state or "segments" in state:
+            segments, chunks = int(state.get("segments", -1)), int(state.get("segment_chunks", -1))
+            if segments < 0 or not 0 <= chunks < SEGMENT_CHUNKS:
+                raise StateError(
+                    f"segments / segment_chunks: expected >= 0 and 0 <= chunks < {SEGMENT_CHUNKS}, found "
+                    f"{state.get('segments')!r} / {state.get('segment_chunks')!r}"
+                )
+            return segments, chunks
+        whole = segment_tokens(self.in_features)
+        if summed > whole:
+            raise StateError(
+                f"hessian_sum: a state without segment fields (saved before the two-level summation order) holds "
+                f"{summed} tokens in its float64 sum, more than one segment ({whole} rows = {SEGMENT_CHUNKS} chunks "
+                f"of {capacity}); its sum cannot be split into segments: accumulate these statistics again"
+            )
+        if summed == 0:
+            return 0, 0
+        if summed % capacity or summed == whole:  # a partial chunk (the Hessian was taken) or a full segment: closed
+            return 1, 0
+        return 0, summed // capacity
+
+
+def _checked_sum(state: dict[str, torch.Tensor | int | float], key: str, shape: tuple[int, int]) -> torch.Tensor:
+    """``state[key]``: a tensor of ``shape`` (StateError naming the key otherwise)."""
+    total = state.get(key)
+    if not isinstance(total, torch.Tensor) or tuple(total.shape) != shape:
+        found = tuple(total.shape) if isinstance(total, torch.Tensor) else type(total).__name__
+        raise StateError(f"{key}: expected a tensor of shape {shape}, found {found}")
+    return total

@@ -19,13 +19,18 @@ accumulated in the same order, from the same tensors, as in one process: GPTQ's 
 AWQ's concatenated inputs and its inspect calls come out bit for bit the same (the workers' forwards give the
 same bits as the driver's on the same CPU and torch: measured by the ``ray`` nox session). Forward hooks
 replayed this way receive ``None`` as the output and pre-hooks' return values are ignored (the built-in
-processors use neither). Solves are spread round-robin over the workers. :class:`LocalShardExecutor` keeps its
-workers in this process (tests, no Ray); :class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
+processors use neither). Modules whose hooks are only token counts and GPTQ's Hessian of a dense input are
+not recorded: the workers return counts and Hessian pieces (rows before the first segment boundary in their
+shard, whole segments' float64 sums, rows after the last) that the driver adds in worker order, the same
+bits (:mod:`qlooper.worker_statistics`). Solves are spread round-robin over the workers.
+:class:`LocalShardExecutor` keeps its workers in this process (tests, no Ray);
+:class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +52,9 @@ from .forward import capture_forward, layer_device, replay_forward
 from .input_cache import InputCache
 from .processors.base import LayerContext
 from .shard_worker import Call, Event, HookedModule, LayerWorker
+from .worker_statistics import HessianRowsHook, RowPlan, feed_rows, plannable, sum_bytes
+
+log = logging.getLogger(__name__)
 
 SolveMap = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
 """``(fn, jobs) -> [fn(*job) for job in jobs]``, computed anywhere, returned in job order."""
@@ -145,6 +153,8 @@ class LayerTimes:
     ``ship_rounds``: the rounds the layer copy went out in, one after another (the Ray executor's staged
     broadcast, :mod:`qlooper.broadcast`: the nodes holding a copy double each round; 1 when every worker is on
     the driver's node, or in process).
+    ``statistic``: of ``forward``, the slowest worker's seconds forming Hessian segment sums per call, summed
+    (:mod:`.worker_statistics`); ``bytes_sums``: of ``bytes_back``, the bytes of those sums.
     """
 
     layer: int
@@ -163,6 +173,8 @@ class LayerTimes:
     bytes_solve: int = 0
     ship_rounds: int = 0
     expert_bytes: int = 0
+    statistic: float = 0.0
+    bytes_sums: int = 0
 
 
 @dataclass
@@ -207,6 +219,7 @@ class ShardedExecutor:
     _held: dict[str, torch.Tensor] = field(default_factory=dict)
     _experts: ExpertLayer | None = None
     _planned_for: str = ""
+    _raw_inputs: set[str] = field(default_factory=set)  # modules whose predicted token rows were wrong
 
     @property
     def solve_map(self) -> SolveMap:
@@ -310,24 +323,73 @@ class ShardedExecutor:
         if ctx.cache is None:
             raise ValueError("capture: the layer has no input cache")
         cache = ctx.cache
-        names = {module: name for name, module in ctx.layer.named_modules()}
+        modules = dict(ctx.layer.named_modules())
+        names = {module: name for name, module in modules.items()}
         stop = names.get(stop_after) if stop_after is not None else None
         hooked = hooked_modules(ctx.layer)
         changed = self._changed(ctx.layer)
         ranges = self._every_worker_ranges(len(cache))
+        plans = self._row_plans(modules, hooked, cache, ranges)
         per_worker = [
-            (self._key, changed, [_call_of(cache, b) for b in range(lo, hi)], hooked, stop) for lo, hi in ranges
+            (
+                self._key,
+                changed,
+                [_call_of(cache, b) for b in range(lo, hi)],
+                hooked,
+                stop,
+                plan,
+                [cache.token_masks[b] for b in range(lo, hi)] if plan else [],
+            )
+            for (lo, hi), plan in zip(ranges, plans, strict=True)
         ]
         recorded = self._timed_calls("capture", per_worker, f"capture forward of layer {ctx.name}")
+        rows = [statistics for _events, statistics in recorded]
+        mismatched = {name: r.mismatch for shard in rows for name, r in shard.items() if r.mismatch is not None}
+        if mismatched:  # a predicted token count was wrong: record these modules' inputs instead, from now on
+            log.info("layer %s: inputs captured raw (token rows not as predicted): %s", ctx.name, mismatched)
+            self._raw_inputs.update(mismatched)
+            self.capture(ctx, stop_after)
+            return
         start = time.perf_counter()
-        modules = dict(ctx.layer.named_modules())
         try:
-            for (lo, _hi), shard in zip(ranges, recorded, strict=True):
+            for (lo, _hi), (shard, _statistics) in zip(ranges, recorded, strict=True):
                 for offset, events in enumerate(shard):
                     _feed_batch(ctx, modules, lo + offset, events)
+            for name in plans[0]:
+                feed_rows(modules[name], [shard[name] for shard in rows])
         finally:
             ctx.batch, ctx.mask = -1, None
-        self.times[-1].reduce += time.perf_counter() - start
+        times = self.times[-1]
+        times.reduce += time.perf_counter() - start
+        times.statistic += max((sum(r.seconds for r in shard.values()) for shard in rows), default=0.0)
+        times.bytes_sums += sum(sum_bytes(list(shard.values())) for shard in rows)
+
+    def _row_plans(
+        self,
+        modules: dict[str, nn.Module],
+        hooked: list[HookedModule],
+        cache: InputCache,
+        ranges: list[tuple[int, int]],
+    ) -> list[dict[str, RowPlan]]:
+        """Per worker, the hooked modules whose inputs it turns into statistics (:mod:`.worker_statistics`):
+        token counts only, or a GPTQ input's head rows, whole segments and tail rows, its segment boundaries
+        placed from the rows each earlier worker's batches carry (their token masks' counts)."""
+        plans: list[dict[str, RowPlan]] = [{} for _ in ranges]
+        counts: list[int] | None = None
+        for item in hooked:
+            kind = False if item.name in self._raw_inputs else plannable(modules[item.name])
+            if kind is True:
+                for plan in plans:
+                    plan[item.name] = RowPlan(in_features=0)
+            elif isinstance(kind, HessianRowsHook):
+                counts = counts if counts is not None else [int(m.sum()) for m in cache.token_masks]
+                segment, first, offset = kind.segment_rows(), kind.task.rows_to_boundary(), 0
+                for plan, (lo, hi) in zip(plans, ranges, strict=True):
+                    expected = tuple(counts[lo:hi])
+                    head = min(sum(expected), (first - offset) % segment)
+                    plan[item.name] = RowPlan(kind.in_features, expected, head, segment)
+                    offset += sum(expected)
+        return plans
 
     def _every_worker_ranges(self, batches: int) -> list[tuple[int, int]]:
         """:func:`shard_ranges` padded with empty ranges: every worker gets each forward call (and with it

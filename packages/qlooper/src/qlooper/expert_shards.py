@@ -51,10 +51,11 @@ import torch
 from qalgos.fallback import FallbackPolicy
 from torch import nn
 
-from .coverage import count_hook, mark_fallbacks
+from .coverage import mark_fallbacks
 from .definition import EXPERT_WILDCARD, ModelDefinition, ResolvedGroup, ResolvedModule, get_submodule
 from .errors import ExecutorError, StopForward
 from .processors.base import LayerContext, ModuleResult, replace_weight
+from .worker_statistics import TokenCountHook
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +274,7 @@ def solve_owned_experts(job: OwnerJob) -> OwnerResult:
             ]
             group = ResolvedGroup(index, spec, modules, None, None, None)
             handles = list(processor.attach(ctx, group))
-            handles += [m.module.register_forward_hook(count_hook(ctx, m.full_name)) for m in modules]
+            handles += [m.module.register_forward_hook(TokenCountHook(ctx, m.full_name)) for m in modules]
             try:
                 _run_calls(ctx, job)
             finally:

@@ -36,7 +36,7 @@ from torch import nn
 from .allocator import pin_mmap_threshold, release_free_memory
 from .calibration import CalibrationSet
 from .capture import capture_first_layer_inputs
-from .coverage import count_hook, mark_fallbacks, tokens_in
+from .coverage import mark_fallbacks
 from .definition import ModelDefinition, ResolvedGroup, get_submodule, resolve_groups, resolve_layers
 from .devices import resolve_compute_dtype, resolve_device
 from .errors import ProcessorError
@@ -48,8 +48,9 @@ from .layer_loader import LayerLoader, call_loader
 from .lockstep import auto_budget, lockstep_forward, lockstep_supported, parked_bytes
 from .placement import LayerPlacement
 from .plan import LoopContext, LoopExtensions, LoopPlan, LoopStep
-from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor
+from .processors.base import LayerContext, ModuleResult, ObservingProcessor, Processor, tokens_in
 from .report import ModuleReport, Progress, notes_text
+from .worker_statistics import TokenCountHook
 
 logger = logging.getLogger(__name__)
 
@@ -299,7 +300,7 @@ class LayerLoop:
                 handles += self.processor.attach(ctx, group)
             for group in unit:
                 for mod in group.modules:
-                    handles.append(mod.module.register_forward_hook(count_hook(ctx, mod.full_name)))
+                    handles.append(mod.module.register_forward_hook(TokenCountHook(ctx, mod.full_name)))
             self.executor.capture(ctx, self._stop_module(unit))
         finally:
             for handle in handles:
@@ -352,7 +353,7 @@ class LayerLoop:
 
         def observe(group: ResolvedGroup, batch: int, x: torch.Tensor) -> None:
             ctx.batch, ctx.mask = batch, cache.token_masks[batch].to(x.device)
-            seen = tokens_in(ctx, x)
+            seen = tokens_in(ctx.mask, x)
             for mod in group.modules:
                 ctx.tokens[mod.full_name] = ctx.tokens.get(mod.full_name, 0) + seen
             observing.observe(ctx, group, x)

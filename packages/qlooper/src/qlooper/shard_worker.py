@@ -11,6 +11,8 @@ Recordings: for every module the driver hooked, :meth:`LayerWorker.capture` reco
 order, ``(module name relative to the layer, "pre" | "post", args, kwargs)``: ``"pre"`` when the module is
 called (its forward pre-hooks' view), ``"post"`` when it returns (its forward hooks' view, output not
 kept). Positional tensors are cloned at the time of the call, so a later in-place op cannot change them.
+Modules the driver planned (:mod:`qlooper.worker_statistics`) are not recorded: the worker counts their
+token rows and, for a GPTQ input, returns head rows, whole-segment Hessian sums and tail rows instead.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch import nn
 
 from .errors import StopForward
 from .forward import layer_output
+from .worker_statistics import RowCollector, RowPlan, ShardRows
 
 Call = tuple[list[Any], dict[str, Any]]
 """The positional and keyword arguments of one cached batch's layer call."""
@@ -108,19 +111,27 @@ class LayerWorker:
         calls: Sequence[Call],
         hooked: Sequence[HookedModule],
         stop_after: str | None,
-    ) -> tuple[list[list[Event]], float]:
+        rows: dict[str, RowPlan] | None = None,
+        masks: Sequence[torch.Tensor] = (),
+    ) -> tuple[tuple[list[list[Event]], dict[str, ShardRows]], float]:
         """Apply ``changed`` (see :meth:`update`), run ``calls`` (this shard's batches, in order; may be
         empty), recording the ``hooked`` modules' calls; each forward ends after module ``stop_after``
-        returns when given. Returns (events per batch, seconds)."""
+        returns when given. The modules in ``rows`` are not recorded: their inputs are counted and turned into
+        statistics here (:mod:`qlooper.worker_statistics`; ``masks``: the batches' token masks ``[B, T]``).
+        Returns ((events per batch, :class:`ShardRows` per planned module), seconds)."""
         start = time.perf_counter()
         layer = self._loaded(key, changed)
         modules = dict(layer.named_modules())
         events: list[Event] = []
         memo: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        collectors = {name: RowCollector(name, plan, masks) for name, plan in (rows or {}).items()}
         handles = []
         try:
             for item in hooked:
                 module = modules[item.name]
+                if item.name in collectors:
+                    handles.append(module.register_forward_hook(collectors[item.name]))
+                    continue
                 if item.pre:
                     handles.append(
                         module.register_forward_pre_hook(
@@ -135,18 +146,23 @@ class LayerWorker:
                 handles.append(modules[stop_after].register_forward_hook(_stop))
             per_batch = []
             with torch.no_grad():
-                for args, kwargs in calls:
+                for batch, (args, kwargs) in enumerate(calls):
+                    for collector in collectors.values():
+                        collector.start_batch(batch)
                     try:
                         layer(*args, **kwargs)
                     except StopForward:
                         pass
+                    for collector in collectors.values():
+                        collector.end_batch()
                     per_batch.append(list(events))
                     events.clear()
                     memo.clear()
         finally:
             for handle in handles:
                 handle.remove()
-        return per_batch, time.perf_counter() - start
+        statistics = {name: collector.result() for name, collector in collectors.items()}
+        return (per_batch, statistics), time.perf_counter() - start
 
     @staticmethod
     def _recorder(

@@ -65,9 +65,7 @@ class LayerContext:
 
     def mask_for(self, x: torch.Tensor) -> torch.Tensor | None:
         """The current token mask when ``x`` is ``[B, T, features]`` of this batch, else None (routed tokens)."""
-        if self.mask is not None and x.dim() == self.mask.dim() + 1 and tuple(x.shape[:-1]) == tuple(self.mask.shape):
-            return self.mask.to(x.device)
-        return None
+        return matching_mask(self.mask, x)
 
     def valid_tokens(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` flattened to ``[tokens, features]`` with padding positions removed."""
@@ -119,6 +117,21 @@ def module_specs_description(module_specs: Mapping[str, Any]) -> dict[str, Any]:
     if not module_specs:
         return {}
     return {"module_specs": {name: asdict(spec) for name, spec in sorted(module_specs.items())}}
+
+
+def matching_mask(mask: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor | None:
+    """``mask`` ``[B, T]`` (on ``x``'s device) when ``x`` is ``[B, T, features]`` of that batch, else None (the
+    rows of ``x`` are not the batch's tokens one for one: routed or flattened; all of them count)."""
+    if mask is not None and x.dim() == mask.dim() + 1 and tuple(x.shape[:-1]) == tuple(mask.shape):
+        return mask.to(x.device)
+    return None
+
+
+def tokens_in(mask: torch.Tensor | None, x: torch.Tensor) -> int:
+    """Calibration tokens in activations ``x`` ``[..., in]`` of a batch with token ``mask``: the mask's count
+    when it matches ``x`` (:func:`matching_mask`), else every row (padding included)."""
+    matched = matching_mask(mask, x)
+    return int(matched.sum()) if matched is not None else x.numel() // max(x.shape[-1], 1)
 
 
 def first_tensor(inputs: tuple[Any, ...]) -> torch.Tensor:

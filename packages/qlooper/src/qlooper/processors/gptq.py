@@ -28,6 +28,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup, ResolvedModule
+from ..worker_statistics import HessianRowsHook
 from .base import LayerContext, ModuleResult, first_tensor, module_specs_description, replace_weight
 
 
@@ -77,6 +78,9 @@ class GPTQProcessor:
             if mod.input_key in self._tasks:
                 continue
             task = self._new_task(mod)
+            if mod.expert is None:  # a dense input: a sharded executor may form its segments on the workers
+                handles.append(mod.module.register_forward_hook(HessianRowsHook(ctx, task)))
+                continue
 
             def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, task: GPTQ = task) -> None:
                 x = first_tensor(inputs)
