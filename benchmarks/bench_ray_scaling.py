@@ -352,7 +352,8 @@ def main() -> None:
     print(f"Bits: every Ray run equal to the one-process run ({', '.join(str(n) for n in counts)} workers)")
     report(shape, cal_model, runs, args.cores, ones, args.design, fit_runs or runs)
     if args.json is not None:
-        record = {"args": vars(args) | {"json": str(args.json)}, "one_process": ones, "runs": runs}
+        arguments = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        record = {"args": arguments, "one_process": ones, "runs": runs}
         args.json.write_text(json.dumps(record, indent=1))
 
 
