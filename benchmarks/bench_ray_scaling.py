@@ -149,8 +149,8 @@ def ray_run(w: Width, cal: Any, length: int, workers: int, ref: tuple[Any, Any])
     from qlooper.ray_executor import RayExecutor
 
     load_before = os.getloadavg()[0]
-    # A cluster of our own: RayExecutor("local") calls ray.init() without an address, which joins a cluster
-    # another process already runs on this machine; an initialized Ray is used as it is.
+    # A cluster of our own with its own temp directory (removed afterwards); an initialized Ray is used as it is
+    # by the executor.
     ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False, _temp_dir=TEMP_DIR)
     try:
         with RayExecutor("local", workers=workers) as executor:

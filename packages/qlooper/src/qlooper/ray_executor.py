@@ -83,7 +83,9 @@ class RayExecutor(ShardedExecutor):
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             if address == "local":
-                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+                # address="local": always a new cluster of our own; without an address ray.init joins one another
+                # process already runs on this machine and then refuses num_cpus
+                ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
             else:
                 ray.init(address=address, log_to_driver=False)
         self._driver_node = ray.get_runtime_context().get_node_id()
