@@ -101,6 +101,21 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
+# Refused types whose automatic tiny config is not a model of their kind: the fields that make it one.
+REFUSED_FIELDS: dict[str, dict[str, Any]] = {
+    # Dory's config counts blocks (attention + MLP) and keeps 16 input / 40 recurrent / 16 output layers: three
+    # decoder layers, the middle one looped twice (the config class halves num_hidden_layers and the counts)
+    "dory": {
+        "num_hidden_layers": 6,
+        "n_input_layers": 2,
+        "n_recurrent_layers": 2,
+        "n_output_layers": 2,
+        "layer_types": ["sliding_attention", "mlp"] * 3,
+        "head_dim": 16,
+        "sliding_window": 32,
+    },
+}
+
 STAGES = ("config", "size", "transformers", "qhf", "fail")
 """Where a type not covered stops (:class:`Refusal`)."""
 
@@ -145,6 +160,10 @@ CARRIED = (
     "each decoder layer hands its topk_indices to the next as prev_topk_indices; the loop replays every layer from "
     "its recorded inputs alone (refused by name at discovery)"
 )
+LOOPED = (
+    "a looped (recurrent-depth) model: a decoder layer runs more than once per forward, and layer-by-layer "
+    "quantization calibrates each layer from one call (refused by name at qhf.load)"
+)
 AWQ_PACKING = "a linear's width does not fit AWQ's GEMM packing at 4-bit group 32 (refused by name before quantizing)"
 
 # Types of MODEL_FOR_CAUSAL_LM_MAPPING not covered, each with its documented reason (from the full run).
@@ -187,7 +206,7 @@ REFUSED: dict[str, Refusal] = {
     "doge": Refusal(
         "qhf", "format 'gemm' cannot hold model.layers.0.self_attn.dt_proj [2 x 32] at 4-bit gro", AWQ_PACKING
     ),
-    "dory": Refusal("fail", "refusing to write a checkpoint whose modules break their layout: <config>: [CONF"),
+    "dory": Refusal("qhf", "decoder layer 1 ran twice in one forward", LOOPED),
     "dots1": Refusal("config", "empty() takes 1 positional argument but 3 were given"),
     "dots3_note": Refusal("config", "Class validation error for validator 'validate_architecture':"),
     "dots3_note_text": Refusal(
@@ -495,7 +514,7 @@ def judge(family: str, tokenizer: Any) -> Verdict:
         return Verdict(family, stage, detail, expected, outcome)
 
     try:
-        tiny = transformers_check(family, FAMILIES.get(family))
+        tiny = transformers_check(family, FAMILIES.get(family, REFUSED_FIELDS.get(family)))
     except Exception as error:  # the config class refuses the tiny sizes
         return verdict("config", _one_line(error))
     if tiny.error is not None:

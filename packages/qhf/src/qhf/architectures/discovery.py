@@ -14,7 +14,8 @@ Each representative layer is traced (:mod:`qhf.architectures.layer_trace`) and t
 missing from some structure is ``optional``. Fused 3-D experts are unfused first
 (:mod:`qhf.architectures.fused_experts`) and each unfused block is checked against the fused forward on the
 random weights. Anything not understood raises :class:`~qhf.errors.UnsupportedArchitectureError` naming
-the part of the layer, before any work.
+the part of the layer, before any work; so is a model that calls a decoder layer twice in one forward (a
+looped model, :mod:`qhf.architectures.layer_calls`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import nn
 
 from ..errors import UnsupportedArchitectureError
 from .fused_experts import UnfusedExperts
+from .layer_calls import check_layers_run_once
 from .layer_groups import FoundGroup, LayerStructure, layer_structure
 from .layer_outputs import check_not_carried, probe_layer_outputs
 from .layer_trace import trace_layer
@@ -243,6 +245,7 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
     replica, real, traces = _run_replica(skeleton, layers_path, representatives)
     outputs = probe_layer_outputs(replica, layers_path, _probe_embeds(replica, real))
     check_not_carried(outputs, layers_path)
+    check_layers_run_once(replica, layers_path, _probe_embeds(replica, real), outputs.arity)
     structures = {
         rep: layer_structure(real[rep], traces[rep], f"{layers_path}.{rep}") for rep in sorted(representatives)
     }
