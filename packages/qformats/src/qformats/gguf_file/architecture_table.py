@@ -10,8 +10,11 @@ file whose value differs from the config class's default still loads correctly:
 * qwen3: ``attention.key_length`` -> ``head_dim``;
 * qwen2moe / qwen3moe: ``expert_feed_forward_length`` -> ``moe_intermediate_size`` (qwen2moe also
   ``expert_shared_feed_forward_length`` -> ``shared_expert_intermediate_size``);
-* gemma2 / gemma3: ``attn_logit_softcapping`` / ``final_logit_softcapping``;
+* gemma2 / gemma3: ``attn_logit_softcapping`` / ``final_logit_softcapping``, and ``query_pre_attn_scalar`` by
+  llama.cpp's rule (:mod:`.gemma_attention`; transformers leaves it at 256);
 * starcoder2: ``vocab_size`` and ``rope.freq_base``; stablelm: ``rope.freq_base``;
+* nemotron: ``attention.layer_norm_epsilon`` -> ``norm_eps`` (the key llama.cpp's converter writes and reads) and
+  ``rope.dimension_count`` -> ``partial_rotary_factor``; phi3: ``rope.dimension_count`` and LongRoPE;
 * falcon: ``feed_forward_length`` -> ``ffn_hidden_size``, ``attention.layer_norm_epsilon`` -> ``layer_norm_epsilon``.
 
 Falcon: multi-query files (``attention.head_count_kv`` 1, Falcon-7B) read as transformers reads them; grouped-KV
@@ -35,7 +38,8 @@ from typing import Any
 
 from .architecture import GGUFArchitecture, TensorFlag, TensorRule, WriteRule
 from .falcon_layout import FALCON_QKV, TWO_NORMS, falcon_config
-from .phi3_rope import ROPE_FACTOR_TENSORS, phi3_rope_config
+from .gemma_attention import gemma_attention_scale
+from .phi3_rope import ROPE_FACTOR_TENSORS, nemotron_rope_config, phi3_rope_config
 from .tensor_conversions import GATE_UP_EXPERTS, IDENTITY, NORM_OFFSET, ROPE_K, ROPE_Q, ROW_VECTOR, Conversion
 
 
@@ -178,12 +182,12 @@ ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
     GGUFArchitecture(
         key="gemma2", gguf="gemma2", model_type="gemma2", hf_class="Gemma2ForCausalLM", config_keys=GEMMA_KEYS,
         globals=_rules(GLOBAL, _norms(GLOBAL)), layer=_rules(GEMMA_LAYER, _norms(GEMMA_LAYER)),
-        write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=2),
+        config_rule=gemma_attention_scale(46), write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=2),
     ),
     GGUFArchitecture(
         key="gemma3", gguf="gemma3", model_type="gemma3_text", hf_class="Gemma3ForCausalLM", config_keys=GEMMA_KEYS,
         globals=_rules(GLOBAL, _norms(GLOBAL)), layer=_rules(GEMMA3_LAYER, _norms(GEMMA3_LAYER)),
-        write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=6),
+        config_rule=gemma_attention_scale(62), write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=6),
     ),
     GGUFArchitecture(
         key="starcoder2", gguf="starcoder2", model_type="starcoder2", hf_class="Starcoder2ForCausalLM",
@@ -200,13 +204,15 @@ ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
         write=WriteRule(allowed=(("qk_layernorm", (False, None), "the table maps no per-head q/k norms"),),
                         untied_only=True),
     ),
-    GGUFArchitecture(
+    GGUFArchitecture(  # llama.cpp reads the epsilon from layer_norm_epsilon, transformers from the rms key
         key="nemotron", gguf="nemotron", model_type="nemotron", hf_class="NemotronForCausalLM",
-        config_keys=(*LAYERNORM_KEYS, ("attention.layer_norm_rms_epsilon", "norm_eps")),
+        config_keys=(*LAYERNORM_KEYS, ("attention.layer_norm_rms_epsilon", "norm_eps"),
+                     ("attention.layer_norm_epsilon", "norm_eps")),
         globals=_rules(GLOBAL_NORM_BIAS, _norms(GLOBAL_NORM_BIAS)),
-        layer=_rules(NEMOTRON_LAYER, _norms(NEMOTRON_LAYER)),
-        write=WriteRule(refused="llama.cpp reads its norm epsilon from attention.layer_norm_epsilon where "
-                        "transformers reads attention.layer_norm_rms_epsilon; not written until checked in llama.cpp"),
+        layer=_rules(NEMOTRON_LAYER, _norms(NEMOTRON_LAYER)), config_rule=nemotron_rope_config,
+        write=WriteRule(allowed=(("attention_bias", (False, None), "the table maps no projection biases"),
+                                 ("mlp_bias", (False, None), "the table maps no projection biases")),
+                        untied_only=True),
     ),
     GGUFArchitecture(
         key="falcon", gguf="falcon", model_type="falcon", hf_class="FalconForCausalLM", config_keys=FALCON_KEYS,

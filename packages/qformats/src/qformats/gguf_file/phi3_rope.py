@@ -1,7 +1,8 @@
-"""Phi-3's rotary settings that llama.cpp stores and transformers' GGUF loader leaves unread.
+"""Phi-3's (and Nemotron's partial) rotary settings that llama.cpp stores and transformers' GGUF loader leaves
+unread.
 
 * ``phi3.rope.dimension_count`` -> ``partial_rotary_factor`` (rotary dims / ``head_dim``; Phi-4-mini rotates
-  3/4 of each head, read as 1.0 by transformers).
+  3/4 of each head, read as 1.0 by transformers); Nemotron's the same way (read as the class default 0.5).
 * LongRoPE (Phi-3 / 3.5 long-context models): llama.cpp's converter (``conversion/phi.py``) stores the
   per-frequency factors as the F32 tensors ``rope_factors_long.weight`` / ``rope_factors_short.weight``
   (``[rotary dims / 2]`` each), the pretraining context as ``rope.scaling.original_context_length`` and the
@@ -34,16 +35,29 @@ def _factors(reader: GGUFReader, name: str, rotary: int) -> list[float]:
     return [float(v) for v in values]
 
 
+def rotary_dims(config: dict[str, Any], reader: GGUFReader, arch: str, always: bool) -> int:
+    """``<arch>.rope.dimension_count`` (default: the head size), set as ``partial_rotary_factor`` when it is not
+    the whole head, or ``always`` (Nemotron, whose config class defaults to 0.5)."""
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    key = f"{arch}.rope.dimension_count"
+    rotary = reader.value(key) if key in reader.metadata else head_dim
+    if not isinstance(rotary, int) or not 0 < rotary <= head_dim or rotary % 2:
+        raise GGUFFileError(f"{reader.path}: {key}: expected an even count in 2..{head_dim} (head_dim), "
+                            f"found {rotary!r}")  # fmt: skip
+    if always or rotary != head_dim:
+        config["partial_rotary_factor"] = rotary / head_dim
+    return rotary
+
+
+def nemotron_rope_config(config: dict[str, Any], reader: GGUFReader) -> None:
+    """Nemotron's ``partial_rotary_factor`` from ``nemotron.rope.dimension_count`` (transformers leaves it at
+    the class default 0.5)."""
+    rotary_dims(config, reader, "nemotron", always="nemotron.rope.dimension_count" in reader.metadata)
+
+
 def phi3_rope_config(config: dict[str, Any], reader: GGUFReader) -> None:
     """Set ``partial_rotary_factor`` and, when the factor tensors are present, LongRoPE (module docstring)."""
-    heads, hidden = config["num_attention_heads"], config["hidden_size"]
-    head_dim = hidden // heads
-    rotary = reader.value("phi3.rope.dimension_count") if "phi3.rope.dimension_count" in reader.metadata else head_dim
-    if not isinstance(rotary, int) or not 0 < rotary <= head_dim or rotary % 2:
-        raise GGUFFileError(f"{reader.path}: phi3.rope.dimension_count: expected an even count in 2..{head_dim} "
-                            f"(head_dim), found {rotary!r}")  # fmt: skip
-    if rotary != head_dim:
-        config["partial_rotary_factor"] = rotary / head_dim
+    rotary = rotary_dims(config, reader, "phi3", always=False)
     present = [name for name in ROPE_FACTOR_TENSORS if name in reader.tensors]
     if not present:
         return

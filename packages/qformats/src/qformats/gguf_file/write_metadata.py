@@ -69,6 +69,12 @@ def rope(config: Mapping[str, Any]) -> tuple[float, str, Mapping[str, Any]]:
     return float(theta), str(kind), params
 
 
+def partial_rotary(config: Mapping[str, Any], params: Mapping[str, Any]) -> float:
+    """The rotated fraction of each head: ``partial_rotary_factor`` at the top of the config or, as transformers 5
+    saves it, in ``rope_parameters`` (``params``, from :func:`rope`); 1.0 when neither has it."""
+    return float(config.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0)
+
+
 def head_dim(config: Mapping[str, Any]) -> int:
     """``head_dim``, or ``hidden_size // num_attention_heads`` when the config has none."""
     return int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
@@ -154,7 +160,7 @@ def model_metadata(
         "embedding_length": _u32(hidden),
         "block_count": _u32(_required(config, "num_hidden_layers", source)),
         "feed_forward_length": _u32(_required(config, "intermediate_size", source)),
-        "rope.dimension_count": _u32(int(dim * float(config.get("partial_rotary_factor") or 1.0))),
+        "rope.dimension_count": _u32(int(dim * partial_rotary(config, params))),
         "rope.freq_base": _f32(theta),
         "attention.head_count": _u32(heads),
         "attention.head_count_kv": _u32(config.get("num_key_value_heads") or heads),
