@@ -199,6 +199,11 @@ def test_per_expert_block_bytes_are_stacked_unchanged(tmp_path: Path) -> None:
         ("qwen3moe", {"norm_topk_prob": False}, r"config norm_topk_prob = False .*renormalizes the top-k"),
         ("qwen2", {"use_sliding_window": True}, r"config use_sliding_window = True"),
         ("gemma3", {"query_pre_attn_scalar": 256}, r"query_pre_attn_scalar = 256 differs from head_dim = 32"),
+        (
+            "gemma2",
+            {"num_hidden_layers": 46},
+            r"query_pre_attn_scalar = 32 differs from hidden_size / num_attention_heads \(46-layer 27B\) = 16",
+        ),
         ("gemma3", {"layer_types": ["full_attention", "sliding_attention"]}, r"every 6th layer only"),
         ("stablelm", {"qk_layernorm": True}, r"config qk_layernorm = True"),
         ("phi3", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, r"rope type 'longrope'"),
@@ -227,3 +232,11 @@ def test_stablelm_flags_decide_the_expected_tensors(tmp_path: Path) -> None:
     extra = [*sd.items(), ("model.layers.0.self_attn.q_proj.bias", np.zeros(64, np.float32))]
     with pytest.raises(GGUFFileError, match=r"q_proj.bias.*no llama.cpp tensor for it in a stablelm .gguf"):
         write_model_gguf(tmp_path / "t.gguf", config, extra, _tokenizer(40))
+
+
+def test_gemma_27b_attention_scale_is_written() -> None:
+    """llama.cpp scales the 27B models (46 / 62 layers) by 1/sqrt(hidden / heads): that scale is accepted."""
+    for key, layers in (("gemma2", 46), ("gemma3", 62)):
+        config = {**_config(key), "num_hidden_layers": layers, "query_pre_attn_scalar": 16}
+        config.pop("layer_types", None)
+        assert writable_record(config).key == key

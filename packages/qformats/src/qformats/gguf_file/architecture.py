@@ -58,7 +58,9 @@ class WriteRule:
     sliding-window pattern ``n`` (layer ``i`` slides when ``i % n < n - 1``), a config whose ``layer_types``
     differ is refused; ``unused``: (config field, what llama.cpp does instead) for values llama.cpp does not
     apply (logged and kept in the write summary); ``f32``: llama.cpp tensor names (local to ``blk.N.``) always
-    stored as F32 (MoE routers, as llama.cpp's converter keeps them).
+    stored as F32 (MoE routers, as llama.cpp's converter keeps them); ``gemma_27b_layers``: Gemma's
+    ``query_pre_attn_scalar`` must be the one llama.cpp computes (``head_dim``, or ``hidden / heads`` for the
+    27B model with this many layers).
     """
 
     refused: str | None = None
@@ -68,6 +70,7 @@ class WriteRule:
     swa_pattern: int | None = None
     unused: tuple[tuple[str, str], ...] = ()
     f32: tuple[str, ...] = ()
+    gemma_27b_layers: int | None = None
 
 
 @dataclass(frozen=True)

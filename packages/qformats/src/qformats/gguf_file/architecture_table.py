@@ -135,8 +135,6 @@ DENSE_MOE: tuple[tuple[str, tuple[Any, ...], str], ...] = (
     ("decoder_sparse_step", (1, None), "llama.cpp puts experts in every layer"),
 )
 ROUTERS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
-GEMMA_SCALE = (("query_pre_attn_scalar", "head_dim", "llama.cpp scales attention by 1/sqrt(head_dim) (the 27B "
-                "models' other scale is keyed on their layer count)"),)  # fmt: skip
 WINDOW_UNUSED = (("sliding_window", "llama.cpp attends to the whole context (same logits within the window)"),)
 
 ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
@@ -182,12 +180,12 @@ ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
     GGUFArchitecture(
         key="gemma2", gguf="gemma2", model_type="gemma2", hf_class="Gemma2ForCausalLM", config_keys=GEMMA_KEYS,
         globals=_rules(GLOBAL, _norms(GLOBAL)), layer=_rules(GEMMA_LAYER, _norms(GEMMA_LAYER)),
-        config_rule=gemma_attention_scale(46), write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=2),
+        config_rule=gemma_attention_scale(46), write=WriteRule(gemma_27b_layers=46, swa_pattern=2),
     ),
     GGUFArchitecture(
         key="gemma3", gguf="gemma3", model_type="gemma3_text", hf_class="Gemma3ForCausalLM", config_keys=GEMMA_KEYS,
         globals=_rules(GLOBAL, _norms(GLOBAL)), layer=_rules(GEMMA3_LAYER, _norms(GEMMA3_LAYER)),
-        config_rule=gemma_attention_scale(62), write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=6),
+        config_rule=gemma_attention_scale(62), write=WriteRule(gemma_27b_layers=62, swa_pattern=6),
     ),
     GGUFArchitecture(
         key="starcoder2", gguf="starcoder2", model_type="starcoder2", hf_class="Starcoder2ForCausalLM",

@@ -21,6 +21,7 @@ from typing import Any
 from .architecture import GGUFArchitecture
 from .architecture_table import ARCHITECTURES
 from .errors import GGUFFileError
+from .gemma_attention import llama_cpp_query_scalar
 from .values import GGUFValue, ValueType
 
 #: llama.cpp's ``llama_ftype`` for the predominant type of the 2-D weights (``general.file_type``).
@@ -93,6 +94,12 @@ def _check_rules(config: Mapping[str, Any], record: GGUFArchitecture, source: st
         value, expected = config.get(field), head_dim(config) if other == "head_dim" else config.get(other)
         if value is not None and value != expected:
             raise _refuse(source, record, f"config {field} = {value!r} differs from {other} = {expected!r} ({why})")
+    scalar = config.get("query_pre_attn_scalar")
+    if rule.gemma_27b_layers is not None and scalar is not None:
+        what, expected = llama_cpp_query_scalar({**config, "head_dim": head_dim(config)}, rule.gemma_27b_layers)
+        if scalar != expected:
+            raise _refuse(source, record, f"config query_pre_attn_scalar = {scalar!r} differs from {what} = "
+                          f"{expected!r} (the scale llama.cpp's {record.gguf} computes)")  # fmt: skip
     if rule.untied_only and config.get("tie_word_embeddings"):
         raise _refuse(source, record, f"tie_word_embeddings is true but llama.cpp's {record.gguf} needs its own "
                       "output.weight")  # fmt: skip
