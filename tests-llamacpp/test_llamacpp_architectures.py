@@ -96,7 +96,9 @@ def _tiny_directory(key: str, root: Path, tokenizer_dir: Path) -> Path:
         for param in model.parameters():
             if param.ndim == 1:
                 param.copy_(torch.randn_like(param) * 0.2 + (1.0 if param.abs().sum() > 0 else 0.0))
-    directory = root / key
+    # the file is named after the directory (general.name); llama.cpp looks up Phi-3's own special tokens by
+    # string in any file whose name contains "phi3" / "phi-3" and fails to load one with another vocabulary
+    directory = root / key.replace("phi3", "phi")
     model.save_pretrained(str(directory))
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (tokenizer_dir / name).is_file():
@@ -118,7 +120,7 @@ def test_llama_cpp_runs_lowbit_tiny_gguf(key: str, tokenizer_dir: Path, smollm2_
     from qformats.gguf_file import GGUFReader
 
     directory = _tiny_directory(key, tmp_path, tokenizer_dir)
-    path = tmp_path / f"{key}.gguf"
+    path = tmp_path / f"{directory.name}.gguf"  # the file's stem is its general.name (see _tiny_directory)
     printed = lowbit("quantize", str(directory), "--method", "rtn", "--group-size", "32", "--out", str(path),
                      "--quiet")  # fmt: skip
     arch = GGUF_ARCH.get(key, key)
