@@ -132,7 +132,9 @@ def tiny_gemma3_gguf(tmp_path_factory):
     from qformats.gguf_file import write_gguf
     from transformers import AutoModelForCausalLM
 
+    # the 1/sqrt(head_dim) attention scale llama.cpp gives a Gemma 3 file (qformats reads it so)
     config = tiny_config("gemma3_text", tie_word_embeddings=True)
+    config.query_pre_attn_scalar = config.head_dim
     torch.manual_seed(2)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     tensors: dict[str, np.ndarray] = {}
