@@ -103,6 +103,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "opt": {},
     "bloom": {},
     "gpt_bigcode": {},
+    # transformers' Conv1D linears (weight stored [in, out]) and learned position embeddings
+    "gpt2": {},
 }
 
 
@@ -136,10 +138,6 @@ class Refusal:
         return self.reason or f"{STAGE_WORDS[self.stage]}: {self.match}"
 
 
-CONV1D = (
-    "its linears are transformers' Conv1D (weight stored [in, out]), which qhf does not quantize (refused by name "
-    "at discovery)"
-)
 DISCOVERY_FORWARD = "its forward fails on the discovery replica (weights outside the layers kept on meta)"
 NO_LAYER_LIST = (
     "no nn.ModuleList of num_hidden_layers decoder layers (an encoder-decoder's decoder, or layers counted by "
@@ -154,7 +152,7 @@ AWQ_PACKING = "a linear's width does not fit AWQ's GEMM packing at 4-bit group 3
 
 # Types of MODEL_FOR_CAUSAL_LM_MAPPING not covered, each with its documented reason (from the full run).
 REFUSED: dict[str, Refusal] = {
-    # gpt2 and glm_moe_dsa: checked by CI
+    # glm_moe_dsa and ergo: checked by CI
     "axk1": Refusal("transformers", "The size of tensor a (4) must match the size of tensor b (8) at non-singleton di"),
     "axk2": Refusal(
         "qhf", "format 'gemm' cannot hold model.layers.0.input_layernorm.mlp.fc2 [64 x 16] at 4-bit", AWQ_PACKING
@@ -214,8 +212,6 @@ REFUSED: dict[str, Refusal] = {
     "git": Refusal("size", "the tiny config builds 85,973,504 parameters"),
     "glm_moe_dsa": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`", CARRIED),
     "got_ocr2": Refusal("size", "the tiny config builds 716,033,280 parameters"),
-    "gpt-sw3": Refusal("qhf", "modules with 2-D weights that are not nn.Linear: attn.c_attn (Conv1D)", CONV1D),
-    "gpt2": Refusal("qhf", "modules with 2-D weights that are not nn.Linear: attn.c_attn (Conv1D)", CONV1D),
     "gpt_neo": Refusal("config", "Class validation error for validator 'validate_architecture':"),
     "gptj": Refusal("transformers", "The size of tensor a (16) must match the size of tensor b (64) at non-singleton "),
     "hrm_text": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
@@ -266,7 +262,6 @@ REFUSED: dict[str, Refusal] = {
         "model.layers: group ['mlp.gate_proj', 'mlp.up_proj'] differs between layer struc",
         "the MLP group's previous op differs between its layer structures (a norm in one, none in the other)",
     ),
-    "openai-gpt": Refusal("qhf", "modules with 2-D weights that are not nn.Linear: attn.c_attn (Conv1D)", CONV1D),
     "param2moe": Refusal(
         "qhf", "tensor 'model.layers.0.attention.query_key_value.weight': transformers converts ", CONVERSION
     ),
@@ -334,6 +329,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "flint",
     "fuyu",
     "glm4_moe_lite",
+    "gpt-sw3",
     "gpt_neox_japanese",
     "granite_swa",
     "granitemoe_swa",
@@ -363,6 +359,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "moshi",
     "mpt",
     "nanochat",
+    "openai-gpt",
     "persimmon",
     "qwen3_5_moe_text",
     "qwen3_5_text",
@@ -379,7 +376,7 @@ AUTO_COVERED: tuple[str, ...] = (
 )
 
 # The refusals CI checks (the full run checks every one).
-CI_REFUSED = ("gpt2", "glm_moe_dsa")
+CI_REFUSED = ("glm_moe_dsa", "ergo")
 
 
 @dataclass

@@ -44,3 +44,10 @@ def conv1d_weights(model: nn.Module) -> frozenset[str]:
     """Dotted names of the ``weight`` tensors of ``model``'s :class:`Conv1DLinear` modules (stored ``[in, out]``
     in files, ``[out, in]`` in the skeleton)."""
     return frozenset(f"{name}.weight" for name, module in model.named_modules() if isinstance(module, Conv1DLinear))
+
+
+def skeleton_layout(name: str, tensor: torch.Tensor, transposed: frozenset[str]) -> torch.Tensor:
+    """File tensor ``name`` in the skeleton's layout: transposed (``[in, out]`` -> ``[out, in]``) when ``name`` is
+    in ``transposed`` (:func:`conv1d_weights`), else as it is. The transpose is its own inverse: the same call
+    turns a skeleton tensor back into the files' layout."""
+    return tensor.t().contiguous() if name in transposed else tensor

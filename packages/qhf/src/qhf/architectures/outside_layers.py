@@ -67,7 +67,7 @@ def randomize_outside(model: nn.Module, layers_path: str, config: Any, generator
             value = value + 1.0
         made[id(param)] = nn.Parameter(value.to(param.dtype), requires_grad=False)
     for module in model.modules():  # a parameter shared by several modules is replaced in each
-        for pname, param in list(module._parameters.items()):
-            if param is not None and id(param) in chosen:
-                module._parameters[pname] = made[id(param)]
+        for pname, held in list(module._parameters.items()):
+            if held is not None and id(held) in chosen:
+                module._parameters[pname] = made[id(held)]
     return names
