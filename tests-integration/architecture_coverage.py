@@ -138,7 +138,10 @@ class Refusal:
         return self.reason or f"{STAGE_WORDS[self.stage]}: {self.match}"
 
 
-DISCOVERY_FORWARD = "its forward fails on the discovery replica (weights outside the layers kept on meta)"
+DISCOVERY_FORWARD = (
+    "its forward reads input_ids even when given inputs_embeds (CPM-Ant's dtype check, DeepSeek-V4's hash routing "
+    "tid2eid[input_ids]), and the discovery forward runs on inputs_embeds"
+)
 NO_LAYER_LIST = (
     "no nn.ModuleList of num_hidden_layers decoder layers (an encoder-decoder's decoder, or layers counted by "
     "another field)"
