@@ -94,3 +94,8 @@ def test_randomize_outside_skips_vocabulary_tables_and_layers_and_is_seeded() ->
     assert torch.equal(first.positions.weight, second.positions.weight)
     assert (first.norm.weight - 1.0).abs().max() < 0.5  # norm-like weights near 1
     assert not torch.equal(first.norm.bias, torch.zeros(4))
+
+
+def test_every_vocabulary_size_of_the_config_counts() -> None:
+    config = SimpleNamespace(vocab_size=10, vocab_size_per_layer_input=6, max_position_embeddings=6)
+    assert randomize_outside(_Toy(), "layers", config, torch.Generator().manual_seed(2)) == ["norm.weight", "norm.bias"]
