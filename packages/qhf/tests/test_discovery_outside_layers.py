@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 from qhf.architectures import definition_for
-from qhf.architectures.outside_layers import outside_parameters, randomize_outside
+from qhf.architectures.outside_layers import outside_parameters, randomize_outside, vocab_sizes
 from qhf.source.skeleton import meta_parameters, meta_skeleton
 from tiny_models import tiny_config
 from torch import nn
@@ -96,6 +96,16 @@ def test_randomize_outside_skips_vocabulary_tables_and_layers_and_is_seeded() ->
     assert not torch.equal(first.norm.bias, torch.zeros(4))
 
 
-def test_every_vocabulary_size_of_the_config_counts() -> None:
-    config = SimpleNamespace(vocab_size=10, vocab_size_per_layer_input=6, max_position_embeddings=6)
-    assert randomize_outside(_Toy(), "layers", config, torch.Generator().manual_seed(2)) == ["norm.weight", "norm.bias"]
+def test_large_vocabulary_fields_count_and_type_tables_do_not() -> None:
+    config = SimpleNamespace(vocab_size=320, type_vocab_size=2, vocab_size_per_layer_input=5000)
+    assert vocab_sizes(config) == {320, 5000}
+
+    class _Tables(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            with torch.device("meta"):
+                self.per_layer_tokens = nn.Embedding(5000, 4)  # a token table: stays on meta
+                self.token_type = nn.Embedding(2, 4)  # read by the forward: materialized
+                self.layers = nn.ModuleList([nn.Linear(4, 4)])
+
+    assert randomize_outside(_Tables(), "layers", config, torch.Generator().manual_seed(2)) == ["token_type.weight"]

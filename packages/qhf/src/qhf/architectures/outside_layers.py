@@ -11,9 +11,10 @@ when the model is a vision-language one (:func:`qhf.architectures.multimodal.lan
 tower is never run by a text-only forward), except the vocabulary-sized ones: the input embedding's and the
 output projection's parameters (discovery feeds ``inputs_embeds`` and stops after the last representative
 layer, so neither is read) and any other parameter with a dimension equal to one of the config's vocabulary
-sizes (every integer field whose name holds ``vocab``: Gemma 3n's ``vocab_size_per_layer_input`` per-layer token
-table). Cost: the position tables and norms, ``max_position_embeddings x hidden`` at most per table; never a
-``vocab_size x hidden`` table. (A model whose position table happens to have a vocabulary size's length keeps it
+sizes: its text config's ``vocab_size``, and every other integer field whose name holds ``vocab`` from
+:data:`MIN_OTHER_VOCAB` up (Gemma 3n's ``vocab_size_per_layer_input`` per-layer token table; not BERT's
+``type_vocab_size`` 2, whose token-type table the forward reads). Cost: the position tables and norms,
+``max_position_embeddings x hidden`` at most per table; never a ``vocab_size x hidden`` table. (A model whose position table happens to have a vocabulary size's length keeps it
 on meta, and its discovery forward fails naming the meta tensor.)
 """
 
@@ -26,15 +27,21 @@ from torch import nn
 
 from .multimodal import language_model_path
 
+MIN_OTHER_VOCAB = 4096
+"""The least value of a ``*vocab*`` config field other than ``vocab_size`` counted as a vocabulary size (below it:
+type tables and divisors, e.g. ``type_vocab_size`` 2, ``make_ngram_vocab_size_divisible_by`` 128)."""
+
 
 def vocab_sizes(config: Any) -> set[int]:
-    """Every positive integer field of ``config`` and its text config whose name holds ``vocab``."""
+    """The text config's ``vocab_size`` and every integer field of ``config`` or its text config whose name holds
+    ``vocab`` with a value of at least :data:`MIN_OTHER_VOCAB`."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    sizes = set()
+    main = getattr(text, "vocab_size", None)
+    sizes = {main} if isinstance(main, int) and main > 0 else set()
     for part in (config, text):
         fields = part.to_dict() if hasattr(part, "to_dict") else vars(part)
         for key, value in fields.items():
-            if "vocab" in key and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if "vocab" in key and isinstance(value, int) and not isinstance(value, bool) and value >= MIN_OTHER_VOCAB:
                 sizes.add(value)
     return sizes
 
