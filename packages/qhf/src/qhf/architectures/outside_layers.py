@@ -14,8 +14,9 @@ layer, so neither is read) and any other parameter with a dimension equal to one
 sizes: its text config's ``vocab_size``, and every other integer field whose name holds ``vocab`` from
 :data:`MIN_OTHER_VOCAB` up (Gemma 3n's ``vocab_size_per_layer_input`` per-layer token table; not BERT's
 ``type_vocab_size`` 2, whose token-type table the forward reads). Cost: the position tables and norms,
-``max_position_embeddings x hidden`` at most per table; never a ``vocab_size x hidden`` table. (A model whose position table happens to have a vocabulary size's length keeps it
-on meta, and its discovery forward fails naming the meta tensor.)
+``max_position_embeddings x hidden`` at most per table; never a ``vocab_size x hidden`` table. (A model whose
+position table happens to have a vocabulary size's length keeps it on meta, and its discovery forward fails naming
+the meta tensor.)
 """
 
 from __future__ import annotations
