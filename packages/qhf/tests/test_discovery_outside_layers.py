@@ -96,16 +96,19 @@ def test_randomize_outside_skips_vocabulary_tables_and_layers_and_is_seeded() ->
     assert not torch.equal(first.norm.bias, torch.zeros(4))
 
 
-def test_large_vocabulary_fields_count_and_type_tables_do_not() -> None:
-    config = SimpleNamespace(vocab_size=320, type_vocab_size=2, vocab_size_per_layer_input=5000)
-    assert vocab_sizes(config) == {320, 5000}
+def test_only_the_vocabulary_size_keeps_a_table_on_meta() -> None:
+    # RoCBert's forward reads its shape table (shape_vocab_size), BERT's its token-type table (type_vocab_size)
+    config = SimpleNamespace(vocab_size=320, type_vocab_size=2, shape_vocab_size=5000)
+    assert vocab_sizes(config) == {320}
 
     class _Tables(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             with torch.device("meta"):
-                self.per_layer_tokens = nn.Embedding(5000, 4)  # a token table: stays on meta
-                self.token_type = nn.Embedding(2, 4)  # read by the forward: materialized
+                self.tokens = nn.Embedding(320, 4)
+                self.shapes = nn.Embedding(5000, 4)
+                self.token_type = nn.Embedding(2, 4)
                 self.layers = nn.ModuleList([nn.Linear(4, 4)])
 
-    assert randomize_outside(_Tables(), "layers", config, torch.Generator().manual_seed(2)) == ["token_type.weight"]
+    names = randomize_outside(_Tables(), "layers", config, torch.Generator().manual_seed(2))
+    assert names == ["shapes.weight", "token_type.weight"]

@@ -10,13 +10,13 @@ What is materialized: every meta parameter outside the decoder-layer container, 
 when the model is a vision-language one (:func:`qhf.architectures.multimodal.language_model_path`; its vision
 tower is never run by a text-only forward), except the vocabulary-sized ones: the input embedding's and the
 output projection's parameters (discovery feeds ``inputs_embeds`` and stops after the last representative
-layer, so neither is read) and any other parameter with a dimension equal to one of the config's vocabulary
-sizes: its text config's ``vocab_size``, and every other integer field whose name holds ``vocab`` from
-:data:`MIN_OTHER_VOCAB` up (Gemma 3n's ``vocab_size_per_layer_input`` per-layer token table; not BERT's
-``type_vocab_size`` 2, whose token-type table the forward reads). Cost: the position tables and norms,
-``max_position_embeddings x hidden`` at most per table; never a ``vocab_size x hidden`` table. (A model whose
-position table happens to have a vocabulary size's length keeps it on meta, and its discovery forward fails naming
-the meta tensor.)
+layer, so neither is read) and any other parameter with a dimension of the text config's ``vocab_size``.
+Other token tables are materialized when they are smaller than the vocabulary: RoCBert's shape and
+pronunciation tables (``shape_vocab_size`` 24858), which its forward reads; also Gemma 3n's per-layer table
+(``vocab_size_per_layer_input`` 262144, just under its ``vocab_size``), which it would not need. Cost: the
+position tables and norms, ``max_position_embeddings x hidden`` at most per table, and such smaller token tables;
+never a ``vocab_size x hidden`` table. (A model whose position table happens to have the vocabulary's length keeps
+it on meta, and its discovery forward fails naming the meta tensor.)
 """
 
 from __future__ import annotations
@@ -28,23 +28,12 @@ from torch import nn
 
 from .multimodal import language_model_path
 
-MIN_OTHER_VOCAB = 4096
-"""The least value of a ``*vocab*`` config field other than ``vocab_size`` counted as a vocabulary size (below it:
-type tables and divisors, e.g. ``type_vocab_size`` 2, ``make_ngram_vocab_size_divisible_by`` 128)."""
-
 
 def vocab_sizes(config: Any) -> set[int]:
-    """The text config's ``vocab_size`` and every integer field of ``config`` or its text config whose name holds
-    ``vocab`` with a value of at least :data:`MIN_OTHER_VOCAB`."""
+    """The text config's ``vocab_size`` (empty when it has none)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    main = getattr(text, "vocab_size", None)
-    sizes = {main} if isinstance(main, int) and main > 0 else set()
-    for part in (config, text):
-        fields = part.to_dict() if hasattr(part, "to_dict") else vars(part)
-        for key, value in fields.items():
-            if "vocab" in key and isinstance(value, int) and not isinstance(value, bool) and value >= MIN_OTHER_VOCAB:
-                sizes.add(value)
-    return sizes
+    size = getattr(text, "vocab_size", None)
+    return {size} if isinstance(size, int) and size > 0 else set()
 
 
 def outside_parameters(model: nn.Module, layers_path: str, config: Any) -> list[str]:
