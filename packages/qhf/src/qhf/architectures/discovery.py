@@ -5,9 +5,13 @@ device until the loop starts them, and discovery must not read weights nor wait 
 works on a *replica*: a deep copy of the meta skeleton in which one layer per distinct structure (same
 module names, classes and parameter shapes; e.g. DeepSeek's dense first layers vs its MoE layers) gets
 random weights (seeded, so discovery is deterministic); the other layers up to the last representative
-point at the replica of their structure. The replica model runs once on random ``inputs_embeds``
+point at the replica of their structure. The parameters outside the layers that the forward may read
+(position embeddings, embedding norms, token-type embeddings; never the vocabulary-sized embedding and
+output projection) get seeded random values too (:mod:`qhf.architectures.outside_layers`). The replica
+model runs once on random ``inputs_embeds``
 ``[1, 16, hidden]`` (so the model's own code builds the masks and rotary embeddings each layer gets) and
-stops after the last representative layer. Cost: one layer's parameters per structure, a 16-token forward.
+stops after the last representative layer. Cost: one layer's parameters per structure, the non-vocabulary
+parameters outside the layers, a 16-token forward.
 
 Each representative layer is traced (:mod:`qhf.architectures.layer_trace`) and turned into groups
 (:mod:`qhf.architectures.layer_groups`); structures are merged into one qlooper ``ModelDefinition``: a group
@@ -38,6 +42,7 @@ from .layer_groups import FoundGroup, LayerStructure, layer_structure
 from .layer_outputs import check_not_carried, probe_layer_outputs
 from .layer_trace import trace_layer
 from .multimodal import language_model_path
+from .outside_layers import randomize_outside
 
 DISCOVERY_TOKENS = 16
 """Tokens of the discovery forward (one row)."""
@@ -46,12 +51,15 @@ DISCOVERY_TOKENS = 16
 @dataclass
 class Discovery:
     """A discovered definition and its account: the layers' structures (representative index -> layers),
-    per structure what was found, linears kept dense and why, groups without a previous op and why."""
+    per structure what was found, linears kept dense and why, groups without a previous op and why;
+    ``outside``: the parameters outside the layers the replica gave random values
+    (:func:`qhf.architectures.outside_layers.outside_parameters`)."""
 
     definition: ModelDefinition
     layer_structures: dict[int, list[int]]
     structures: dict[int, LayerStructure]
     notes: dict[str, str] = field(default_factory=dict)
+    outside: tuple[str, ...] = ()
 
 
 class _Stop(Exception):
@@ -136,11 +144,14 @@ def _check_unfused(layer: nn.Module, where: str, generator: torch.Generator) -> 
 
 
 def _run_replica(
-    skeleton: nn.Module, layers_path: str, representatives: dict[int, list[int]]
-) -> tuple[nn.Module, dict[int, nn.Module], dict[int, Any]]:
-    """The replica model with real random representative layers, and each one's trace after one forward."""
+    skeleton: nn.Module, layers_path: str, representatives: dict[int, list[int]], config: Any
+) -> tuple[nn.Module, dict[int, nn.Module], dict[int, Any], list[str]]:
+    """The replica model with real random representative layers and parameters outside the layers, each
+    representative's trace after one forward, and the names of the outside parameters made real."""
     generator = torch.Generator().manual_seed(0)
     replica: Any = copy.deepcopy(skeleton)  # a transformers model
+    # its own generator: the layers' and the inputs' draws stay those of a model with nothing outside to fill
+    outside = randomize_outside(replica, layers_path, config, torch.Generator().manual_seed(2))
     container = cast(nn.ModuleList, replica.get_submodule(layers_path))
     real: dict[int, nn.Module] = {}
     for rep, members in representatives.items():
@@ -184,7 +195,7 @@ def _run_replica(
     missing = [rep for rep, trace in traces.items() if not trace.calls]
     if missing:
         raise UnsupportedArchitectureError(f"{layers_path}.{missing[0]}: the layer never ran in the discovery forward")
-    return replica, real, traces
+    return replica, real, traces, outside
 
 
 def _probe_embeds(replica: nn.Module, real: dict[int, nn.Module]) -> torch.Tensor:
@@ -242,7 +253,7 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
     for index, layer in enumerate(container):
         by_signature.setdefault(_signature(layer), []).append(index)
     representatives = {members[0]: members for members in by_signature.values()}
-    replica, real, traces = _run_replica(skeleton, layers_path, representatives)
+    replica, real, traces, outside = _run_replica(skeleton, layers_path, representatives, config)
     outputs = probe_layer_outputs(replica, layers_path, _probe_embeds(replica, real))
     check_not_carried(outputs, layers_path)
     check_layers_run_once(replica, layers_path, _probe_embeds(replica, real), outputs.arity)
@@ -275,4 +286,4 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
         raise UnsupportedArchitectureError(
             f"{layers_path}: the discovered groups do not form a definition: {error}"
         ) from error
-    return Discovery(definition, representatives, structures, notes)
+    return Discovery(definition, representatives, structures, notes, tuple(outside))
