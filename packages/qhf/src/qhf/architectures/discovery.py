@@ -37,9 +37,9 @@ from torch import nn
 from ..errors import UnsupportedArchitectureError
 from .fused_experts import UnfusedExperts
 from .layer_groups import FoundGroup, LayerStructure, layer_structure
+from .layer_list import find_layer_list, text_config
 from .layer_outputs import check_not_carried, probe_layer_outputs
 from .layer_trace import trace_layer
-from .multimodal import language_model_path
 from .outside_layers import randomize_outside
 
 DISCOVERY_TOKENS = 16
@@ -51,41 +51,25 @@ class Discovery:
     """A discovered definition and its account: the layers' structures (representative index -> layers),
     per structure what was found, linears kept dense and why, groups without a previous op and why;
     ``outside``: the parameters outside the layers the replica gave random values
-    (:func:`qhf.architectures.outside_layers.outside_parameters`)."""
+    (:func:`qhf.architectures.outside_layers.outside_parameters`);
+    ``layers_field``: the config field that counts the decoder layers (``num_hidden_layers``, or e.g.
+    ``decoder_layers`` for an encoder-decoder's decoder: :mod:`qhf.architectures.layer_list`)."""
 
     definition: ModelDefinition
     layer_structures: dict[int, list[int]]
     structures: dict[int, LayerStructure]
     notes: dict[str, str] = field(default_factory=dict)
     outside: tuple[str, ...] = ()
+    layers_field: str = "num_hidden_layers"
 
 
 class _Stop(Exception):
     """Ends the discovery forward after the last representative layer."""
 
 
-def text_config(config: Any) -> Any:
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 def find_layers(model: nn.Module, config: Any) -> str:
-    """Dotted path of the ``nn.ModuleList`` holding ``num_hidden_layers`` decoder layers (the shallowest; in a
-    vision-language model, inside its language model: :func:`qhf.architectures.multimodal.language_model_path`)."""
-    count = getattr(text_config(config), "num_hidden_layers", None)
-    inside = language_model_path(model)
-    candidates = [
-        name
-        for name, module in model.named_modules()
-        if isinstance(module, nn.ModuleList)
-        and len(module) == count
-        and count
-        and (inside is None or name.startswith(inside + "."))
-    ]
-    if not candidates:
-        raise UnsupportedArchitectureError(
-            f"{type(model).__name__}: no nn.ModuleList of num_hidden_layers={count} decoder layers found"
-        )
-    return min(candidates, key=lambda n: (n.count("."), n))
+    """Dotted path of the decoder-layer ``nn.ModuleList`` (:func:`qhf.architectures.layer_list.find_layer_list`)."""
+    return find_layer_list(model, config).path
 
 
 def _signature(layer: nn.Module) -> tuple[Any, ...]:
@@ -245,7 +229,8 @@ def _offset(structures: dict[int, LayerStructure]) -> tuple[float, set[tuple[str
 
 def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Discovery:
     """The qlooper ``ModelDefinition`` of ``skeleton`` (see the module docstring)."""
-    layers_path = find_layers(skeleton, config)
+    layer_list = find_layer_list(skeleton, config)
+    layers_path = layer_list.path
     container = cast(nn.ModuleList, skeleton.get_submodule(layers_path))
     by_signature: dict[tuple[Any, ...], list[int]] = {}
     for index, layer in enumerate(container):
@@ -283,4 +268,6 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
         raise UnsupportedArchitectureError(
             f"{layers_path}: the discovered groups do not form a definition: {error}"
         ) from error
-    return Discovery(definition, representatives, structures, notes, tuple(outside))
+    if layer_list.field != "num_hidden_layers":
+        notes[layers_path] = f"{layer_list.count} decoder layers counted by config field {layer_list.field!r}"
+    return Discovery(definition, representatives, structures, notes, tuple(outside), layer_list.field)
