@@ -24,6 +24,7 @@ the part of the layer, before any work.
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -35,12 +36,15 @@ from qlooper.module_access import linear_features
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
+from .discovery_inputs import embeds_inputs, ids_inputs, use_id_embedding, vocab_size
 from .fused_experts import UnfusedExperts
 from .layer_groups import FoundGroup, LayerStructure, layer_structure
 from .layer_list import find_layer_list, text_config
 from .layer_outputs import check_not_carried, probe_layer_outputs
 from .layer_trace import trace_layer
 from .outside_layers import randomize_outside
+
+log = logging.getLogger(__name__)
 
 DISCOVERY_TOKENS = 16
 """Tokens of the discovery forward (one row)."""
@@ -125,11 +129,44 @@ def _check_unfused(layer: nn.Module, where: str, generator: torch.Generator) -> 
             )
 
 
+def _traced_forward(
+    replica: nn.Module, real: dict[int, nn.Module], inputs: dict[str, Any]
+) -> tuple[dict[int, Any], Exception | None]:
+    """One forward of ``replica`` on ``inputs`` stopped after the last representative; each representative's
+    trace, and the model's own error (None when it ran)."""
+    traces: dict[int, Any] = {}
+    contexts = {rep: trace_layer(layer) for rep, layer in real.items()}
+
+    def stop(_m: nn.Module, _a: Any, _o: Any) -> None:
+        raise _Stop
+
+    handle = None
+    failure: Exception | None = None
+    try:
+        for rep, ctx in contexts.items():
+            traces[rep] = ctx.__enter__()
+        handle = real[max(real)].register_forward_hook(stop)
+        with torch.no_grad():
+            replica(**inputs)
+    except _Stop:
+        pass
+    except Exception as error:  # any failure of the model's own forward is reported as not understood
+        failure = error
+    finally:
+        if handle is not None:
+            handle.remove()
+        for ctx in contexts.values():
+            ctx.__exit__(None, None, None)
+    return traces, failure
+
+
 def _run_replica(
     skeleton: nn.Module, layers_path: str, representatives: dict[int, list[int]], config: Any
-) -> tuple[nn.Module, dict[int, nn.Module], dict[int, Any], list[str]]:
+) -> tuple[nn.Module, dict[int, nn.Module], dict[int, Any], list[str], str | None]:
     """The replica model with real random representative layers and parameters outside the layers, each
-    representative's trace after one forward, and the names of the outside parameters made real."""
+    representative's trace after one forward, the names of the outside parameters made real, and None when the
+    forward ran on ``inputs_embeds``, else why that failed (it then ran on token ids through a stand-in
+    embedding: :mod:`qhf.architectures.discovery_inputs`)."""
     generator = torch.Generator().manual_seed(0)
     replica: Any = copy.deepcopy(skeleton)  # a transformers model
     # its own generator: the layers' and the inputs' draws stay those of a model with nothing outside to fill
@@ -143,45 +180,40 @@ def _run_replica(
         for index in members:
             container[index] = layer
         real[rep] = layer
-    last = max(representatives)
     hidden = int(replica.get_input_embeddings().weight.shape[1])
-    dtype = next(iter(real[last].parameters())).dtype
-    embeds = torch.randn(1, DISCOVERY_TOKENS, hidden, generator=generator).to(dtype)
-    traces: dict[int, Any] = {}
-    contexts = {rep: trace_layer(layer) for rep, layer in real.items()}
-
-    def stop(_m: nn.Module, _a: Any, _o: Any) -> None:
-        raise _Stop
-
-    handle = None
-    try:
-        for rep, ctx in contexts.items():
-            traces[rep] = ctx.__enter__()
-        handle = real[last].register_forward_hook(stop)
-        with torch.no_grad():
-            replica(
-                inputs_embeds=embeds, attention_mask=torch.ones(1, DISCOVERY_TOKENS, dtype=torch.long), use_cache=False
-            )
-    except _Stop:
-        pass
-    except Exception as error:  # any failure of the model's own forward is reported as not understood
-        raise UnsupportedArchitectureError(
-            f"{type(skeleton).__name__}: the discovery forward (random weights, inputs_embeds [1, "
-            f"{DISCOVERY_TOKENS}, {hidden}]) failed: {type(error).__name__}: {error}"
-        ) from error
-    finally:
-        if handle is not None:
-            handle.remove()
-        for ctx in contexts.values():
-            ctx.__exit__(None, None, None)
+    dtype = next(iter(real[max(real)].parameters())).dtype
+    inputs = embeds_inputs(torch.randn(1, DISCOVERY_TOKENS, hidden, generator=generator).to(dtype))
+    traces, failure = _traced_forward(replica, real, inputs)
+    fell_back: str | None = None
+    if failure is not None:
+        first = failure
+        use_id_embedding(replica, hidden, dtype)
+        inputs = ids_inputs(vocab_size(config), DISCOVERY_TOKENS, torch.Generator().manual_seed(4))
+        traces, failure = _traced_forward(replica, real, inputs)
+        if failure is not None:
+            raise UnsupportedArchitectureError(
+                f"{type(skeleton).__name__}: the discovery forward (random weights, inputs_embeds [1, "
+                f"{DISCOVERY_TOKENS}, {hidden}]) failed: {type(first).__name__}: {first}; on token ids "
+                f"through a stand-in embedding: {type(failure).__name__}: {failure}"
+            ) from first
+        log.info(
+            "%s: discovery ran on token ids (the inputs_embeds forward failed: %s: %s)",
+            type(skeleton).__name__,
+            type(first).__name__,
+            first,
+        )
+        fell_back = f"{type(first).__name__}: {first}"
     missing = [rep for rep, trace in traces.items() if not trace.calls]
     if missing:
         raise UnsupportedArchitectureError(f"{layers_path}.{missing[0]}: the layer never ran in the discovery forward")
-    return replica, real, traces, outside
+    return replica, real, traces, outside, fell_back
 
 
-def _probe_embeds(replica: nn.Module, real: dict[int, nn.Module]) -> torch.Tensor:
-    """Random ``inputs_embeds [1, DISCOVERY_TOKENS, hidden]`` in the layers' dtype for the output probe."""
+def _probe_inputs(replica: nn.Module, real: dict[int, nn.Module], on_ids: bool, config: Any) -> Any:
+    """Inputs of the output probe, of the kind the discovery forward ran on: random ``inputs_embeds
+    [1, DISCOVERY_TOKENS, hidden]`` in the layers' dtype, else random token ids."""
+    if on_ids:
+        return ids_inputs(vocab_size(config), DISCOVERY_TOKENS, torch.Generator().manual_seed(5))
     hidden = int(cast(Any, replica).get_input_embeddings().weight.shape[1])
     dtype = next(iter(real[max(real)].parameters())).dtype
     return torch.randn(1, DISCOVERY_TOKENS, hidden, generator=torch.Generator().manual_seed(1)).to(dtype)
@@ -236,8 +268,8 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
     for index, layer in enumerate(container):
         by_signature.setdefault(_signature(layer), []).append(index)
     representatives = {members[0]: members for members in by_signature.values()}
-    replica, real, traces, outside = _run_replica(skeleton, layers_path, representatives, config)
-    outputs = probe_layer_outputs(replica, layers_path, _probe_embeds(replica, real))
+    replica, real, traces, outside, fell_back = _run_replica(skeleton, layers_path, representatives, config)
+    outputs = probe_layer_outputs(replica, layers_path, _probe_inputs(replica, real, fell_back is not None, config))
     check_not_carried(outputs, layers_path)
     structures = {
         rep: layer_structure(real[rep], traces[rep], f"{layers_path}.{rep}") for rep in sorted(representatives)
@@ -268,6 +300,11 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
         raise UnsupportedArchitectureError(
             f"{layers_path}: the discovered groups do not form a definition: {error}"
         ) from error
+    if fell_back is not None:
+        notes["<inputs>"] = (
+            f"discovery ran on token ids [1, {DISCOVERY_TOKENS}] through a stand-in embedding: the inputs_embeds "
+            f"forward failed ({fell_back})"
+        )
     if layer_list.field != "num_hidden_layers":
         notes[layers_path] = f"{layer_list.count} decoder layers counted by config field {layer_list.field!r}"
     return Discovery(definition, representatives, structures, notes, tuple(outside), layer_list.field)

@@ -80,10 +80,10 @@ def find_layer_list(model: nn.Module, config: Any) -> LayerList:
     text = text_config(config)
     count = getattr(text, DEFAULT_FIELD, None)
     lists = _lists(model)
-    direct = [name for name, module in lists if count and len(module) == count]
+    direct = [(name, len(module)) for name, module in lists if count and len(module) == count]
     if direct:
-        path = min(direct, key=lambda n: (_depth(n), n))
-        return LayerList(path, DEFAULT_FIELD, int(count))
+        path, length = min(direct, key=lambda item: (_depth(item[0]), item[0]))
+        return LayerList(path, DEFAULT_FIELD, length)
     fields = integer_fields(text)
     repeated = [
         (name, module)
