@@ -100,6 +100,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "qwen3_next": {**MOE, "shared_expert_intermediate_size": 64, "full_attention_interval": 2},
     # blocks return (hidden, state, attentions); rescale_every > 0 is refused by name (in-place weight rescale)
     "rwkv": {"rescale_every": 0},
+    # forwards that read weights outside the decoder layers: learned position embeddings (OPT, GPT-BigCode),
+    # an embedding layer norm (BLOOM); discovery's replica gives them random values
+    "opt": {},
+    "bloom": {},
+    "gpt_bigcode": {},
+    # transformers' Conv1D linears (weight stored [in, out]) and learned position embeddings
+    "gpt2": {},
     # an encoder-decoder's *ForCausalLM: the decoder's layers (model.decoder.layers) are counted by decoder_layers
     # (num_hidden_layers maps to encoder_layers); cross-attention never runs and stays dense. BART is post-norm
     # (AWQ: no previous op), mBART pre-norm (AWQ scales into its norms)
@@ -138,10 +145,6 @@ class Refusal:
         return self.reason or f"{STAGE_WORDS[self.stage]}: {self.match}"
 
 
-OUTSIDE_LAYERS = (
-    "its forward reads weights outside the decoder layers (position embeddings, embedding norm), which "
-    "discovery keeps on meta"
-)
 CYCLED_STACKS = (
     "two stacks of decoder layers (L_module.layers, H_module.layers), each run H_cycles x (L_cycles + 1) times per "
     "forward; the loop quantizes one list of layers, each run once (refused by name at discovery)"
@@ -155,7 +158,7 @@ AWQ_PACKING = "a linear's width does not fit AWQ's GEMM packing at 4-bit group 3
 
 # Types of MODEL_FOR_CAUSAL_LM_MAPPING not covered, each with its documented reason (from the full run).
 REFUSED: dict[str, Refusal] = {
-    # gpt2 and bloom: checked by CI
+    # glm_moe_dsa and ergo: checked by CI
     "axk1": Refusal("transformers", "The size of tensor a (4) must match the size of tensor b (8) at non-singleton di"),
     "axk2": Refusal(
         "qhf", "format 'gemm' cannot hold model.layers.0.input_layernorm.mlp.fc2 [64 x 16] at 4-bit", AWQ_PACKING
@@ -163,16 +166,7 @@ REFUSED: dict[str, Refusal] = {
     "bailing_hybrid": Refusal(
         "qhf", "tensor 'model.layers.0.attention.k_conv1d.weight': transformers converts it into", CONVERSION
     ),
-    "bert": Refusal("qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS),
-    "bert-generation": Refusal(
-        "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
-    ),
-    "big_bird": Refusal(
-        "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
-    ),
-    "biogpt": Refusal("qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS),
     "blenderbot": Refusal("size", "the tiny config builds 32,569,984 parameters"),
-    "bloom": Refusal("qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS),
     "blt": Refusal("size", "the tiny config builds 4,633,189,120 parameters"),
     "camembert": Refusal(
         "transformers", "ne() received an invalid combination of arguments - got (NoneType), but expected"
@@ -197,7 +191,6 @@ REFUSED: dict[str, Refusal] = {
     "dots3_note_text": Refusal(
         "config", "'kv_lora_rank' is a per-layer attribute and may vary across layers. Access it vi"
     ),
-    "electra": Refusal("qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS),
     "emu3": Refusal("size", "the tiny config builds 8,492,011,520 parameters"),
     "ergo": Refusal(
         "qhf",
@@ -205,7 +198,6 @@ REFUSED: dict[str, Refusal] = {
         "its fused experts apply a per-expert norm after the MLP (post_expert_norm), which the unfused per-expert "
         "linears do not compute (checked on random weights at discovery)",
     ),
-    "ernie": Refusal("qhf", "RuntimeError: Tensor.item() cannot be called on meta tensors", OUTSIDE_LAYERS),
     "gemma3": Refusal("size", "the tiny config builds 3,327,440,128 parameters"),
     "gemma3n": Refusal("config", "ImportError", "its config class raises ImportError (a package transformers wants)"),
     "gemma3n_text": Refusal(
@@ -224,9 +216,6 @@ REFUSED: dict[str, Refusal] = {
     "git": Refusal("size", "the tiny config builds 85,973,504 parameters"),
     "glm_moe_dsa": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`", CARRIED),
     "got_ocr2": Refusal("size", "the tiny config builds 716,033,280 parameters"),
-    "gpt-sw3": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
-    "gpt2": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
-    "gpt_bigcode": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
     "gpt_neo": Refusal("config", "Class validation error for validator 'validate_architecture':"),
     "gptj": Refusal("transformers", "The size of tensor a (16) must match the size of tensor b (64) at non-singleton "),
     "hrm_text": Refusal("qhf", "several lists of repeated blocks instead", CYCLED_STACKS),
@@ -260,9 +249,6 @@ REFUSED: dict[str, Refusal] = {
         "transformers", "The size of tensor a (4) must match the size of tensor b (8) at non-singleton di"
     ),
     "mamba2": Refusal("config", "Class validation error for validator 'validate_architecture':"),
-    "megatron-bert": Refusal(
-        "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
-    ),
     "ministral": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "mllama": Refusal("size", "the tiny config builds 9,775,192,080 parameters"),
     "modernbert-decoder": Refusal("config", "Validation error for field 'pad_token_id':"),
@@ -277,10 +263,6 @@ REFUSED: dict[str, Refusal] = {
         "model.layers: group ['mlp.gate_proj', 'mlp.up_proj'] differs between layer struc",
         "the MLP group's previous op differs between its layer structures (a norm in one, none in the other)",
     ),
-    "openai-gpt": Refusal(
-        "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
-    ),
-    "opt": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
     "param2moe": Refusal(
         "qhf", "tensor 'model.layers.0.attention.query_key_value.weight': transformers converts ", CONVERSION
     ),
@@ -291,23 +273,15 @@ REFUSED: dict[str, Refusal] = {
     "qwen3_5_moe": Refusal("size", "the tiny config builds 34,660,610,688 parameters"),
     "qwen4_exp": Refusal("config", "unsupported operand type(s) for //: 'NoneType' and 'NoneType'"),
     "reformer": Refusal("config", "If you want to use `ReformerModelWithLMHead` make sure that `is_decoder=True`."),
-    "rembert": Refusal("qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS),
     "roberta": Refusal(
         "transformers", "ne() received an invalid combination of arguments - got (NoneType), but expected"
     ),
     "roberta-prelayernorm": Refusal(
         "transformers", "ne() received an invalid combination of arguments - got (NoneType), but expected"
     ),
-    "roc_bert": Refusal(
-        "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
-    ),
-    "roformer": Refusal(
-        "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
-    ),
     "sarvam_moe": Refusal(
         "qhf", "tensor 'model.layers.0.attention.query_key_value.weight': transformers converts ", CONVERSION
     ),
-    "trocr": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
     "whisper": Refusal("config", "embed_dim must be divisible by num_heads (got `embed_dim`: 64 and `num_heads`: 6"),
     "xlm": Refusal("transformers", "'bool' object has no attribute 'sum'"),
     "xlm-roberta": Refusal(
@@ -335,7 +309,11 @@ AUTO_COVERED: tuple[str, ...] = (
     "aria_text",
     "bamba",
     "beam",
+    "bert",
+    "bert-generation",
+    "big_bird",
     "bigbird_pegasus",
+    "biogpt",
     "bitnet",
     "blenderbot-small",
     "cohere2_moe",
@@ -344,6 +322,8 @@ AUTO_COVERED: tuple[str, ...] = (
     "cwm",
     "deepseek_v32",
     "diffllama",
+    "electra",
+    "ernie",
     "ernie4_5",
     "exaone",
     "exaone_moe",
@@ -352,6 +332,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "flint",
     "fuyu",
     "glm4_moe_lite",
+    "gpt-sw3",
     "gpt_neox_japanese",
     "granite_swa",
     "granitemoe_swa",
@@ -370,6 +351,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "lfm3",
     "mamba",
     "marian",
+    "megatron-bert",
     "mellum",
     "mimo_v2_flash",
     "minicpm3",
@@ -382,20 +364,25 @@ AUTO_COVERED: tuple[str, ...] = (
     "mpt",
     "mvp",
     "nanochat",
+    "openai-gpt",
     "pegasus",
     "persimmon",
     "qwen3_5_moe_text",
     "qwen3_5_text",
     "qwen4_exp_text",
     "recurrent_gemma",
+    "rembert",
+    "roc_bert",
+    "roformer",
     "sarvam_mla",
     "solar_open",
+    "trocr",
     "vaultgemma",
     "xglm",
 )
 
 # The refusals CI checks (the full run checks every one).
-CI_REFUSED = ("gpt2", "bloom")
+CI_REFUSED = ("glm_moe_dsa", "ergo")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from qformats.config import QuantizeConfig
 from qlooper.module_access import linear_features
 from torch import nn
 
+from .architectures.conv1d import conv1d_weights, skeleton_layout
 from .checkpoint_reader import QuantizedCheckpoint, open_quantized_checkpoint
 from .config_view import adapter as eora_adapter
 from .errors import SourceFormatError
@@ -109,9 +110,11 @@ def build_quantized_model(
             f"{checkpoint.directory.path}: the checkpoint lacks {len(absent)} tensor(s): {', '.join(absent[:5])}"
         )
 
+    transposed = conv1d_weights(model)  # a dense Conv1D's weight: [in, out] in the file, [out, in] here
+
     def read(name: str) -> torch.Tensor:
         same = shared(name) if shared is not None else None
-        return same if same is not None else checkpoint.reader.get(name, dtype)
+        return same if same is not None else skeleton_layout(name, checkpoint.reader.get(name, dtype), transposed)
 
     materialize_names(model, wanted, read, dtype)
     adapter = eora_adapter(checkpoint.config)

@@ -10,9 +10,11 @@ What is materialized: every meta parameter outside the decoder-layer container, 
 when the model is a vision-language one (:func:`qhf.architectures.multimodal.language_model_path`; its vision
 tower is never run by a text-only forward), except the vocabulary-sized ones: the input embedding's and the
 output projection's parameters (discovery feeds ``inputs_embeds`` and stops after the last representative
-layer, so neither is read) and any other parameter with a dimension of ``vocab_size`` (per-layer token
-tables). Cost: the position tables and norms, ``max_position_embeddings x hidden`` at most per table; never a
-``vocab_size x hidden`` table.
+layer, so neither is read) and any other parameter with a dimension equal to one of the config's vocabulary
+sizes (every integer field whose name holds ``vocab``: Gemma 3n's ``vocab_size_per_layer_input`` per-layer token
+table). Cost: the position tables and norms, ``max_position_embeddings x hidden`` at most per table; never a
+``vocab_size x hidden`` table. (A model whose position table happens to have a vocabulary size's length keeps it
+on meta, and its discovery forward fails naming the meta tensor.)
 """
 
 from __future__ import annotations
@@ -25,17 +27,23 @@ from torch import nn
 from .multimodal import language_model_path
 
 
-def _vocab_size(config: Any) -> int | None:
+def vocab_sizes(config: Any) -> set[int]:
+    """Every positive integer field of ``config`` and its text config whose name holds ``vocab``."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    size = getattr(text, "vocab_size", None)
-    return int(size) if isinstance(size, int) and size > 0 else None
+    sizes = set()
+    for part in (config, text):
+        fields = part.to_dict() if hasattr(part, "to_dict") else vars(part)
+        for key, value in fields.items():
+            if "vocab" in key and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                sizes.add(value)
+    return sizes
 
 
 def outside_parameters(model: nn.Module, layers_path: str, config: Any) -> list[str]:
     """Dotted names of the meta parameters of ``model`` the replica materializes (module docstring), in
     ``named_parameters`` order; a parameter shared by several modules is named once."""
     inside = language_model_path(model)
-    vocab = _vocab_size(config)
+    vocab = vocab_sizes(config)
     get_in = getattr(model, "get_input_embeddings", None)
     get_out = getattr(model, "get_output_embeddings", None)
     embeddings = [m for m in (get_in() if get_in else None, get_out() if get_out else None) if m is not None]
@@ -48,7 +56,7 @@ def outside_parameters(model: nn.Module, layers_path: str, config: Any) -> list[
             continue
         if param.device.type != "meta" or id(param) in skipped:
             continue
-        if vocab is not None and vocab in param.shape:
+        if vocab.intersection(param.shape):
             continue
         names.append(name)
     return names
@@ -67,7 +75,7 @@ def randomize_outside(model: nn.Module, layers_path: str, config: Any, generator
             value = value + 1.0
         made[id(param)] = nn.Parameter(value.to(param.dtype), requires_grad=False)
     for module in model.modules():  # a parameter shared by several modules is replaced in each
-        for pname, param in list(module._parameters.items()):
-            if param is not None and id(param) in chosen:
-                module._parameters[pname] = made[id(param)]
+        for pname, held in list(module._parameters.items()):
+            if held is not None and id(held) in chosen:
+                module._parameters[pname] = made[id(held)]
     return names

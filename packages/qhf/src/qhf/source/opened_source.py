@@ -22,6 +22,7 @@ from qlooper.definition import ModelDefinition
 from torch import nn
 
 from ..architectures import Discovery, definition_for
+from ..architectures.conv1d import conv1d_weights
 from ..errors import SourceFormatError
 from .skeleton import (
     embedding_names,
@@ -251,5 +252,5 @@ def open_source_model(
         extra_files=dict(extra_files or {}),
         size_of=size_of,
         dtype_of=dtype_of,
-        aliases=aliases(model, wanted, names, fused_expert_slices(model)),
+        aliases=aliases(model, wanted, names, fused_expert_slices(model), conv1d_weights(model)),
     )

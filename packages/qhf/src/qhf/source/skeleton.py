@@ -46,7 +46,9 @@ def _parameters_on_meta() -> Iterator[None]:
 def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
     """``AutoModelForCausalLM.from_config(config)`` (a vision-language model's ``AutoModelForImageTextToText``:
     :func:`qhf.architectures.multimodal.model_class`) with parameters on meta, in eval mode, fused 3-D experts
-    unfused into per-expert linears (:func:`qhf.architectures.fused_experts.unfuse_experts`)."""
+    unfused into per-expert linears (:func:`qhf.architectures.fused_experts.unfuse_experts`), transformers'
+    ``Conv1D`` modules replaced with linears (:func:`qhf.architectures.conv1d.linearize_conv1d`)."""
+    from ..architectures.conv1d import linearize_conv1d
     from ..architectures.fused_experts import unfuse_experts
     from ..architectures.multimodal import model_class
     from .remote_code import TRUST_REMOTE_CODE
@@ -65,6 +67,7 @@ def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
                 config, dtype=dtype, attn_implementation="eager", trust_remote_code=TRUST_REMOTE_CODE
             )
     unfuse_experts(model)
+    linearize_conv1d(model)
     return model.eval()
 
 

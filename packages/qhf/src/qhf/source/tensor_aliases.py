@@ -5,7 +5,8 @@ Files store them either fused (``mlp.experts.gate_up_proj`` ``[E, ...]``, as GPT
 name transformers renames when it loads (GraniteMoE's ``block_sparse_moe.input_linear.weight`` ->
 ``block_sparse_moe.experts.gate_up_proj``), or per expert under the names transformers converts from
 (``block_sparse_moe.experts.3.w1.weight``); other
-tensors may also be renamed by that conversion (``block_sparse_moe.gate`` -> ``mlp.gate``). :func:`aliases`
+tensors may also be renamed by that conversion (``block_sparse_moe.gate`` -> ``mlp.gate``). A transformers
+``Conv1D``'s weight, a linear of the skeleton, is stored transposed (:mod:`qhf.architectures.conv1d`). :func:`aliases`
 maps each skeleton name the files lack to a reader, using transformers' own conversion mapping for the
 model (``transformers.conversion_mapping``), so no family is spelled out here. Each :class:`Reader` names
 the file tensors it reads, so a checkpoint writer can tell which file names the aliases replace without
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -32,14 +33,17 @@ Getter = Callable[[str], torch.Tensor]
 @dataclass(frozen=True)
 class Reader:
     """One skeleton tensor read from file tensor ``source``: ``reader(get)`` returns it (``where`` slices
-    an expert's part out of a fused tensor; ``None``: the file tensor is the skeleton tensor, renamed)."""
+    an expert's part out of a fused tensor; ``None``: the file tensor is the skeleton tensor, renamed;
+    ``transposed``: the file stores the 2-D tensor transposed, a ``Conv1D``'s ``[in, out]`` weight)."""
 
     source: str
     where: FusedSlice | None = None
+    transposed: bool = False
 
     def __call__(self, get: Getter) -> torch.Tensor:
         tensor = get(self.source)
-        return tensor if self.where is None else self.where.take(tensor)
+        tensor = tensor if self.where is None else self.where.take(tensor)
+        return tensor.t().contiguous() if self.transposed else tensor
 
 
 def _conversions(model: nn.Module) -> tuple[list[Any], list[Any], Callable[..., Any]] | None:
@@ -61,6 +65,24 @@ def _expert_of(file_name: str, pattern: str) -> int | None:
 
 
 def aliases(
+    model: nn.Module,
+    wanted: set[str],
+    stored: frozenset[str],
+    fused: dict[str, dict[str, FusedSlice]],
+    transposed: frozenset[str] = frozenset(),
+) -> dict[str, Reader]:
+    """Skeleton name -> reader for every name in ``wanted`` that ``stored`` lacks but can provide, and for every
+    name of ``transposed`` (stored transposed: :func:`qhf.architectures.conv1d.conv1d_weights`)."""
+    found = _renamed(model, wanted, stored, fused)
+    for name in sorted(transposed):
+        if name in found:
+            found[name] = replace(found[name], transposed=True)
+        elif name in stored:
+            found[name] = Reader(name, transposed=True)
+    return found
+
+
+def _renamed(
     model: nn.Module, wanted: set[str], stored: frozenset[str], fused: dict[str, dict[str, FusedSlice]]
 ) -> dict[str, Reader]:
     """Skeleton name -> reader for every name in ``wanted`` that ``stored`` lacks but can provide."""
