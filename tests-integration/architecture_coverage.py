@@ -43,6 +43,8 @@ MLA = {
     "head_dim": 8,
 }
 
+ENCODER_DECODER = {"decoder_layers": 2, "decoder_ffn_dim": 128, "decoder_attention_heads": 4, "encoder_ffn_dim": 128}
+
 # model_type -> extra config fields of its tiny model (MoE and MLA sizes kept small).
 FAMILIES: dict[str, dict[str, Any]] = {
     "llama": {},
@@ -105,6 +107,11 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gpt_bigcode": {},
     # transformers' Conv1D linears (weight stored [in, out]) and learned position embeddings
     "gpt2": {},
+    # an encoder-decoder's *ForCausalLM: the decoder's layers (model.decoder.layers) are counted by decoder_layers
+    # (num_hidden_layers maps to encoder_layers); cross-attention never runs and stays dense. BART is post-norm
+    # (AWQ: no previous op), mBART pre-norm (AWQ scales into its norms)
+    "bart": ENCODER_DECODER,
+    "mbart": ENCODER_DECODER,
 }
 
 
@@ -153,13 +160,9 @@ class Refusal:
         return self.reason or f"{STAGE_WORDS[self.stage]}: {self.match}"
 
 
-DISCOVERY_FORWARD = (
-    "its forward reads input_ids even when given inputs_embeds (CPM-Ant's dtype check, DeepSeek-V4's hash routing "
-    "tid2eid[input_ids]), and the discovery forward runs on inputs_embeds"
-)
-NO_LAYER_LIST = (
-    "no nn.ModuleList of num_hidden_layers decoder layers (an encoder-decoder's decoder, or layers counted by "
-    "another field)"
+CYCLED_STACKS = (
+    "two stacks of decoder layers (L_module.layers, H_module.layers), each run H_cycles x (L_cycles + 1) times per "
+    "forward; the loop quantizes one list of layers, each run once (refused by name at discovery)"
 )
 CONVERSION = "its files need a transformers tensor conversion other than fused experts (split or merged projections)"
 CARRIED = (
@@ -182,10 +185,7 @@ REFUSED: dict[str, Refusal] = {
     "bailing_hybrid": Refusal(
         "qhf", "tensor 'model.layers.0.attention.k_conv1d.weight': transformers converts it into", CONVERSION
     ),
-    "bart": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
-    "bigbird_pegasus": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "blenderbot": Refusal("size", "the tiny config builds 32,569,984 parameters"),
-    "blenderbot-small": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "blt": Refusal("size", "the tiny config builds 4,633,189,120 parameters"),
     "camembert": Refusal(
         "transformers", "ne() received an invalid combination of arguments - got (NoneType), but expected"
@@ -194,12 +194,13 @@ REFUSED: dict[str, Refusal] = {
         "transformers", "The size of tensor a (16) must match the size of tensor b (64) at non-singleton "
     ),
     "cohere_compass_text": Refusal("config", "'full_attention'"),
-    "cpmant": Refusal("qhf", "AttributeError: 'NoneType' object has no attribute 'dtype'", DISCOVERY_FORWARD),
     "data2vec-text": Refusal(
         "transformers", "ne() received an invalid combination of arguments - got (NoneType), but expected"
     ),
     "dbrx": Refusal("config", "'DbrxAttentionConfig' object has no attribute 'rope_theta'"),
-    "deepseek_v4": Refusal("qhf", "AttributeError: 'NoneType' object has no attribute 'reshape'", DISCOVERY_FORWARD),
+    "deepseek_v4": Refusal(
+        "qhf", "tensor 'model.layers.0.ffn.experts.0.w1.weight': transformers converts it into", CONVERSION
+    ),
     "doge": Refusal(
         "qhf", "format 'gemm' cannot hold model.layers.0.self_attn.dt_proj [2 x 32] at 4-bit gro", AWQ_PACKING
     ),
@@ -236,7 +237,7 @@ REFUSED: dict[str, Refusal] = {
     "got_ocr2": Refusal("size", "the tiny config builds 716,033,280 parameters"),
     "gpt_neo": Refusal("config", "Class validation error for validator 'validate_architecture':"),
     "gptj": Refusal("transformers", "The size of tensor a (16) must match the size of tensor b (64) at non-singleton "),
-    "hrm_text": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
+    "hrm_text": Refusal("qhf", "several lists of repeated blocks instead", CYCLED_STACKS),
     "hunyuan_v1_dense": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "hunyuan_v1_moe": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "hy_v4": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`", CARRIED),
@@ -267,15 +268,12 @@ REFUSED: dict[str, Refusal] = {
         "transformers", "The size of tensor a (4) must match the size of tensor b (8) at non-singleton di"
     ),
     "mamba2": Refusal("config", "Class validation error for validator 'validate_architecture':"),
-    "marian": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
-    "mbart": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "ministral": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "mllama": Refusal("size", "the tiny config builds 9,775,192,080 parameters"),
     "modernbert-decoder": Refusal("config", "Validation error for field 'pad_token_id':"),
     "moss_transcribe_diarize": Refusal("size", "the tiny config builds 1,064,095,744 parameters"),
     "musicgen": Refusal("config", "'MusicgenConfig' object has no attribute 'dropout'"),
     "musicgen_melody": Refusal("config", "'MusicgenMelodyConfig' object has no attribute 'dropout'"),
-    "mvp": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "nemotron_h": Refusal(
         "qhf", "format 'gemm' cannot hold model.layers.1.mixer.shared_experts.down_proj [64 x 76", AWQ_PACKING
     ),
@@ -287,7 +285,6 @@ REFUSED: dict[str, Refusal] = {
     "param2moe": Refusal(
         "qhf", "tensor 'model.layers.0.attention.query_key_value.weight': transformers converts ", CONVERSION
     ),
-    "pegasus": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "phi4_multimodal": Refusal("size", "the tiny config builds 870,154,368 parameters"),
     "plbart": Refusal("config", "embed_dim must be divisible by num_heads (got `embed_dim`: 64 and `num_heads`: 1"),
     "prophetnet": Refusal("config", "This model does not support the setting of `num_hidden_layers`. Please set `num_"),
@@ -334,9 +331,12 @@ AUTO_COVERED: tuple[str, ...] = (
     "bert",
     "bert-generation",
     "big_bird",
+    "bigbird_pegasus",
     "biogpt",
     "bitnet",
+    "blenderbot-small",
     "cohere2_moe",
+    "cpmant",
     "ctrl",
     "cwm",
     "deepseek_v32",
@@ -369,6 +369,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "lfm2",
     "lfm3",
     "mamba",
+    "marian",
     "megatron-bert",
     "mellum",
     "mimo_v2_flash",
@@ -380,8 +381,10 @@ AUTO_COVERED: tuple[str, ...] = (
     "ministral3",
     "moshi",
     "mpt",
+    "mvp",
     "nanochat",
     "openai-gpt",
+    "pegasus",
     "persimmon",
     "qwen3_5_moe_text",
     "qwen3_5_text",

@@ -19,7 +19,8 @@ from torch import nn
 
 from ..errors import UnsupportedArchitectureError
 from .config_refusals import refuse_in_place_rescale
-from .discovery import Discovery, discover, text_config
+from .discovery import Discovery, discover
+from .layer_list import text_config
 from .multimodal import is_vision_language, refuse_layer_index_clash
 
 _LLAMA_GROUPS = (
