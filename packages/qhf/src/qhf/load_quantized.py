@@ -23,7 +23,15 @@ from torch import nn
 from .checkpoint_reader import QuantizedCheckpoint, open_quantized_checkpoint
 from .config_view import adapter as eora_adapter
 from .errors import SourceFormatError
-from .source.skeleton import embedding_names, materialize_names, meta_parameters, meta_skeleton, tied_output
+from .source.skeleton import (
+    embedding_names,
+    load_buffers,
+    materialize_names,
+    meta_parameters,
+    meta_skeleton,
+    persistent_buffers,
+    tied_output,
+)
 
 AUTO = "auto"
 
@@ -114,6 +122,8 @@ def build_quantized_model(
         return same if same is not None else checkpoint.reader.get(name, dtype)
 
     materialize_names(model, wanted, read, dtype)
+    # stored buffers (a router's correction bias), in their own dtype; those not stored stay as the config made them
+    load_buffers(model, [n for n in persistent_buffers(model) if n in checkpoint.reader], checkpoint.reader.get)
     adapter = eora_adapter(checkpoint.config)
     if adapter is not None and skip_prefix is None:  # EoRA: the adapter directory the config names, around them
         from .lora_adapter import read_adapter, wrap_modules
