@@ -98,6 +98,36 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "qwen3_next": {**MOE, "shared_expert_intermediate_size": 64, "full_attention_interval": 2},
     # blocks return (hidden, state, attentions); rescale_every > 0 is refused by name (in-place weight rescale)
     "rwkv": {"rescale_every": 0},
+    # files store attention fused as attention.query_key_value: qhf's source splits it into q/k/v_proj with
+    # transformers' own conversion (Split), renames word_embeddings / expert_bias (a buffer)
+    "sarvam_moe": {**MOE, "n_group": 1, "topk_group": 1, "head_dim": 16},
+    # files store q/k/v_conv1d, concatenated into conv1d on load (Concatenate); 8 heads: b_proj's out_features is
+    # num_attention_heads (the automatic 4 does not fit AWQ's 8-column packing; real configs have 32 and more)
+    "bailing_hybrid": {
+        **MOE,
+        "n_group": 1,
+        "topk_group": 1,
+        "kv_lora_rank": 32,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 8,
+        "v_head_dim": 16,
+        "head_dim": 16,
+        "num_attention_heads": 8,
+    },
+    # mamba_dt_rank 32: x_proj's out_features is dt_rank + 2 * d_state, and the automatic dt_rank (hidden / 16 = 4)
+    # makes 36, which AWQ's 8-column packing cannot hold (real configs: 256 + 32); dt_proj reads dt_rank columns
+    "jamba": {"num_local_experts": 4, "num_experts": 4, "num_experts_per_tok": 2, "mamba_dt_rank": 32},
+    # the shared expert's width is its own field (default 7688, which no AWQ group of 32 divides)
+    "nemotron_h": {
+        "num_local_experts": 4,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,
+        "n_group": 1,
+        "topk_group": 1,
+        "head_dim": 16,
+        "moe_shared_expert_intermediate_size": 64,
+    },
 }
 
 
@@ -140,22 +170,21 @@ NO_LAYER_LIST = (
     "no nn.ModuleList of num_hidden_layers decoder layers (an encoder-decoder's decoder, or layers counted by "
     "another field)"
 )
-CONVERSION = "its files need a transformers tensor conversion other than fused experts (split or merged projections)"
 CARRIED = (
     "each decoder layer hands its topk_indices to the next as prev_topk_indices; the loop replays every layer from "
     "its recorded inputs alone (refused by name at discovery)"
 )
-AWQ_PACKING = "a linear's width does not fit AWQ's GEMM packing at 4-bit group 32 (refused by name before quantizing)"
 
 # Types of MODEL_FOR_CAUSAL_LM_MAPPING not covered, each with its documented reason (from the full run).
 REFUSED: dict[str, Refusal] = {
     # gpt2 and bloom: checked by CI
     "axk1": Refusal("transformers", "The size of tensor a (4) must match the size of tensor b (8) at non-singleton di"),
     "axk2": Refusal(
-        "qhf", "format 'gemm' cannot hold model.layers.0.input_layernorm.mlp.fc2 [64 x 16] at 4-bit", AWQ_PACKING
-    ),
-    "bailing_hybrid": Refusal(
-        "qhf", "tensor 'model.layers.0.attention.k_conv1d.weight': transformers converts it into", CONVERSION
+        "qhf",
+        "format 'gemm' cannot hold model.layers.0.input_layernorm.mlp.fc2 [64 x 16] at 4-bit gro",
+        "its gated norms' `mlp.fc2` reads `gated_norm_rank` columns (16, as in the default config), fewer than one "
+        "AWQ group of 32: AWQ is refused by name before quantizing (GPTQ holds it); keeping that linear dense "
+        "under AWQ is open work",
     ),
     "bart": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "bert": Refusal("qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS),
@@ -185,7 +214,11 @@ REFUSED: dict[str, Refusal] = {
     "dbrx": Refusal("config", "'DbrxAttentionConfig' object has no attribute 'rope_theta'"),
     "deepseek_v4": Refusal("qhf", "AttributeError: 'NoneType' object has no attribute 'reshape'", DISCOVERY_FORWARD),
     "doge": Refusal(
-        "qhf", "format 'gemm' cannot hold model.layers.0.self_attn.dt_proj [2 x 32] at 4-bit gro", AWQ_PACKING
+        "qhf",
+        "format 'gemm' cannot hold model.layers.0.self_attn.dt_proj [2 x 32] at 4-bit gro",
+        "`self_attn.dt_proj` has `num_key_value_heads` outputs (2 here; small Doge configs have fewer than 8 too), "
+        "which AWQ's GEMM packing of 8 output columns cannot hold: AWQ is refused by name before quantizing (GPTQ "
+        "holds it); keeping that linear dense under AWQ is open work",
     ),
     "dory": Refusal("fail", "refusing to write a checkpoint whose modules break their layout: <config>: [CONF"),
     "dots1": Refusal("config", "empty() takes 1 positional argument but 3 were given"),
@@ -229,26 +262,11 @@ REFUSED: dict[str, Refusal] = {
     "hunyuan_v1_dense": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "hunyuan_v1_moe": Refusal("config", "unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'"),
     "hy_v4": Refusal("qhf", "is passed to the next layer as `prev_topk_indices`", CARRIED),
-    "inkling2_loop_text": Refusal(
-        "qhf", "tensor 'model.llm.layers.0.mlp.experts.w13_weight': transformers converts it into", CONVERSION
-    ),
-    "inkling2_text": Refusal(
-        "qhf", "tensor 'model.llm.layers.0.mlp.experts.w13_weight': transformers converts it into", CONVERSION
-    ),
-    "jamba": Refusal(
-        "qhf", "format 'gemm' cannot hold model.layers.0.mamba.x_proj [36 x 128] at 4-bit group ", AWQ_PACKING
-    ),
-    "kimi_linear": Refusal(
-        "qhf", "tensor 'model.layers.0.self_attn.k_conv1d.weight': transformers converts it into", CONVERSION
-    ),
     "kolibri1_1": Refusal("config", "Class validation error for validator 'validate_architecture':"),
     "laguna": Refusal(
         "qhf",
         "model.layers: the discovered groups do not form a definition: ModelDefinition.gr",
         "discovery puts `self_attn.q_proj` in two groups, which is no valid definition",
-    ),
-    "lara_mini": Refusal(
-        "qhf", "tensor 'model.layers.0.linear_attn.in_proj.weight': transformers converts it int", CONVERSION
     ),
     "lfm2_moe": Refusal("config", "'NoneType' object is not subscriptable"),
     "llama4": Refusal("size", "the tiny config builds 107,769,861,120 parameters"),
@@ -268,9 +286,6 @@ REFUSED: dict[str, Refusal] = {
     "musicgen": Refusal("config", "'MusicgenConfig' object has no attribute 'dropout'"),
     "musicgen_melody": Refusal("config", "'MusicgenMelodyConfig' object has no attribute 'dropout'"),
     "mvp": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
-    "nemotron_h": Refusal(
-        "qhf", "format 'gemm' cannot hold model.layers.1.mixer.shared_experts.down_proj [64 x 76", AWQ_PACKING
-    ),
     "olmo_hybrid": Refusal(
         "qhf",
         "model.layers: group ['mlp.gate_proj', 'mlp.up_proj'] differs between layer struc",
@@ -280,9 +295,6 @@ REFUSED: dict[str, Refusal] = {
         "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
     ),
     "opt": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
-    "param2moe": Refusal(
-        "qhf", "tensor 'model.layers.0.attention.query_key_value.weight': transformers converts ", CONVERSION
-    ),
     "pegasus": Refusal("qhf", "no nn.ModuleList of num_hidden_layers", NO_LAYER_LIST),
     "phi4_multimodal": Refusal("size", "the tiny config builds 870,154,368 parameters"),
     "plbart": Refusal("config", "embed_dim must be divisible by num_heads (got `embed_dim`: 64 and `num_heads`: 1"),
@@ -303,9 +315,6 @@ REFUSED: dict[str, Refusal] = {
     ),
     "roformer": Refusal(
         "qhf", "RuntimeError: Tensor on device meta is not on the expected device cpu!", OUTSIDE_LAYERS
-    ),
-    "sarvam_moe": Refusal(
-        "qhf", "tensor 'model.layers.0.attention.query_key_value.weight': transformers converts ", CONVERSION
     ),
     "trocr": Refusal("qhf", "NotImplementedError: Cannot copy out of meta tensor; no data!", OUTSIDE_LAYERS),
     "whisper": Refusal("config", "embed_dim must be divisible by num_heads (got `embed_dim`: 64 and `num_heads`: 6"),
@@ -357,12 +366,16 @@ AUTO_COVERED: tuple[str, ...] = (
     "helium",
     "hy_v3",
     "hyperclovax",
+    "inkling2_loop_text",
+    "inkling2_text",
     "inkling_text",
     "internlm3",
     "iquestcoder",
     "jais2",
     "jetmoe",
+    "kimi_linear",
     "kolibri1",
+    "lara_mini",
     "lfm2",
     "lfm3",
     "mamba",
@@ -377,6 +390,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "moshi",
     "mpt",
     "nanochat",
+    "param2moe",
     "persimmon",
     "qwen3_5_moe_text",
     "qwen3_5_text",

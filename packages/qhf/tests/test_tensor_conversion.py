@@ -36,8 +36,14 @@ CONVERTED = {
     ),
     # fused experts stored gate/up concatenated, interleaved on load (Interleave(dim=1)); vocab unpadded
     "inkling2_text": (
-        {**MOE, "num_local_experts": 4, "n_routed_experts": 4, "head_dim": 16, "sliding_window": 32,
-         "unpadded_vocab_size": 320},  # fmt: skip
+        {
+            **MOE,
+            "num_local_experts": 4,
+            "n_routed_experts": 4,
+            "head_dim": 16,
+            "sliding_window": 32,
+            "unpadded_vocab_size": 320,
+        },
         "model.llm.layers.0.mlp.experts.w13_weight",
         "model.layers.0.mlp.experts.1.up_proj.weight",
     ),
@@ -78,7 +84,8 @@ def test_streamed_weights_equal_transformers_loaded_state_dict(tmp_path, tokeniz
         source.materialize_layer(index)
     loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     expected = loaded.state_dict()
-    slices = {f"{m}.{rel}": (m, where) for m, parts in fused_expert_slices(source.model).items() for rel, where in parts.items()}
+    fused = fused_expert_slices(source.model)
+    slices = {f"{m}.{rel}": (m, where) for m, parts in fused.items() for rel, where in parts.items()}
     compared = 0
     for name in persistent_buffers(source.model):  # read from the files too (Sarvam's renamed expert_bias)
         if name in expected:

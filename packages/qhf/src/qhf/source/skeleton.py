@@ -185,7 +185,9 @@ def load_buffers(model: nn.Module, names: list[str], source: TensorSource) -> in
             continue
         value = source(full)
         if tuple(value.shape) != tuple(buffer.shape):
-            raise SourceFormatError(f"tensor {full!r}: expected shape {tuple(buffer.shape)}, found {tuple(value.shape)}")
+            raise SourceFormatError(
+                f"tensor {full!r}: expected shape {tuple(buffer.shape)}, found {tuple(value.shape)}"
+            )
         module._buffers[name] = value.to(device=buffer.device, dtype=buffer.dtype).contiguous()
         copied += value.numel() * value.element_size()
     return copied

@@ -151,9 +151,7 @@ def _expert_of(file_name: str, pattern: str) -> int | None:
     return int(found.group(1)) if found and found.groups() else None
 
 
-def _claim(
-    conversion: Conversion, missing: set[str], fused: dict[str, dict[str, FusedSlice]]
-) -> dict[str, Converted]:
+def _claim(conversion: Conversion, missing: set[str], fused: dict[str, dict[str, FusedSlice]]) -> dict[str, Converted]:
     """The skeleton names ``conversion`` provides: a target the skeleton has, or the unfused experts' slices of a
     fused target."""
     found: dict[str, Converted] = {}
