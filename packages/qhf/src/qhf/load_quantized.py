@@ -94,6 +94,7 @@ def build_quantized_model(
     """
     config = checkpoint.directory.config
     model = meta_skeleton(config, dtype)
+    skeleton_buffers = persistent_buffers(model)  # the model's own, not the quantized modules' layout tensors
     embed, head = embedding_names(model)
     backends: dict[str, str] = {}
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
@@ -123,7 +124,7 @@ def build_quantized_model(
 
     materialize_names(model, wanted, read, dtype)
     # stored buffers (a router's correction bias), in their own dtype; those not stored stay as the config made them
-    load_buffers(model, [n for n in persistent_buffers(model) if n in checkpoint.reader], checkpoint.reader.get)
+    load_buffers(model, [n for n in skeleton_buffers if n in checkpoint.reader], checkpoint.reader.get)
     adapter = eora_adapter(checkpoint.config)
     if adapter is not None and skip_prefix is None:  # EoRA: the adapter directory the config names, around them
         from .lora_adapter import read_adapter, wrap_modules
