@@ -133,16 +133,18 @@ AnyReader = Reader | Converted
 with the source's getter."""
 
 
-def _conversions(model: nn.Module) -> tuple[list[Any], list[Any], Callable[..., Any]] | None:
+def _conversions(model: nn.Module) -> tuple[list[Any], list[Any], Callable[..., Any], Callable[[str], Any]] | None:
+    """transformers' renamings and converters for ``model``, its key renaming function and the order it reads
+    file tensors in (numbers numerically: ``experts.10`` after ``experts.9``, as a converter's lists need)."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightConverter, rename_source_key
+        from transformers.core_model_loading import WeightConverter, dot_natural_key, rename_source_key
     except ImportError:  # transformers older than its conversion mapping: names are used as stored
         return None
     transforms = get_model_conversion_mapping(model)  # type: ignore[arg-type]  # any transformers model
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     renamings = [t for t in transforms if not isinstance(t, WeightConverter)]
-    return renamings, converters, rename_source_key
+    return renamings, converters, rename_source_key, dot_natural_key
 
 
 def _expert_of(file_name: str, pattern: str) -> int | None:
@@ -180,9 +182,9 @@ def aliases(
     conversions = _conversions(model)
     if conversions is None or not (missing - set(found)):
         return found
-    renamings, converters, rename = conversions
+    renamings, converters, rename, order = conversions
     groups: dict[tuple[int, str], list[tuple[str, str]]] = {}  # (converter, first target) -> its file tensors
-    for file_name in sorted(stored):
+    for file_name in sorted(stored, key=order):
         target, pattern = rename(file_name, renamings, converters)
         if pattern is None:
             if target in missing and target != file_name:
