@@ -271,9 +271,10 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
         by_signature.setdefault(_signature(layer), []).append(index)
     representatives = {members[0]: members for members in by_signature.values()}
     replica, real, traces, outside, fell_back = _run_replica(skeleton, layers_path, representatives, config)
-    outputs = probe_layer_outputs(replica, layers_path, _probe_inputs(replica, real, fell_back is not None, config))
+    probe_inputs = _probe_inputs(replica, real, fell_back is not None, config)
+    outputs = probe_layer_outputs(replica, layers_path, probe_inputs)
     check_not_carried(outputs, layers_path)
-    check_layers_run_once(replica, layers_path, _probe_embeds(replica, real), outputs.arity)
+    check_layers_run_once(replica, layers_path, probe_inputs, outputs.arity)
     structures = {
         rep: layer_structure(real[rep], traces[rep], f"{layers_path}.{rep}") for rep in sorted(representatives)
     }

@@ -6,18 +6,18 @@ recurrent block ``n_recurrent_loops`` times, each pass on the previous pass's ou
 from one of its calls would fit the other calls' inputs by chance, so the model is refused by name at
 ``qhf.load``, before calibration or any layer.
 
-The probe runs the replica's forward on ``inputs_embeds [1, T, hidden]`` with every decoder layer replaced by
-qlooper's stand-in (:class:`qlooper.layer_kwargs.LayerCallRecorder`: records the call, returns the hidden state
-unchanged, computes nothing, ends the forward at the last layer). The replica's representative layers stand for
-several indices (the same object), so each index gets its own shallow copy while the probe runs: the model
-still reads the layers' attributes (``attention_type``), and no parameter is copied. Cost: one forward with no
-layer computation.
+The probe runs the replica's forward on the discovery forward's inputs (``inputs_embeds [1, T, hidden]`` or token
+ids) with every decoder layer replaced by qlooper's stand-in (:class:`qlooper.layer_kwargs.LayerCallRecorder`:
+records the call, returns the hidden state unchanged, computes nothing, ends the forward at the last layer). The
+replica's representative layers stand for several indices (the same object), so each index gets its own shallow copy
+while the probe runs: the model still reads the layers' attributes (``attention_type``), and no parameter is copied.
+Cost: one forward with no layer computation.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import cast
+from typing import Any, cast
 
 import torch
 from qlooper.errors import CaptureError, StopForward
@@ -27,12 +27,25 @@ from torch import nn
 from ..errors import UnsupportedArchitectureError
 
 
-def check_layers_run_once(replica: nn.Module, layers_path: str, embeds: torch.Tensor, output_arity: int | None) -> None:
+def check_layers_run_once(
+    replica: nn.Module, layers_path: str, embeds: torch.Tensor | dict[str, Any], output_arity: int | None
+) -> None:
     """Raise :class:`UnsupportedArchitectureError` when a forward of ``replica`` calls a decoder layer twice.
 
-    ``embeds`` ``[1, T, hidden]`` in the layers' dtype; ``output_arity``: the layers' tuple length (None: they
-    return a tensor), which the stand-ins return so the model unpacks them as it would the real layers.
+    ``embeds`` ``[1, T, hidden]`` in the layers' dtype, or the forward's keyword arguments (token ids for a model
+    discovery runs on ids: :mod:`qhf.architectures.discovery_inputs`); ``output_arity``: the layers' tuple length
+    (None: they return a tensor), which the stand-ins return so the model unpacks them as it would the real layers.
     """
+    inputs: dict[str, Any] = (
+        embeds
+        if isinstance(embeds, dict)
+        else {
+            "inputs_embeds": embeds,
+            "attention_mask": torch.ones(embeds.shape[:2], dtype=torch.long),
+            "use_cache": False,
+        }
+    )
+    fed = next(f"{k} {list(v.shape)}" for k, v in inputs.items() if k in ("inputs_embeds", "input_ids"))
     container = cast(nn.ModuleList, replica.get_submodule(layers_path))
     originals = list(container)
     copies = [copy.copy(layer) for layer in originals]
@@ -40,9 +53,7 @@ def check_layers_run_once(replica: nn.Module, layers_path: str, embeds: torch.Te
         for index, stand_in in enumerate(copies):
             container[index] = stand_in
         with torch.no_grad(), LayerCallRecorder(copies, lambda _name: False, output_arity):
-            replica(
-                inputs_embeds=embeds, attention_mask=torch.ones(embeds.shape[:2], dtype=torch.long), use_cache=False
-            )
+            replica(**inputs)
     except StopForward:
         return
     except CaptureError as error:  # a layer index called a second time in the one forward
@@ -51,7 +62,7 @@ def check_layers_run_once(replica: nn.Module, layers_path: str, embeds: torch.Te
         ) from error
     except Exception as error:  # the model's own forward: reported as not understood, like discovery's
         raise UnsupportedArchitectureError(
-            f"{layers_path}: the layer-call probe forward (stand-in layers, inputs_embeds {list(embeds.shape)}) "
+            f"{layers_path}: the layer-call probe forward (stand-in layers, {fed}) "
             f"failed: {type(error).__name__}: {error}"
         ) from error
     finally:

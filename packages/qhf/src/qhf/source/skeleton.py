@@ -164,6 +164,38 @@ def release_outside(model: nn.Module, prefix: str) -> None:
             _to_meta(module)
 
 
+def persistent_buffers(model: nn.Module) -> list[str]:
+    """Dotted names of ``model``'s persistent buffers: the state dict's entries that are no parameter (a MoE
+    router's ``e_score_correction_bias``), which checkpoints store; computed ones (rotary ``inv_freq``) are
+    registered non-persistent and not listed."""
+    names = []
+    for module_name, module in model.named_modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None and name not in module._non_persistent_buffers_set:
+                names.append(f"{module_name}.{name}" if module_name else name)
+    return names
+
+
+def load_buffers(model: nn.Module, names: list[str], source: TensorSource) -> int:
+    """Copy ``source(name)`` into each named buffer, in the buffer's own dtype (as ``from_pretrained`` loads a
+    buffer); a stored tensor of another shape raises :class:`SourceFormatError`. Returns bytes copied."""
+    copied = 0
+    for full in names:
+        module_name, _, name = full.rpartition(".")
+        module = model.get_submodule(module_name) if module_name else model
+        buffer = module._buffers[name]
+        if buffer is None:
+            continue
+        value = source(full)
+        if tuple(value.shape) != tuple(buffer.shape):
+            raise SourceFormatError(
+                f"tensor {full!r}: expected shape {tuple(buffer.shape)}, found {tuple(value.shape)}"
+            )
+        module._buffers[name] = value.to(device=buffer.device, dtype=buffer.dtype).contiguous()
+        copied += value.numel() * value.element_size()
+    return copied
+
+
 def meta_parameters(model: nn.Module) -> list[str]:
     """Names of parameters still on the meta device (empty once fully materialized)."""
     return [n for n, p in model.named_parameters(remove_duplicate=False) if p.device.type == "meta"]
