@@ -227,7 +227,6 @@ REFUSED: dict[str, Refusal] = {
         "transformers", "ne() received an invalid combination of arguments - got (NoneType), but expected"
     ),
     "dbrx": Refusal("config", "'DbrxAttentionConfig' object has no attribute 'rope_theta'"),
-    "deepseek_v4": Refusal("qhf", "TO BE RUN", "TO BE RUN"),
     "doge": Refusal(
         "qhf",
         "format 'gemm' cannot hold model.layers.0.self_attn.dt_proj [2 x 32] at 4-bit gro",
@@ -347,6 +346,7 @@ AUTO_COVERED: tuple[str, ...] = (
     "ctrl",
     "cwm",
     "deepseek_v32",
+    "deepseek_v4",
     "diffllama",
     "electra",
     "ernie",
