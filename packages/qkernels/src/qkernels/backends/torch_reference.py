@@ -79,9 +79,8 @@ class TorchReferenceLinear(QuantLinear):
         else:
             self.register_buffer("_dense32", torch.from_numpy(w.dequantize()).float(), persistent=False)  # type: ignore[attr-defined]
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+    def drop_runtime_caches(self) -> None:
         self._cache.clear()  # device/dtype moves invalidate the cached dense weight
-        return super()._apply(fn, recurse)
 
     def dense_weight(self) -> torch.Tensor:
         """Float32 ``[out, in]`` on the module's device: ``scales[g_idx] * (codes - zeros[g_idx])``."""
