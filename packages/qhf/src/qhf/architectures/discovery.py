@@ -65,7 +65,7 @@ def find_layers(model: nn.Module, config: Any) -> str:
     vision-language model, inside its language model: :func:`qhf.architectures.multimodal.language_model_path`)."""
     count = getattr(text_config(config), "num_hidden_layers", None)
     inside = language_model_path(model)
-    candidates = [
+    candidates: list[str] = [
         name
         for name, module in model.named_modules()
         if isinstance(module, nn.ModuleList)

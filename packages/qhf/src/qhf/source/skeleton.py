@@ -65,7 +65,8 @@ def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
                 config, dtype=dtype, attn_implementation="eager", trust_remote_code=TRUST_REMOTE_CODE
             )
     unfuse_experts(model)
-    return model.eval()
+    evaluated: nn.Module = model.eval()  # transformers' auto classes are untyped
+    return evaluated
 
 
 def fused_expert_slices(model: nn.Module) -> dict[str, dict[str, FusedSlice]]:
