@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from qformats.enums import FORMAT
 from torch import nn
 
 from ..errors import QHFError
@@ -63,7 +64,7 @@ def resolve_dense_dtype(source: OpenedSource, requested: str | torch.dtype = AUT
         if requested not in DENSE_DTYPES:
             raise QHFError(f"dtype {requested!r}: expected one of {', '.join(DTYPE_CHOICES)}")
         return DENSE_DTYPES[requested]
-    if source.kind == "gguf":
+    if source.kind == FORMAT.GGUF.value:  # a .gguf file
         return GGUF_DENSE_DTYPE
     declared = _declared(Path(source.path))
     if declared is not None:

@@ -12,7 +12,7 @@ elements).
 from __future__ import annotations
 
 import torch
-from qformats.layouts.families import registered_families
+from qformats.layouts.families import layout_kinds, registered_families
 from qformats.layouts.registry import registered_layouts
 from qformats.logical import QuantizedWeight
 
@@ -54,7 +54,7 @@ class TorchReferenceLinear(QuantLinear):
 
     @classmethod
     def runtime_reasons(cls, contract: KernelContract, target: Target) -> list[str]:
-        if contract.logical_kind == "integer" and contract.format not in registered_layouts():
+        if contract.logical_kind in layout_kinds() and contract.format not in registered_layouts():
             return [f"format {contract.format!r} has no layout registered in qformats"]
         return []
 
