@@ -40,7 +40,7 @@ def make_quant_processor(settings: QuantizeConfig, spec: Any, module_specs: dict
     ``awq_gptq`` with ``awq_scales``, else the method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in
     qlooper's ``EoRAProcessor`` when the config asks for an ``adapter``. ``module_specs``: modules' own specs
     (:func:`qhf.spec_from_config.module_specs`; a method that cannot take them refuses them naming itself)."""
-    from qlooper.api import make_processor
+    from qlooper.processors.registry import make_processor
 
     variant = solver_variant(settings)
     if variant is not None:

@@ -175,7 +175,7 @@ def config_dict(
     source config carries) names the dense tensors' dtype."""
     from ..architectures.multimodal import dense_parts
 
-    data = source.config.to_dict()
+    data: dict[str, Any] = source.config.to_dict()
     for key in _CONFIG_DROP:
         data.pop(key, None)
     if dense_dtype is not None:

@@ -68,7 +68,8 @@ def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
             )
     unfuse_experts(model)
     linearize_conv1d(model)
-    return model.eval()
+    evaluated: nn.Module = model.eval()  # transformers' auto classes are untyped
+    return evaluated
 
 
 def fused_expert_slices(model: nn.Module) -> dict[str, dict[str, FusedSlice]]:

@@ -178,13 +178,19 @@ def aliases(
     stored: frozenset[str],
     fused: dict[str, dict[str, FusedSlice]],
     transposed: frozenset[str] = frozenset(),
-) -> dict[str, Reader]:
+) -> dict[str, AnyReader]:
     """Skeleton name -> reader for every name in ``wanted`` that ``stored`` lacks but can provide, and for every
     name of ``transposed`` (stored transposed: :func:`qhf.architectures.conv1d.conv1d_weights`)."""
     found = _renamed(model, wanted, stored, fused)
     for name in sorted(transposed):
-        if name in found:
-            found[name] = replace(found[name], transposed=True)
+        reader = found.get(name)
+        if isinstance(reader, Converted):
+            raise SourceFormatError(
+                f"tensor {name!r}: a Conv1D weight (stored transposed) that transformers also converts from "
+                f"{list(reader.sources)}; reading both is not supported"
+            )
+        if reader is not None:
+            found[name] = replace(reader, transposed=True)
         elif name in stored:
             found[name] = Reader(name, transposed=True)
     return found
