@@ -25,6 +25,7 @@ from qlooper.layer_kwargs import LayerCallRecorder
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
+from .discovery_inputs import describe, embeds_inputs
 
 
 def check_layers_run_once(
@@ -36,16 +37,8 @@ def check_layers_run_once(
     discovery runs on ids: :mod:`qhf.architectures.discovery_inputs`); ``output_arity``: the layers' tuple length
     (None: they return a tensor), which the stand-ins return so the model unpacks them as it would the real layers.
     """
-    inputs: dict[str, Any] = (
-        embeds
-        if isinstance(embeds, dict)
-        else {
-            "inputs_embeds": embeds,
-            "attention_mask": torch.ones(embeds.shape[:2], dtype=torch.long),
-            "use_cache": False,
-        }
-    )
-    fed = next(f"{k} {list(v.shape)}" for k, v in inputs.items() if k in ("inputs_embeds", "input_ids"))
+    inputs = embeds if isinstance(embeds, dict) else embeds_inputs(embeds)
+    fed = describe(inputs)
     container = cast(nn.ModuleList, replica.get_submodule(layers_path))
     originals = list(container)
     copies = [copy.copy(layer) for layer in originals]

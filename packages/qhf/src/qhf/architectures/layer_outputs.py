@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
+from .discovery_inputs import describe, embeds_inputs
 
 
 @dataclass(frozen=True)
@@ -40,16 +41,8 @@ def probe_layer_outputs(replica: nn.Module, layers_path: str, embeds: torch.Tens
     """The layers' output arity and carried outputs (module docstring); ``embeds`` ``[1, T, hidden]``, or the
     forward's keyword arguments (token ids for a model discovery runs on ids:
     :mod:`qhf.architectures.discovery_inputs`)."""
-    inputs: dict[str, Any] = (
-        embeds
-        if isinstance(embeds, dict)
-        else {
-            "inputs_embeds": embeds,
-            "attention_mask": torch.ones(embeds.shape[:2], dtype=torch.long),
-            "use_cache": False,
-        }
-    )
-    fed = next(f"{k} {list(v.shape)}" for k, v in inputs.items() if k in ("inputs_embeds", "input_ids"))
+    inputs = embeds if isinstance(embeds, dict) else embeds_inputs(embeds)
+    fed = describe(inputs)
     container = cast(nn.ModuleList, replica.get_submodule(layers_path))
     stop_after = min(2, len(container))
     outputs: list[Any] = []
