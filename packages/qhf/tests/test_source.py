@@ -147,11 +147,11 @@ def test_wrong_tensor_shape_is_named(tmp_path, tiny_dirs) -> None:
 def test_unsupported_architecture_from_directory(tmp_path, tiny_dirs) -> None:
     copy = Path(shutil.copytree(tiny_dirs("llama"), tmp_path / "c"))
     config = json.loads((copy / "config.json").read_text())
-    config["model_type"] = "cpmant"
-    config["architectures"] = ["CpmAntForCausalLM"]
+    config["model_type"] = "hy_v4"
+    config["architectures"] = ["HYV4ForCausalLM"]
     (copy / "config.json").write_text(json.dumps(config))
-    # CPM-Ant's forward reads input_ids even when given inputs_embeds: discovery names that step
-    with pytest.raises(UnsupportedArchitectureError, match=r"CpmAntForCausalLM: the discovery forward"):
+    # HY-V4 hands each layer's topk_indices on to the next layer's call: discovery refuses it by name
+    with pytest.raises(UnsupportedArchitectureError, match=r"passed to the next layer as `prev_topk_indices`"):
         open_source(copy)
 
 
