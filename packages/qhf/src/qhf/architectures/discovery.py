@@ -41,9 +41,10 @@ from .discovery_inputs import embeds_inputs, ids_inputs, use_id_embedding, vocab
 from .fused_experts import UnfusedExperts
 from .layer_calls import check_layers_run_once
 from .layer_groups import FoundGroup, LayerStructure, layer_structure
-from .layer_list import find_layer_list, text_config
+from .layer_list import find_layer_list
 from .layer_outputs import check_not_carried, probe_layer_outputs
 from .layer_trace import trace_layer
+from .multimodal import text_config
 from .outside_layers import randomize_outside
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .multimodal import text_config
+
 ID_ROWS = 64
 """Rows of the stand-in embedding's table."""
 
@@ -53,7 +55,7 @@ def use_id_embedding(replica: Any, hidden: int, dtype: torch.dtype) -> None:
 
 def vocab_size(config: Any) -> int:
     """The text config's ``vocab_size`` (2 when absent: ids 1 only)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     size = getattr(text, "vocab_size", None)
     return int(size) if isinstance(size, int) and size > 1 else 2
 

@@ -26,7 +26,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
-from .multimodal import language_model_path
+from .multimodal import language_model_path, text_config
 
 DEFAULT_FIELD = "num_hidden_layers"
 
@@ -39,11 +39,6 @@ class LayerList:
     path: str
     field: str
     count: int
-
-
-def text_config(config: Any) -> Any:
-    """The text config of ``config`` (itself for a text-only model)."""
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def integer_fields(config: Any) -> dict[str, int]:

@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .multimodal import language_model_path
+from .multimodal import language_model_path, text_config
 
 
 def vocab_sizes(config: Any) -> set[int]:
     """The text config's ``vocab_size`` (empty when it has none)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     size = getattr(text, "vocab_size", None)
     return {size} if isinstance(size, int) and size > 0 else set()
 
