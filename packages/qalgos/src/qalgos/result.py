@@ -71,7 +71,29 @@ def build_logical(
     )
 
 
+DEQUANTIZE_BLOCK_ELEMENTS = 1 << 22
+
+
 def stored_dequantized(logical: QuantizedWeight, like: torch.Tensor) -> torch.Tensor:
     """``logical.dequantize()`` (float32 arithmetic on the stored scales) as a tensor ``[out, in]`` with
-    ``like``'s dtype and device: what a checkpoint of ``logical`` computes, and what the next layer sees."""
-    return torch.from_numpy(logical.dequantize()).to(device=like.device, dtype=like.dtype)
+    ``like``'s dtype and device: what a checkpoint of ``logical`` computes, and what the next layer sees.
+
+    Computed with torch, block by block of about :data:`DEQUANTIZE_BLOCK_ELEMENTS` output values: the same
+    two float32 operations per value as qformats' numpy formula, ``(code - zero) * scale``, so the result is
+    bit for bit ``logical.dequantize()`` (tested), on every thread torch has instead of numpy's one (a
+    ``[14336, 4096]`` weight: 2.2 -> 0.6 s here). Beside the float32 result the scratch is two gathered
+    ``[rows, in]`` float32 blocks of the scales and zeros, as in qformats."""
+    codes = torch.from_numpy(logical.codes)
+    out_f, in_f = codes.shape
+    g_idx = torch.from_numpy(logical.g_idx).to(torch.int64)
+    scales_t = torch.from_numpy(np.ascontiguousarray(logical.scales.T, dtype=np.float32))  # [out, G], small
+    zeros_t = torch.from_numpy(np.ascontiguousarray(logical.zeros.T, dtype=np.float32))
+    result = torch.empty(out_f, in_f, dtype=torch.float32)
+    rows = max(1, DEQUANTIZE_BLOCK_ELEMENTS // max(1, in_f))
+    for r0 in range(0, out_f, rows):
+        r1 = min(out_f, r0 + rows)
+        block = result[r0:r1]
+        block.copy_(codes[r0:r1])
+        block.sub_(zeros_t[r0:r1].index_select(1, g_idx))
+        block.mul_(scales_t[r0:r1].index_select(1, g_idx))
+    return result.to(device=like.device, dtype=like.dtype)
