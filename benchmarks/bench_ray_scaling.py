@@ -62,7 +62,7 @@ from llama_like import LlamaLike, Width, definition  # noqa: E402
 from qalgos.spec import QuantSpec  # noqa: E402
 from qlooper import LoopOptions, prepare_calibration, quantize_model  # noqa: E402
 from scaling_fit import ITEMS, Fit, as_measured_items, fit_rates, medians, predict  # noqa: E402
-from scaling_model import BUILT, ISSUE38, Calibration  # noqa: E402
+from scaling_model import AS_BUILT, BUILT, ISSUE38, Calibration  # noqa: E402
 from scaling_shapes import Shape, chunk_tokens  # noqa: E402
 
 SPEC = QuantSpec(bits=4, group_size=128)
@@ -72,9 +72,14 @@ shards' inputs, unpickling the recordings); the workers' half (the reverse) runs
 LOCAL = replace(BUILT, layer_copy="pipelined")
 """The built executor on one machine: the layer copy and the changed parameters are put once in the shared-memory
 object store and every worker reads that copy (one copy's cost, not one per worker over a link)."""
-LOCAL_DESIGNS = {"built": LOCAL, "issue38": replace(ISSUE38, layer_copy="pipelined")}
-"""What ``--design`` predicts: the built executor, or issue 38's design (on one machine its staged broadcast is
-the same one shared-memory copy)."""
+LOCAL_DESIGNS = {
+    "built": LOCAL,
+    "issue38": replace(AS_BUILT, layer_copy="pipelined"),
+    "issue38-driver-straddle": replace(ISSUE38, layer_copy="pipelined"),
+}
+"""What ``--design`` predicts: the built executor (before issue 38), issue 38's executor as built now (straddling
+segments formed on a worker, their rows relayed through the driver), or as it was before that (straddling
+segments formed on the driver); on one machine the staged broadcast is the same one shared-memory copy."""
 SAME_RUN = ("hidden", "inter", "heads", "layers", "rows", "length", "batch_rows", "threads")
 """The arguments a ``--fit-json`` run must share with this one."""
 TEMP_DIR = f"/tmp/ray-bench-{os.getpid()}"

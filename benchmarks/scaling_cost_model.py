@@ -1,14 +1,15 @@
 """The Ray executor's cost model, projected: a 70B dense and a 600B-class MoE GPTQ run on 1/8/32/128 GPUs.
 
 The model (benchmarks/scaling_model.py: per-item formulas; scaling_shapes.py: the shapes) is evaluated for the
-executor as built before issue 38 (``BUILT``), issue 38's design (``ISSUE38``), that design with bit-exact
-transport choices (``ISSUE38_TRANSPORT``) and with the layer inputs resident on the workers, codes-only results
-and workers loading their weights (``ISSUE38_RESIDENT``), at the GPU rates of :data:`ASSUMPTIONS` (stated, not
-measured here), against the same run in one process on one GPU. Prints, per model and design, seconds per
-layer by item, run hours and the speed-up over one GPU; a summary of every design; issue 38's done-when
-verdicts with the items that bound a failing one and the compute floor (forwards, statistics and solves with
-nothing moving); the switches one by one at the done-when points; and how the verdicts move with the solve
-rate and the calibration size.
+executor as built before issue 38 (``BUILT``), issue 38's design (``ISSUE38``), the executor as built now
+(``AS_BUILT``: straddling segments formed on a worker, their rows relayed through the driver), that design with
+bit-exact transport choices (``ISSUE38_TRANSPORT``) and with the layer inputs resident on the workers, codes-only
+results and workers loading their weights (``ISSUE38_RESIDENT``), at the GPU rates of :data:`ASSUMPTIONS` (stated,
+not measured here), against the same run in one process on one GPU. Prints, per model and design, seconds per
+layer by item, run hours and the speed-up over one GPU; a summary of every design; issue 38's done-when verdicts
+with the items that bound a failing one and the compute floor (forwards, statistics and solves with nothing
+moving); the switches one by one at the done-when points; and how the verdicts move with the solve rate and the
+calibration size.
 
 Usage: ``python benchmarks/scaling_cost_model.py [PATH/ray_smollm2_times.json] [--rows R] [--length L]
 [--set field=value ...]``. With the JSON (written by tests-ray/test_ray_smollm2.py in ``nox -s ray``), the
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from scaling_fit import fit_rates, medians
 from scaling_model import (
+    AS_BUILT,
     BUILT,
     CUMULATIVE,
     ISSUE38,
@@ -58,6 +60,7 @@ GPUS = (1, 8, 32, 128)
 DESIGNS = {
     "built": BUILT,
     "issue38": ISSUE38,
+    "issue38 as built": AS_BUILT,
     "issue38+transport": ISSUE38_TRANSPORT,
     "issue38+resident": ISSUE38_RESIDENT,
 }

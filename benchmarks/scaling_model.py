@@ -28,8 +28,10 @@ class Design:
       (``segment_chunks`` chunks of ``chunk_tokens(in)`` rows) inside their token range and send float64
       segment sums; False: every hooked input travels to the driver, which forms every product.
     * ``straddle_on``: where a segment crossing a shard boundary is formed: ``"driver"`` (its rows travel to
-      the driver, as the design of issue 38 states) or ``"owner"`` (to the worker holding its first rows, over
-      the workers' own links).
+      the driver, as the design of issue 38 states), ``"relay"`` (on the worker holding its first rows, which
+      keeps them; the other shards' rows of it travel back with the capture and on to that worker through the
+      driver, and it forms the segment in a second call after the capture: qlooper as built) or ``"owner"``
+      (on that worker, the other rows sent to it over the workers' own links, within the capture).
     * ``sum_reduce``: ``"driver"``: every segment sum travels to the driver, which adds them in segment order;
       ``"chain"``: the running sum passes from worker to worker in segment order (each adds its segments;
       the same float64 additions in the same order, so the same bits), pipelined by Gram block; one sum
@@ -65,7 +67,7 @@ class Design:
 
     def __post_init__(self) -> None:
         choices = {
-            "straddle_on": ("driver", "owner"),
+            "straddle_on": ("driver", "relay", "owner"),
             "sum_reduce": ("driver", "chain"),
             "layer_copy": ("driver", "tree", "pipelined"),
             "expert_dispatch": ("driver", "peer"),
@@ -84,6 +86,11 @@ ISSUE38 = Design(hessian_on_workers=True, module_solves=True, layer_copy="tree",
 """Issue 38's design as its three builders were asked to build it (straddling rows and segment sums to the
 driver, staged-broadcast layer copy, experts dispatched through the driver)."""
 
+AS_BUILT = replace(ISSUE38, straddle_on="relay")
+"""qlooper's executor as built: issue 38's design with straddling segments formed on the worker holding their
+first rows, their other rows relayed through the driver (the driver forms no Hessian product of a whole
+segment)."""
+
 ISSUE38_TRANSPORT = replace(
     ISSUE38, straddle_on="owner", sum_reduce="chain", layer_copy="pipelined", expert_dispatch="peer"
 )
@@ -97,7 +104,8 @@ workers from storage."""
 CUMULATIVE = (
     ("built", BUILT),
     ("issue 38 design", ISSUE38),
-    ("+ straddling segments on a worker", replace(ISSUE38, straddle_on="owner")),
+    ("+ straddling segments on a worker, rows through the driver (as built)", AS_BUILT),
+    ("+ straddling rows sent worker to worker", replace(ISSUE38, straddle_on="owner")),
     ("+ chained segment sums", replace(ISSUE38, straddle_on="owner", sum_reduce="chain")),
     ("+ pipelined broadcast", replace(ISSUE38, straddle_on="owner", sum_reduce="chain", layer_copy="pipelined")),
     ("+ peer expert dispatch", ISSUE38_TRANSPORT),
@@ -215,22 +223,24 @@ def active_share(rates: Rates, active: int) -> float:
 @dataclass
 class SegmentSplit:
     """Where one input's Hessian segments are formed: tokens formed per worker, tokens formed on the driver,
-    segment sums per worker (in segment order), and the straddling rows each worker receives (owner mode)."""
+    segment sums per worker (in segment order), the straddling rows each worker receives (owner and relay
+    modes), and of ``worker_tokens`` those of straddling segments (formed in a second call in relay mode)."""
 
     worker_tokens: list[float]
     driver_tokens: float
     sums_per_worker: list[int]
     rows_in: list[float]
+    straddle_tokens: list[float] = field(default_factory=list)
 
 
 def split_segments(stream: float, segment: int, bounds: list[tuple[float, float]], straddle_on: str) -> SegmentSplit:
     """Segments of ``segment`` tokens over a token stream of ``stream`` tokens (the last may be short) against
     the workers' fractions ``bounds``: a segment inside one worker's range is formed there; one that crosses a
     boundary is formed on the driver (``straddle_on="driver"``) or on the worker holding its first token, which
-    then receives its other rows."""
+    then receives its other rows (``"relay"``, ``"owner"``)."""
     n = len(bounds)
     edges = [(lo * stream, hi * stream) for lo, hi in bounds]
-    out = SegmentSplit([0.0] * n, 0.0, [0] * n, [0.0] * n)
+    out = SegmentSplit([0.0] * n, 0.0, [0] * n, [0.0] * n, [0.0] * n)
     count = math.ceil(stream / segment) if stream > 0 else 0
     w = 0
     for s in range(count):
@@ -244,6 +254,7 @@ def split_segments(stream: float, segment: int, bounds: list[tuple[float, float]
             out.driver_tokens += end - start
         else:
             out.worker_tokens[w] += end - start
+            out.straddle_tokens[w] += end - start
             out.sums_per_worker[w] += 1
             out.rows_in[w] += end - edges[w][1]
     return out
@@ -297,6 +308,7 @@ def _statistics(shape: Shape, cal: Calibration, workers: int, design: Design, ra
     wire = rates.wire_bytes
     for group in shape.groups():
         per_worker = [0.0] * workers
+        second = [0.0] * workers  # relay mode: the straddling segments, formed in a call after the capture
         for item in group:
             stream = cal.tokens * item.share
             flops = gram_flops_per_token(item.width)
@@ -310,9 +322,12 @@ def _statistics(shape: Shape, cal: Calibration, workers: int, design: Design, ra
                 cost.bytes["hooked inputs"] = cost.bytes.get("hooked inputs", 0.0) + rows * item.width * wire
                 cost.activations += sharded_seconds(rows * item.width * wire, workers, rates)
                 continue
-            _segment_statistics(item, stream, bounds, design, rates, cost, per_worker)
-        active = sum(1 for t in per_worker if t > 0)
-        cost.worker_stats += max(per_worker) / active_share(rates, active) if active else 0.0
+            _segment_statistics(item, stream, bounds, design, rates, cost, per_worker, second)
+        for times in (per_worker, second):
+            active = sum(1 for t in times if t > 0)
+            cost.worker_stats += max(times) / active_share(rates, active) if active else 0.0
+        if any(second):
+            cost.calls += rates.call_latency  # the straddle call
 
 
 def _segment_statistics(
@@ -323,18 +338,28 @@ def _segment_statistics(
     rates: Rates,
     cost: LayerCost,
     per_worker: list[float],
+    second: list[float],
 ) -> None:
-    """One input's statistics under ``hessian_on_workers`` (see :class:`Design`)."""
+    """One input's statistics under ``hessian_on_workers`` (see :class:`Design`); ``second``: per worker, the
+    straddling segments' products in relay mode (a call after the capture)."""
     segment = design.segment_chunks * chunk_tokens(item.width)
     split = split_segments(stream, segment, bounds, design.straddle_on)
     flops, one_sum, wire = gram_flops_per_token(item.width), sum_bytes(item.width), rates.wire_bytes
+    relay = design.straddle_on == "relay"
     for w, tokens in enumerate(split.worker_tokens):
         adds = split.sums_per_worker[w] * one_sum / rates.device_sum_add if design.sum_reduce == "chain" else 0.0
-        per_worker[w] += item.copies * (tokens * flops / rates.stats + adds)
+        later = split.straddle_tokens[w] if relay else 0.0
+        per_worker[w] += item.copies * ((tokens - later) * flops / rates.stats + adds)
+        second[w] += item.copies * later * flops / rates.stats
     straddle_bytes = item.copies * split.driver_tokens * item.width * wire
     cost.driver_reduce += item.copies * split.driver_tokens * flops / rates.reduce
     cost.activations += sharded_seconds(straddle_bytes, len(bounds), rates)
-    cost.activations += item.copies * max(split.rows_in) * item.width * wire / rates.link
+    if relay:  # the later shards' rows back with the capture, then out to the owners: the driver's link twice
+        relayed = item.copies * sum(split.rows_in) * item.width * wire
+        cost.activations += 2 * sharded_seconds(relayed, len(bounds), rates)
+        straddle_bytes += 2 * relayed
+    else:
+        cost.activations += item.copies * max(split.rows_in) * item.width * wire / rates.link
     cost.bytes["straddling rows"] = cost.bytes.get("straddling rows", 0.0) + straddle_bytes
     total_sums = item.copies * sum(split.sums_per_worker)
     if design.sum_reduce == "driver":
@@ -450,7 +475,7 @@ def layer_cost(shape: Shape, cal: Calibration, workers: int, design: Design, rat
     waves = _solves(shape, workers, design, rates, cost)
     _parameters(shape, workers, design, rates, cost)
     _token_traffic(shape, cal, workers, design, rates, cost)
-    cost.calls = (len(shape.groups()) + 1 + waves + 2 * len(shape.groups())) * rates.call_latency
+    cost.calls += (len(shape.groups()) + 1 + waves + 2 * len(shape.groups())) * rates.call_latency
     return cost
 
 

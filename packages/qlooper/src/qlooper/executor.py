@@ -22,7 +22,8 @@ replayed this way receive ``None`` as the output and pre-hooks' return values ar
 processors use neither). Modules whose hooks are only token counts and GPTQ's Hessian of a dense input are
 not recorded: the workers return counts and Hessian pieces (rows before the first segment boundary in their
 shard, whole segments' float64 sums, rows after the last) that the driver adds in worker order, the same
-bits (:mod:`qlooper.worker_statistics`). Solves are spread round-robin over the workers.
+bits (:mod:`qlooper.worker_statistics`); a segment straddling shards is formed by the worker holding its
+first rows, from the later shards' rows the driver passes on to it. Solves are spread round-robin over the workers.
 :class:`LocalShardExecutor` keeps its workers in this process (tests, no Ray);
 :class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
 """
@@ -40,6 +41,7 @@ import torch
 from torch import nn
 
 from .definition import ResolvedGroup
+from .errors import ExecutorError
 from .expert_shards import (
     ExpertLayer,
     describe_plan,
@@ -52,7 +54,16 @@ from .forward import capture_forward, layer_device, replay_forward
 from .input_cache import InputCache
 from .processors.base import LayerContext
 from .shard_worker import Call, Event, HookedModule, LayerWorker
-from .worker_statistics import HessianRowsHook, RowPlan, feed_rows, plannable, sum_bytes
+from .worker_statistics import (
+    HessianRowsHook,
+    RowPlan,
+    ShardRows,
+    Straddle,
+    feed_rows,
+    plannable,
+    straddles,
+    sum_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +166,11 @@ class LayerTimes:
     the driver's node, or in process).
     ``statistic``: of ``forward``, the slowest worker's seconds forming Hessian segment sums per call, summed
     (:mod:`.worker_statistics`); ``bytes_sums``: of ``bytes_back``, the bytes of those sums.
+    ``straddled``: whole segments straddling shards, formed on the worker holding their first rows (their
+    other rows passed through the driver: ``bytes_straddle``, also in ``bytes_out`` and ``bytes_back``, and
+    the call in ``calls``); ``driver_rows``: token rows of GPTQ's dense inputs the driver added to an
+    accumulator itself (their chunk products formed on the driver: rows before the first segment boundary
+    and after the last whole segment).
     """
 
     layer: int
@@ -175,6 +191,9 @@ class LayerTimes:
     expert_bytes: int = 0
     statistic: float = 0.0
     bytes_sums: int = 0
+    straddled: int = 0
+    bytes_straddle: int = 0
+    driver_rows: int = 0
 
 
 @dataclass
@@ -319,7 +338,7 @@ class ShardedExecutor:
         self._held.update({k: v.clone() for k, v in changed.items()})  # every worker holds them now
         return [out for out, _ in results]
 
-    def capture(self, ctx: LayerContext, stop_after: nn.Module | None) -> None:
+    def capture(self, ctx: LayerContext, stop_after: nn.Module | None, again: bool = False) -> None:
         if ctx.cache is None:
             raise ValueError("capture: the layer has no input cache")
         cache = ctx.cache
@@ -329,7 +348,7 @@ class ShardedExecutor:
         hooked = hooked_modules(ctx.layer)
         changed = self._changed(ctx.layer)
         ranges = self._every_worker_ranges(len(cache))
-        plans = self._row_plans(modules, hooked, cache, ranges)
+        plans, layouts = self._row_plans(modules, hooked, cache, ranges)
         per_worker = [
             (
                 self._key,
@@ -350,17 +369,27 @@ class ShardedExecutor:
             self._raw_inputs.update(mismatched)
             self.capture(ctx, stop_after)
             return
+        sums = self._straddle(layouts, rows, ctx.name)
+        if sums is None:  # an owner was replaced after the capture: its kept tails are gone
+            if again:
+                raise ExecutorError(f"layer {ctx.name}: a straddling segment's owner was lost twice in one capture")
+            log.warning("layer %s: a straddling segment's owner was replaced; capturing again", ctx.name)
+            self.capture(ctx, stop_after, again=True)
+            return
         start = time.perf_counter()
+        driver_rows = 0
         try:
             for (lo, _hi), (shard, _statistics) in zip(ranges, recorded, strict=True):
                 for offset, events in enumerate(shard):
                     _feed_batch(ctx, modules, lo + offset, events)
             for name in plans[0]:
-                feed_rows(modules[name], [shard[name] for shard in rows])
+                pieces = [shard[name] for shard in rows]
+                driver_rows += feed_rows(modules[name], pieces, layouts.get(name, []), sums.get(name, []))
         finally:
             ctx.batch, ctx.mask = -1, None
         times = self.times[-1]
         times.reduce += time.perf_counter() - start
+        times.driver_rows += driver_rows
         times.statistic += max((sum(r.seconds for r in shard.values()) for shard in rows), default=0.0)
         times.bytes_sums += sum(sum_bytes(list(shard.values())) for shard in rows)
 
@@ -370,11 +399,14 @@ class ShardedExecutor:
         hooked: list[HookedModule],
         cache: InputCache,
         ranges: list[tuple[int, int]],
-    ) -> list[dict[str, RowPlan]]:
+    ) -> tuple[list[dict[str, RowPlan]], dict[str, list[Straddle]]]:
         """Per worker, the hooked modules whose inputs it turns into statistics (:mod:`.worker_statistics`):
         token counts only, or a GPTQ input's head rows, whole segments and tail rows, its segment boundaries
-        placed from the rows each earlier worker's batches carry (their token masks' counts)."""
+        placed from the rows each earlier worker's batches carry (their token masks' counts); and per GPTQ
+        input, its segments straddling shards (:func:`~.worker_statistics.straddles`: their owners keep
+        their tails)."""
         plans: list[dict[str, RowPlan]] = [{} for _ in ranges]
+        layouts: dict[str, list[Straddle]] = {}
         counts: list[int] | None = None
         for item in hooked:
             kind = False if item.name in self._raw_inputs else plannable(modules[item.name])
@@ -384,12 +416,56 @@ class ShardedExecutor:
             elif isinstance(kind, HessianRowsHook):
                 counts = counts if counts is not None else [int(m.sum()) for m in cache.token_masks]
                 segment, first, offset = kind.segment_rows(), kind.task.rows_to_boundary(), 0
-                for plan, (lo, hi) in zip(plans, ranges, strict=True):
+                shard_rows = [sum(counts[lo:hi]) for lo, hi in ranges]
+                layouts[item.name] = straddles(first, segment, shard_rows)
+                owners = {s.owner for s in layouts[item.name]}
+                for w, (plan, (lo, hi)) in enumerate(zip(plans, ranges, strict=True)):
                     expected = tuple(counts[lo:hi])
                     head = min(sum(expected), (first - offset) % segment)
-                    plan[item.name] = RowPlan(kind.in_features, expected, head, segment)
+                    keep = item.name if w in owners else ""
+                    plan[item.name] = RowPlan(kind.in_features, expected, head, segment, keep=keep)
                     offset += sum(expected)
-        return plans
+        return plans, layouts
+
+    def _straddle(
+        self, layouts: dict[str, list[Straddle]], rows: list[dict[str, ShardRows]], layer: str
+    ) -> dict[str, list[list[torch.Tensor]]] | None:
+        """The straddling segments' sums, formed by their owners (one call to the workers up to the last
+        owner; each gets, per segment it owns, the later shards' head rows of it, through the driver): per
+        input, the blocks in :func:`~.worker_statistics.straddles` order. None when an owner no longer holds
+        its kept tail (it was replaced)."""
+        jobs: list[list[tuple[str, list[torch.Tensor]]]] = [[] for _ in range(self.workers)]
+        order: list[tuple[str, int, int]] = []  # (input, owner, index in the owner's jobs)
+        for name, layout in layouts.items():
+            for s in layout:
+                order.append((name, s.owner, len(jobs[s.owner])))
+                jobs[s.owner].append((name, [rows[w][name].head for w in s.senders]))
+        if not order:
+            return {}
+        last = max(owner for _name, owner, _k in order)
+        per_worker = [(jobs[w],) for w in range(last + 1)]
+        start = time.perf_counter()
+        results = self._call("straddle", per_worker, f"straddling segments of layer {layer}")
+        wall = time.perf_counter() - start
+        compute = max((seconds for _, seconds in results), default=0.0)
+        times = self.times[-1]
+        times.forward += compute
+        times.statistic += compute
+        times.transfer += max(0.0, wall - compute)
+        times.calls += 1
+        sent = sum(tensor_bytes(args) for args in per_worker)
+        back = tensor_bytes([out for out, _ in results])
+        times.bytes_out += sent
+        times.bytes_back += back
+        times.bytes_sums += back
+        times.bytes_straddle += sent
+        if any(out is None for out, _ in results):
+            return None
+        times.straddled += len(order)
+        sums: dict[str, list[list[torch.Tensor]]] = {}
+        for name, owner, k in order:
+            sums.setdefault(name, []).append(results[owner][0][k])
+        return sums
 
     def _every_worker_ranges(self, batches: int) -> list[tuple[int, int]]:
         """:func:`shard_ranges` padded with empty ranges: every worker gets each forward call (and with it

@@ -12,7 +12,9 @@ order, ``(module name relative to the layer, "pre" | "post", args, kwargs)``: ``
 called (its forward pre-hooks' view), ``"post"`` when it returns (its forward hooks' view, output not
 kept). Positional tensors are cloned at the time of the call, so a later in-place op cannot change them.
 Modules the driver planned (:mod:`qlooper.worker_statistics`) are not recorded: the worker counts their
-token rows and, for a GPTQ input, returns head rows, whole-segment Hessian sums and tail rows instead.
+token rows and, for a GPTQ input, returns head rows, whole-segment Hessian sums and tail rows instead; a
+tail that starts a segment straddling shards it keeps, and forms that segment's sum when the driver brings
+the other shards' rows of it (:meth:`LayerWorker.straddle`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class LayerWorker:
         self.name = name
         self.layer: nn.Module | None = None
         self.layer_key: str | None = None
+        self.kept: dict[str, tuple[torch.Tensor, Callable[[torch.Tensor], Any]]] = {}  # straddling tails
 
     def identity(self) -> dict[str, Any]:
         """Who this worker is: ``name``, ``host``, ``pid``, torch ``threads`` (reports name a lost worker)."""
@@ -162,7 +165,27 @@ class LayerWorker:
             for handle in handles:
                 handle.remove()
         statistics = {name: collector.result() for name, collector in collectors.items()}
+        self.kept = {
+            c.plan.keep: (c.kept, c.plan.form) for c in collectors.values() if c.plan.keep and c.kept is not None
+        }
         return (per_batch, statistics), time.perf_counter() - start
+
+    def straddle(
+        self, jobs: Sequence[tuple[str, Sequence[torch.Tensor]]]
+    ) -> tuple[list[list[torch.Tensor]] | None, float]:
+        """Form the straddling segments whose first rows this worker kept in its last :meth:`capture`: per job
+        ``(keep name, the later shards' rows of the segment, in order)``, the segment's float64 lower-triangle
+        blocks (:func:`qalgos.hessian.segment_sum` of the kept rows then the received ones). Returns (blocks
+        per job, seconds), or (None, seconds) when a kept tail is not here (a replacement for a lost worker:
+        the driver captures again)."""
+        start = time.perf_counter()
+        if any(name not in self.kept for name, _rows in jobs):
+            return None, time.perf_counter() - start
+        out = []
+        for name, received in jobs:
+            kept, form = self.kept.pop(name)
+            out.append(form(torch.cat([kept, *received])).block_list())
+        return out, time.perf_counter() - start
 
     @staticmethod
     def _recorder(

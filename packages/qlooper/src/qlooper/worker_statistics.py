@@ -12,6 +12,14 @@ activations and return much less:
   (``tail``). The driver feeds them worker by worker in order (head rows, segments, tail rows), so the
   accumulator sums the same chunks and segments in the same order as in one process: the same bits.
 
+A whole segment that *straddles* shards (:func:`straddles`) is formed on the worker holding its first rows
+(its ``owner``): the owner keeps its tail rows (``RowPlan.keep``), the workers after it return the head rows
+that complete the segment, the driver passes those on to the owner (:meth:`LayerWorker.straddle
+<qlooper.shard_worker.LayerWorker.straddle>`: through the driver, one hop each way) and the owner returns the
+segment's float64 sum, which the driver adds in the segment's place. The driver itself adds token rows only
+before the accumulator's first boundary (rows already buffered before the capture) and after the stream's
+last whole segment (the open, partial segment; :func:`feed_rows` returns how many).
+
 The executor plans a module this way only when every forward hook on it is one of these (at most one
 :class:`HessianRowsHook`) and it has no pre-hook; otherwise the worker records its calls as before. The
 segment boundaries need each worker's first row in the stream before the forward: the driver predicts the
@@ -69,12 +77,25 @@ class HessianRowsHook:
         """Rows of one whole segment (:func:`qalgos.hessian.segment_tokens`)."""
         return segment_tokens(self.in_features)
 
-    def add_pieces(self, pieces: ShardRows) -> None:
-        """One worker's head rows, whole segments and tail rows, in that order."""
-        self.task.add_batch(pieces.head)
+    def add_pieces(
+        self, pieces: ShardRows, *, head_sent: bool = False, straddle: list[torch.Tensor] | None = None
+    ) -> int:
+        """One worker's head rows, whole segments and tail rows, in that order; returns the rows added as rows
+        (whose chunk products this process forms). ``head_sent``: the head rows completed a straddling segment
+        an earlier worker formed (already added); ``straddle``: the blocks of the straddling segment that
+        starts with this worker's tail (kept on the worker), added in the tail's place."""
+        rows = 0
+        if not head_sent:
+            rows += self.task.add_batch(pieces.head)
         for blocks in pieces.segments:
             self.task.add_segment(LowerGram.from_blocks(self.in_features, blocks), self.segment_rows())
-        self.task.add_batch(pieces.tail)
+        if straddle is not None:
+            self.task.add_segment(LowerGram.from_blocks(self.in_features, straddle), self.segment_rows())
+        elif pieces.kept:
+            raise ValueError(f"{pieces.kept} tail rows were kept on a worker for a straddling segment, no sum came")
+        else:
+            rows += self.task.add_batch(pieces.tail)
+        return rows
 
 
 @dataclass(frozen=True)
@@ -84,13 +105,42 @@ class RowPlan:
     ``in_features``: the input width (0 for a count); ``expected``: the predicted rows of each of the worker's
     batches (None: only count); ``head``: rows, from the worker's first, that go back as rows before the first
     segment boundary; ``segment``: rows of a whole segment; ``form``: the segment sum (``rows [segment, in] ->
-    LowerGram``)."""
+    LowerGram``); ``keep``: when not empty, the tail rows start a straddling segment this worker forms: it keeps
+    them under this name for the next :meth:`~qlooper.shard_worker.LayerWorker.straddle` call instead of
+    returning them."""
 
     in_features: int
     expected: tuple[int, ...] | None = None
     head: int = 0
     segment: int = 0
     form: Callable[[torch.Tensor], LowerGram] = segment_sum
+    keep: str = ""
+
+
+@dataclass(frozen=True)
+class Straddle:
+    """A whole segment lying across shards: worker ``owner`` holds its first rows (its tail), the workers
+    ``senders`` (in order) the head rows that complete it."""
+
+    owner: int
+    senders: tuple[int, ...]
+
+
+def straddles(first: int, segment: int, rows: Sequence[int]) -> list[Straddle]:
+    """The whole segments of an input's stream that straddle shards, in stream order. ``first``: rows before
+    the accumulator's first segment boundary (``rows_to_boundary``, 0 at a boundary); ``segment``: rows of a
+    whole segment; ``rows``: each worker's token rows, in shard order. A segment counts only when the stream
+    holds all its rows (the last, partial one stays rows)."""
+    starts = [sum(rows[:w]) for w in range(len(rows))]
+    total, out, at = sum(rows), [], first
+    while segment > 0 and at + segment <= total:
+        end = at + segment
+        owner = next(w for w, n in enumerate(rows) if starts[w] <= at < starts[w] + n)
+        if end > starts[owner] + rows[owner]:
+            senders = tuple(w for w in range(owner + 1, len(rows)) if rows[w] and starts[w] < end)
+            out.append(Straddle(owner, senders))
+        at = end
+    return out
 
 
 class ShardRows(NamedTuple):
@@ -99,7 +149,8 @@ class ShardRows(NamedTuple):
     ``counts``: token rows per call; ``head`` / ``tail``: rows ``[k, in]`` in the input's dtype (empty for a
     count-only plan); ``segments``: each whole segment's lower-triangle float64 blocks
     (:meth:`qalgos.hessian.LowerGram.block_list`); ``seconds``: forming the segment sums; ``mismatch``: why the
-    rows differ from ``expected`` (the other fields are then meaningless), else None."""
+    rows differ from ``expected`` (the other fields are then meaningless), else None; ``kept``: tail rows kept
+    on the worker for a straddling segment (``RowPlan.keep``; ``tail`` is then empty)."""
 
     counts: list[int]
     head: torch.Tensor
@@ -107,6 +158,7 @@ class ShardRows(NamedTuple):
     tail: torch.Tensor
     seconds: float
     mismatch: str | None
+    kept: int = 0
 
 
 class RowCollector:
@@ -121,6 +173,7 @@ class RowCollector:
         self.segments: list[list[torch.Tensor]] = []
         self.seconds = 0.0
         self.mismatch: str | None = None
+        self.kept: torch.Tensor | None = None  # the tail rows kept for a straddling segment (after result())
         self._rows: list[torch.Tensor] = []
         self._held = 0
         self._in_batch = 0
@@ -173,6 +226,10 @@ class RowCollector:
         head = self.head
         if head is None:  # fewer rows than the head: all of them are head rows
             head, held = held, held[:0]
+        if self.plan.keep:
+            self.kept = held
+            kept = int(held.shape[0])
+            return ShardRows(self.counts, head, self.segments, held[:0], self.seconds, self.mismatch, kept)
         return ShardRows(self.counts, head, self.segments, held, self.seconds, self.mismatch)
 
 
@@ -191,14 +248,28 @@ def plannable(module: nn.Module) -> HessianRowsHook | bool:
     return statistic if statistic is not None else True
 
 
-def feed_rows(module: nn.Module, pieces: Sequence[ShardRows]) -> None:
-    """Feed every worker's result for a planned ``module`` to its hooks, worker by worker in order."""
+def feed_rows(
+    module: nn.Module,
+    pieces: Sequence[ShardRows],
+    layout: Sequence[Straddle] = (),
+    sums: Sequence[list[torch.Tensor]] = (),
+) -> int:
+    """Feed every worker's result for a planned ``module`` to its hooks, worker by worker in order; ``layout``
+    (:func:`straddles`) and ``sums`` (each straddling segment's blocks, formed by its owner, in that order)
+    place the straddling segments. Returns the token rows added as rows (whose chunk products the driver
+    forms)."""
+    if len(layout) != len(sums):
+        raise ValueError(f"straddling segments: {len(layout)} planned, {len(sums)} sums came back")
+    by_owner = {s.owner: blocks for s, blocks in zip(layout, sums, strict=True)}
+    sent = {w for s in layout for w in s.senders}
+    rows = 0
     for hook in list(module._forward_hooks.values()):
-        for shard in pieces:
+        for w, shard in enumerate(pieces):
             if isinstance(hook, HessianRowsHook):
-                hook.add_pieces(shard)
+                rows += hook.add_pieces(shard, head_sent=w in sent, straddle=by_owner.get(w))
             elif isinstance(hook, TokenCountHook):
                 hook.add(sum(shard.counts))
+    return rows
 
 
 def sum_bytes(pieces: Sequence[ShardRows]) -> int:
