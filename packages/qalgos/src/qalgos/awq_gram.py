@@ -12,7 +12,8 @@ float rounding of the loss: the two losses are equal in exact arithmetic, so onl
 agree to about 1e-6 relative can swap (tested on random and outlier-heavy inputs).
 
 Each ratio is first screened by the same loss with ``D`` and ``G`` in bfloat16 (:func:`gram_screen_mse`, on
-a device that multiplies bfloat16 fast, else float32) and only the ratios near the lowest screened loss are
+a device that multiplies bfloat16 fast), the ratios within 1% of the lowest estimate again in float32 (a flat
+loss curve, as on random weights, keeps many), and only those within 1e-5 of the lowest float32 estimate are
 scored in float64 (:func:`qalgos.awq_screened_grid.best_on_grid_screened`): the same ratio, scales and loss
 bits as scoring every ratio in float64, at a fraction of the float64 products (at ``in`` = 14336 each is
 1.7 TFLOP); ``screen=False`` scores every ratio in float64.
@@ -20,12 +21,12 @@ bits as scoring every ratio in float64, at a fraction of the float64 products (a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from .awq import ScaleSearchResult, best_on_grid, search_statistics
-from .awq_screened_grid import best_on_grid_screened
+from .awq_screened_grid import FINE_MARGIN, SCREEN_MARGIN, best_on_grid_screened
 from .spec import QuantSpec
 
 
@@ -101,9 +102,13 @@ def search_scales_gram(
 
     if not screen:
         return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)
-    gram_low = gram.to(screen_dtype(gram.device))
+    coarse = screen_dtype(gram.device)
+    grams = {dtype: gram.to(dtype) for dtype in dict.fromkeys((coarse, torch.float32))}
 
-    def screen_of(trial: list[torch.Tensor]) -> float:
-        return gram_screen_mse(gram_low, tokens, reference, trial)
+    def screen_in(dtype: torch.dtype) -> Callable[[list[torch.Tensor]], float]:
+        return lambda trial: gram_screen_mse(grams[dtype], tokens, reference, trial)
 
-    return best_on_grid_screened(x_mean, w_mean, weights, spec, screen_of, loss_of, grid, duo_scaling)
+    screens = [(screen_in(torch.float32), FINE_MARGIN)]
+    if coarse != torch.float32:  # ratios far from the best leave at the bfloat16 tier, near-ties at float32
+        screens.insert(0, (screen_in(coarse), SCREEN_MARGIN))
+    return best_on_grid_screened(x_mean, w_mean, weights, spec, screens, loss_of, grid, duo_scaling)

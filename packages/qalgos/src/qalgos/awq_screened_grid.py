@@ -8,7 +8,7 @@ whose estimate lies within ``margin`` (relative) of the lowest estimate, and ret
 exact loss, the first of equal losses winning as in ``best_on_grid``.
 
 That is ``best_on_grid``'s answer (the same ratio, scales and loss bits) whenever every estimate is within
-``margin / 2`` of its exact loss: the exact winner's estimate is then within ``margin`` of the lowest
+``margin / 2`` of its exact loss (for every tier): the exact winner's estimate is then within ``margin`` of the lowest
 estimate. The search checks this on the ratios it scores exactly: if any of their estimates is off by more
 than ``margin / SAFETY`` relative, or an estimate or an exact loss is not finite, it scores every remaining
 ratio exactly (``best_on_grid`` itself, at its cost), so a poor estimate costs time, never a different result.
@@ -24,8 +24,10 @@ import torch
 from .awq import ScaleSearchResult, best_on_grid_from, grid_scales, grid_trial
 from .spec import QuantSpec
 
-#: the relative window above the lowest screened loss whose ratios are scored exactly
+#: the relative window above the lowest bfloat16 estimate whose ratios go on to the next tier
 SCREEN_MARGIN = 0.01
+#: the same for the float32 tier (its estimates are about 1e-9 relative off the float64 loss)
+FINE_MARGIN = 1e-5
 #: the screened losses must be within ``margin / SAFETY`` of the exact ones where both are known
 SAFETY = 8.0
 
@@ -45,26 +47,33 @@ def best_on_grid_screened(
     w_mean: torch.Tensor,
     weights: Sequence[torch.Tensor],
     spec: QuantSpec,
-    screen_of: Callable[[list[torch.Tensor]], float],
+    screens: Sequence[tuple[Callable[[list[torch.Tensor]], float], float]],
     loss_of: Callable[[list[torch.Tensor]], float],
     grid: int = 20,
     duo_scaling: bool = True,
-    margin: float = SCREEN_MARGIN,
 ) -> ScaleSearchResult:
     """``best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)``, computing ``loss_of`` only
-    for the ratios whose ``screen_of`` estimate is within ``margin`` of the lowest estimate (see the module
-    docstring; every ratio when the estimates prove poor). Trial weights are rebuilt for the exact scoring
+    for the ratios that pass every screen: ``screens`` is a list of ``(estimate, margin)`` tiers, cheapest
+    first; each tier estimates the ratios the previous one kept and keeps those within its ``margin``
+    (relative) of its lowest estimate. Every tier's estimates are checked on the ratios scored exactly (see
+    the module docstring); every ratio is scored exactly when one is off. Trial weights are rebuilt per tier
     rather than kept (one ``[out, in]`` trial per linear in memory at a time)."""
     ratios = [i / grid for i in range(grid)]
-    screened = [screen_of(grid_trial(weights, grid_scales(x_mean, w_mean, r, duo_scaling), spec)) for r in ratios]
-    finite = [s for s in screened if math.isfinite(s)]
-    floor = min(finite) if finite else math.inf
-    chosen = [i for i, s in enumerate(screened) if not math.isfinite(s) or s <= floor * (1.0 + margin)]
-    exact: dict[int, float] = {}
-    for i in chosen:
-        exact[i] = loss_of(grid_trial(weights, grid_scales(x_mean, w_mean, ratios[i], duo_scaling), spec))
-    if max(relative_error(screened[i], exact[i]) for i in chosen) > margin / SAFETY:
+
+    def trial(i: int) -> list[torch.Tensor]:
+        return grid_trial(weights, grid_scales(x_mean, w_mean, ratios[i], duo_scaling), spec)
+
+    kept = list(range(grid))
+    estimates: list[tuple[dict[int, float], float]] = []
+    for screen_of, margin in screens:
+        screened = {i: screen_of(trial(i)) for i in kept}
+        finite = [s for s in screened.values() if math.isfinite(s)]
+        floor = min(finite) if finite else math.inf
+        kept = [i for i in kept if not math.isfinite(screened[i]) or screened[i] <= floor * (1.0 + margin)]
+        estimates.append((screened, margin))
+    exact = {i: loss_of(trial(i)) for i in kept}
+    if any(relative_error(screened[i], exact[i]) > margin / SAFETY for screened, margin in estimates for i in kept):
         for i in range(grid):  # a poor estimate: every ratio by the exact loss, as best_on_grid
             if i not in exact:
-                exact[i] = loss_of(grid_trial(weights, grid_scales(x_mean, w_mean, ratios[i], duo_scaling), spec))
+                exact[i] = loss_of(trial(i))
     return best_on_grid_from(x_mean, w_mean, [(ratios[i], exact[i]) for i in sorted(exact)], grid, duo_scaling)
