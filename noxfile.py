@@ -293,8 +293,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def types(session: nox.Session) -> None:
-    """mypy over every package, each with the config in its own pyproject.toml (strict for qformats, qcheckpoint,
-    qalgos and lowbit; default strictness where torch modules and transformers models are involved)."""
+    """mypy over every package, each with the config in its own pyproject.toml (``strict`` for all seven; qkernels
+    lifts two checks for its ``@triton.jit`` kernels' file only)."""
     _install_packages(session, list(PACKAGES))
     session.install(*_constraints(), MYPY, "pytest")  # pytest: qkernels.testing's conformance helpers use it
     for name in PACKAGES:

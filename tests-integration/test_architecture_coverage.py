@@ -31,6 +31,9 @@ MOE_FAMILIES = {
     "granitemoe",
     "llama4_text",
     "qwen3_next",
+    "sarvam_moe",
+    "jamba",
+    "nemotron_h",
 }
 
 

@@ -8,8 +8,8 @@ is imported) and counts such comparisons and tables per file. The family strings
 (every key and config method, so a family registered later is covered too). The registry files themselves
 (:data:`REGISTRIES`) are exempt.
 
-:data:`KNOWN` is the count each file held when the registry took over (mostly method-level choices: the method
-half of issue 37 removes them). A file above its count fails (a new comparison: add a hook to the family record
+:data:`KNOWN` is the count each file holds (none since issue 37 finished: every site asks a record). A file
+above its count fails (a new comparison: add a hook to the family record
 instead, see "Add a layout (weight family)" in docs/internals.md); a file below it fails too, so the count is
 lowered with the change that removed one.
 
@@ -57,24 +57,10 @@ REGISTRIES = frozenset(
     }
 )
 
-#: file -> comparisons / tables on family strings it holds today (see the module docstring).
-KNOWN: dict[str, int] = {
-    # method-level choices and method tables (the method registry half of issue 37)
-    "packages/qformats/src/qformats/config/quantizer_formats.py": 2,
-    "packages/qhf/src/qhf/weight_only_settings.py": 1,
-    # the public GGUF format name ("gguf" as a format or source kind, not a family dispatch)
-    "packages/qformats/src/qformats/config/aliases.py": 1,
-    "packages/qformats/src/qformats/config/resolve.py": 2,
-    "packages/qformats/src/qformats/gguf_file/directory_export.py": 2,
-    "packages/qformats/src/qformats/layouts/gguf/aliases.py": 1,
-    "packages/qhf/src/qhf/gguf_settings.py": 1,
-    "packages/qhf/src/qhf/save/dense_dtype.py": 1,
-    # kernels: "integer" kernel contracts and a VPTQ bfloat16 codebook cast
-    "packages/qkernels/src/qkernels/backends/torch_reference.py": 1,
-    "packages/qkernels/src/qkernels/contract.py": 1,
-    "packages/qkernels/src/qkernels/weight_only.py": 1,
-    "packages/qlooper/src/qlooper/kernels.py": 1,
-}
+#: file -> comparisons / tables on family strings it holds today (see the module docstring). Empty since issue 37:
+#: a family question is an attribute of its record (``layout_based``, ``gguf_blocks``, ``stored_bits``,
+#: ``bfloat16_compute_tensor`` ...) and a public format name is compared through ``qformats.enums.FORMAT``.
+KNOWN: dict[str, int] = {}
 
 
 def family_strings() -> frozenset[str]:
@@ -163,17 +149,11 @@ def test_no_new_family_string_dispatch_outside_the_registry() -> None:
 #: Where method strings belong: qhf's method registry and its built-in methods.
 METHOD_REGISTRIES_DIR = "packages/qhf/src/qhf/methods/"
 
-#: file -> comparisons / tables on method strings it holds today (see the module docstring).
-KNOWN_METHOD: dict[str, int] = {
-    # qhf: the built-in methods' settings resolution and stored fields
-    "packages/qhf/src/qhf/calibrated_settings.py": 1,  # AWQ's formats (no g_idx) asked by a method-table read
-    # qformats (below qhf: cannot ask the method registry): the stored checkpoint method (gptq / awq layouts,
-    # weight-only families) and the method -> formats facts the built-in methods read
-    "packages/qformats/src/qformats/checkpoint/modules.py": 1,
-    "packages/qformats/src/qformats/checkpoint/transcode_dir.py": 1,
-    "packages/qformats/src/qformats/config/quantizer_formats.py": 3,
-    "packages/qformats/src/qformats/gguf_file/directory_export.py": 2,
-}
+#: file -> comparisons / tables on method strings it holds today (see the module docstring). Empty since issue 37:
+#: qformats (below qhf, which cannot ask qhf's registry) asks its own per-method records,
+#: ``qformats.config.quantizer_formats.QuantizerFormats`` (``marlin_layout``, ``stores_g_idx`` ...), and its weight
+#: families (``families_of_method``); a stored method chosen from a target layout is decided on the layout.
+KNOWN_METHOD: dict[str, int] = {}
 
 
 def method_strings() -> frozenset[str]:

@@ -36,8 +36,11 @@ WRITTEN = sorted(record.key for record in ARCHITECTURES if record.write.refused 
 # Gemma: head_dim 256 so that the class default query_pre_attn_scalar (256, which transformers' GGUF loading
 # leaves at its default) is the 1/sqrt(head_dim) scale llama.cpp uses; Qwen3: head_dim 128, the class default
 # (transformers' GGUF loading leaves attention.key_length unread)
-OVERRIDES = {"gemma2": {"head_dim": 256}, "gemma3": {"head_dim": 256, "sliding_window": 64}, "qwen3": {"head_dim": 128}}
-ONLY_OURS = {"vocab_size", "rope.freq_base_swa"}
+OVERRIDES = {"gemma2": {"head_dim": 256, "query_pre_attn_scalar": 256},
+             "gemma3": {"head_dim": 256, "sliding_window": 64, "query_pre_attn_scalar": 256},
+             "qwen3": {"head_dim": 128}}  # fmt: skip
+# nemotron: the epsilon also under the rms key, which transformers reads (llama.cpp reads layer_norm_epsilon)
+ONLY_OURS = {"vocab_size", "rope.freq_base_swa", "attention.layer_norm_rms_epsilon"}
 THROUGH_QHF = {"mistral", "qwen2moe", "qwen3moe"}
 ONLY_CONVERTER = {"attention.key_length", "attention.value_length", "attention.sliding_window"}
 

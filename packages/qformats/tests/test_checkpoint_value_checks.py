@@ -69,6 +69,25 @@ def test_a_config_with_fewer_layers_than_the_tensors_is_reported(tmp_path: Path)
     assert inspect(tmp_path / "ok").violation_count == 0
 
 
+def test_a_decoder_layer_list_is_counted_by_decoder_layers(tmp_path: Path) -> None:
+    """An encoder-decoder's decoder (``model.decoder.layers.N``) is counted by ``decoder_layers``, not by
+    ``num_hidden_layers`` (which BART-style configs may hold for the encoder)."""
+    rng = np.random.default_rng(0)
+    weights = {f"model.decoder.layers.{i}.fc1": random_weight(rng, 64, 128, 4, 32, sym=True) for i in range(3)}
+    for w in weights.values():
+        np.clip(w.zeros, 1, 15, out=w.zeros)
+    tensors = module_tensors("gptq", weights)
+    for name, config in {
+        "ok": {"model_type": "bart", "num_hidden_layers": 2, "encoder_layers": 2, "decoder_layers": 3},
+        "bad": {"model_type": "bart", "num_hidden_layers": 3, "encoder_layers": 3, "decoder_layers": 2},
+    }.items():
+        write_checkpoint(tmp_path / name, tensors, quantize_config=GPTQ_CONFIG, model_config=config, validate=False)
+    assert inspect(tmp_path / "ok").violation_count == 0
+    summary = inspect(tmp_path / "bad")
+    assert summary.violation_count == 1
+    assert "[CONFIG-LAYERS] config.json:decoder_layers: expected 3" in summary.other_violations[0]
+
+
 def test_unknown_tensors_inside_a_quantized_module_are_listed_as_warnings(tmp_path: Path) -> None:
     tensors = _tensors()
     tensors[f"{PREFIX}.weight"] = np.ones((64, 128), np.float16)

@@ -107,6 +107,7 @@ def test_gemma3_names_norm_offset_head_dim_and_tied_embeddings(tmp_path: Path) -
     assert (cfg["model_type"], cfg["architectures"]) == ("gemma3_text", ["Gemma3ForCausalLM"])
     assert (cfg["head_dim"], cfg["sliding_window"], cfg["tie_word_embeddings"], cfg["vocab_size"]) == (8, 32, True, 12)
     assert cfg["rope_theta"] == 5000.0 and cfg["num_key_value_heads"] == 1 and cfg["bos_token_id"] == 2
+    assert cfg["query_pre_attn_scalar"] == HEAD_DIM  # llama.cpp's 1/sqrt(head_dim) (transformers would keep 256)
     prefix = "model.layers.1."
     expected = {
         "input_layernorm.weight": "attn_norm.weight",
@@ -282,6 +283,67 @@ def test_phi3_fused_qkv_and_gate_up(tmp_path: Path) -> None:
     assert np.array_equal(model.tensor("model.layers.1.mlp.gate_up_proj.weight"), stored["blk.1.ffn_up.weight"])
 
 
+@pytest.mark.parametrize(("arch", "layers", "scalar"), [("gemma2", 46, H // HEADS), ("gemma3", 62, H // HEADS),
+                                                        ("gemma2", 3, 4), ("gemma3", 4, 4)])  # fmt: skip
+def test_gemma_attention_scale_follows_llama_cpp_27b_rule(tmp_path: Path, arch: str, layers: int, scalar: int) -> None:
+    """llama.cpp scales by 1/sqrt(hidden / heads) for the 27B models (46 / 62 layers), else 1/sqrt(head_dim)."""
+    norms = ["attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"]
+    layer = {**_attention(2 * 4, 4), **{f"{n}.weight": _w(H) for n in norms}, "ffn_gate.weight": _w(INTER, H),
+             "ffn_up.weight": _w(INTER, H), "ffn_down.weight": _w(H, INTER)}  # fmt: skip
+    if arch == "gemma3":
+        layer.update({"attn_q_norm.weight": _w(4), "attn_k_norm.weight": _w(4)})
+    meta = _meta(arch, **{"block_count": layers, "attention.key_length": 4, "attention.layer_norm_rms_epsilon": 1e-6})
+    path, _ = _write(tmp_path, meta, layer, {}, layers=layers)
+    assert read_gguf(path).config["query_pre_attn_scalar"] == scalar
+
+
+def _phi3_layer() -> dict[str, np.ndarray]:
+    return {
+        "attn_norm.weight": _w(H),
+        "ffn_norm.weight": _w(H),
+        "attn_qkv.weight": _w(3 * H, H),
+        "attn_output.weight": _w(H, H),
+        "ffn_up.weight": _w(2 * INTER, H),
+        "ffn_down.weight": _w(H, INTER),
+    }
+
+
+def test_phi3_longrope_factors_and_partial_rotary_into_the_config(tmp_path: Path) -> None:
+    long_f, short_f = np.array([1.0, 2.5], np.float32), np.array([1.0, 1.25], np.float32)
+    meta = _meta("phi3", **{"rope.dimension_count": 4, "rope.scaling.original_context_length": 16,
+                            "rope.scaling.attn_factor": 1.25})  # fmt: skip
+    top = {"rope_factors_long.weight": long_f, "rope_factors_short.weight": short_f}
+    path, _ = _write(tmp_path, meta, _phi3_layer(), top)
+    model = read_gguf(path)
+    cfg = model.config
+    assert cfg["partial_rotary_factor"] == 0.5 and cfg["original_max_position_embeddings"] == 16
+    assert cfg["rope_scaling"] == {"rope_type": "longrope", "long_factor": [1.0, 2.5], "short_factor": [1.0, 1.25],
+                                   "attention_factor": 1.25}  # fmt: skip
+    assert sorted(model.skipped) == sorted(top) and not any("rope" in name for name in model.names)
+    path, _ = _write(tmp_path, _meta("phi3", **{"rope.dimension_count": HEAD_DIM}), _phi3_layer(), {})
+    assert "partial_rotary_factor" not in read_gguf(path).config and "rope_scaling" not in read_gguf(path).config
+
+
+@pytest.mark.parametrize(
+    ("meta", "top", "error"),
+    [
+        ({"rope.scaling.original_context_length": 16}, {"rope_factors_long.weight": np.ones(4, np.float32)},
+         r"LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; the file holds only "
+         r"rope_factors_long"),
+        ({}, {"rope_factors_long.weight": np.ones(4, np.float32), "rope_factors_short.weight": np.ones(4, np.float32)},
+         r"phi3.rope.scaling.original_context_length: expected a positive integer .*found None"),
+        ({"rope.scaling.original_context_length": 16},
+         {"rope_factors_long.weight": np.ones(3, np.float32), "rope_factors_short.weight": np.ones(4, np.float32)},
+         r"'rope_factors_long.weight': expected 4 finite rope factors \(rotary dims 8 / 2\), found shape \(3,\)"),
+        ({"rope.dimension_count": 12}, {}, r"phi3.rope.dimension_count: expected an even count in 2..8"),
+    ],
+)  # fmt: skip
+def test_phi3_bad_rope_settings_are_refused_by_name(tmp_path: Path, meta: dict, top: dict, error: str) -> None:
+    path, _ = _write(tmp_path, _meta("phi3", **meta), _phi3_layer(), top)
+    with pytest.raises(GGUFFileError, match=error):
+        read_gguf(path)
+
+
 def test_starcoder2_layernorm_biases_and_mlp_names(tmp_path: Path) -> None:
     layer = {
         **_attention(),
@@ -411,28 +473,89 @@ def test_bad_files_are_refused_naming_the_tensor_or_key(tmp_path: Path) -> None:
         read_gguf(path).tensor("model.layers.0.self_attn.q_proj.weight")
 
 
-def test_falcon_multi_query_names_and_grouped_kv_refused(tmp_path: Path) -> None:
-    layer = {
-        "attn_norm.weight": _w(H),
-        "attn_norm.bias": _w(H),
-        "attn_qkv.weight": _w(H + 2 * HEAD_DIM, H),
+def _falcon_layer(kv: int = KV, two_norms: bool = False) -> dict[str, np.ndarray]:
+    norms = {"attn_norm.weight": _w(H), "attn_norm.bias": _w(H)}
+    if two_norms:
+        norms.update({"attn_norm_2.weight": _w(H), "attn_norm_2.bias": _w(H)})
+    return {
+        **norms,
+        "attn_qkv.weight": _w(H + 2 * kv * HEAD_DIM, H),
         "attn_output.weight": _w(H, H),
         "ffn_up.weight": _w(4 * H, H),
         "ffn_down.weight": _w(H, 4 * H),
     }
-    meta = _meta("falcon", **{"attention.layer_norm_epsilon": 1e-5, "feed_forward_length": 4 * H})
-    path, stored = _write(tmp_path, meta, layer, {"output_norm.bias": _w(H), "output.weight": _w(VOCAB, H)})
+
+
+FALCON_META = _meta("falcon", **{"attention.layer_norm_epsilon": 1e-5, "feed_forward_length": 4 * H})
+
+
+def test_falcon_multi_query_names(tmp_path: Path) -> None:
+    top = {"output_norm.bias": _w(H), "output.weight": _w(VOCAB, H)}
+    path, stored = _write(tmp_path, FALCON_META, _falcon_layer(), top)
     model = read_gguf(path)
     cfg = model.config
+    assert model.architecture.key == "falcon" and "new_decoder_architecture" not in cfg
     assert (cfg["model_type"], cfg["ffn_hidden_size"], cfg["tie_word_embeddings"]) == ("falcon", 64, True)
     assert cfg["layer_norm_epsilon"] == pytest.approx(1e-5)
     qkv = model.tensor("transformer.h.1.self_attention.query_key_value.weight")
     assert np.array_equal(qkv, stored["blk.1.attn_qkv.weight"])  # multi-query: llama.cpp's order is HF's
     assert np.array_equal(model.tensor("transformer.word_embeddings.weight"), stored["token_embd.weight"])
     assert np.array_equal(model.tensor("transformer.ln_f.bias"), stored["output_norm.bias"])
-    path, _ = _write(tmp_path, {**meta, "falcon.attention.head_count_kv": 2}, layer, {})
-    with pytest.raises(GGUFFileError, match=r"falcon with num_key_value_heads 2 is not read: only 1 \(multi-query"):
+
+
+def _grouped(stored: np.ndarray, heads: int, groups: int) -> np.ndarray:
+    """Hugging Face's grouped rows from llama.cpp's (all q, all k, all v), head by head."""
+    q, k, v = np.split(stored, [heads * HEAD_DIM, (heads + groups) * HEAD_DIM])
+    per = heads // groups
+    rows = []
+    for g in range(groups):
+        rows += [q[(g * per + i) * HEAD_DIM : (g * per + i + 1) * HEAD_DIM] for i in range(per)]
+        rows += [k[g * HEAD_DIM : (g + 1) * HEAD_DIM], v[g * HEAD_DIM : (g + 1) * HEAD_DIM]]
+    return np.concatenate(rows)
+
+
+@pytest.mark.parametrize("two_norms", [False, True])
+def test_grouped_kv_falcon_qkv_rows_regrouped_and_decoder_fields(tmp_path: Path, two_norms: bool) -> None:
+    meta = {**FALCON_META, "falcon.attention.head_count_kv": 2}
+    path, stored = _write(tmp_path, meta, _falcon_layer(kv=2, two_norms=two_norms), {"output_norm.bias": _w(H)})
+    model = read_gguf(path)
+    cfg = model.config
+    assert model.architecture.key == ("falcon-2norm" if two_norms else "falcon")
+    assert (cfg["new_decoder_architecture"], cfg["num_kv_heads"]) == (True, 2)
+    assert cfg["num_ln_in_parallel_attn"] == (2 if two_norms else 1)
+    qkv = model.tensor("transformer.h.0.self_attention.query_key_value.weight")
+    assert np.array_equal(qkv, _grouped(stored["blk.0.attn_qkv.weight"], HEADS, 2))
+    assert not np.array_equal(qkv, stored["blk.0.attn_qkv.weight"])
+    if two_norms:  # llama.cpp's attn_norm feeds the MLP, attn_norm_2 the attention
+        assert np.array_equal(model.tensor("transformer.h.1.ln_mlp.weight"), stored["blk.1.attn_norm.weight"])
+        assert np.array_equal(model.tensor("transformer.h.1.ln_attn.bias"), stored["blk.1.attn_norm_2.bias"])
+        assert "transformer.h.1.input_layernorm.weight" not in model.names
+    else:
+        assert np.array_equal(model.tensor("transformer.h.1.input_layernorm.weight"), stored["blk.1.attn_norm.weight"])
+    # a multi-query file with two norms is the new decoder architecture with one group (rows as stored)
+    path, stored = _write(tmp_path, FALCON_META, _falcon_layer(two_norms=True), {"output_norm.bias": _w(H)})
+    model = read_gguf(path)
+    assert (model.config["new_decoder_architecture"], model.config["num_kv_heads"]) == (True, 1)
+    qkv = model.tensor("transformer.h.0.self_attention.query_key_value.weight")
+    assert np.array_equal(qkv, stored["blk.0.attn_qkv.weight"])
+
+
+def test_falcon_qkv_rows_that_do_not_split_into_the_heads_are_refused(tmp_path: Path) -> None:
+    meta = {**FALCON_META, "falcon.attention.head_count_kv": 2}
+    layer = {**_falcon_layer(kv=2), "attn_qkv.weight": _w(H + 2 * HEAD_DIM + 2, H)}
+    path, _ = _write(tmp_path, meta, layer, {"output_norm.bias": _w(H)})
+    with pytest.raises(GGUFFileError, match=r"blk.0.attn_qkv.weight .*fused QKV with 34 rows cannot hold 2 query "
+                       r"heads in 2 KV groups"):  # fmt: skip
+        read_gguf(path).tensor("transformer.h.0.self_attention.query_key_value.weight")
+
+
+def test_architectures_transformers_maps_but_the_table_does_not_are_refused_with_the_reason(tmp_path: Path) -> None:
+    from qformats.gguf_file.architecture_table import REFUSED_ARCHITECTURES
+
+    assert not set(REFUSED_ARCHITECTURES) & set(KNOWN_ARCHITECTURES)
+    path, _ = _write(tmp_path, _meta("gpt-oss"), {}, {})
+    with pytest.raises(GGUFFileError, match=r"'gpt-oss' is not read as a Hugging Face model: not mapped yet \(MXFP4"):
         read_gguf(path)
-    path, _ = _write(tmp_path, meta, {**layer, "attn_norm_2.weight": _w(H)}, {})
-    with pytest.raises(GGUFFileError, match=r"no Hugging Face parameter in the falcon mapping: blk.0.attn_norm_2"):
+    path, _ = _write(tmp_path, _meta("rwkv7"), {}, {})
+    with pytest.raises(GGUFFileError, match=r"'rwkv7' is not read as a Hugging Face model; known architectures"):
         read_gguf(path)

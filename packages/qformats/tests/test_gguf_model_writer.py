@@ -41,6 +41,7 @@ CONFIGS: dict[str, dict] = {
     "starcoder2": {"norm_epsilon": 1e-5, "use_bias": True},
     "stablelm": {"layer_norm_eps": 1e-5, "use_qkv_bias": True, "use_parallel_residual": False,
                  "partial_rotary_factor": 0.25},
+    "nemotron": {"norm_eps": 1e-5, "partial_rotary_factor": 0.5},
 }  # fmt: skip
 WRITTEN = [record.key for record in ARCHITECTURES if record.write.refused is None]
 # metadata keys beyond the core ones, per record (what llama.cpp's converter adds for them)
@@ -79,7 +80,7 @@ def _state_dict(config: dict, key: str, seed: int = 0) -> dict[str, np.ndarray]:
 
 def test_every_written_record_is_checked_here() -> None:
     assert sorted(WRITTEN) == sorted(CONFIGS)
-    assert sorted(r.key for r in ARCHITECTURES if r.write.refused is not None) == ["falcon", "nemotron"]
+    assert sorted(r.key for r in ARCHITECTURES if r.write.refused is not None) == ["falcon", "falcon-2norm"]
 
 
 @pytest.mark.parametrize("key", sorted(CONFIGS))
@@ -120,13 +121,14 @@ def test_metadata_keys_and_types_read_by_gguf_py(tmp_path: Path, key: str) -> No
     prefix = f"{record.gguf}."
     keys = {k[len(prefix) :] for k in fields if k.startswith(prefix)}
     eps = {k for k in keys if k.startswith("attention.layer_norm")}
-    assert len(eps) == 1, eps
+    # nemotron: llama.cpp reads attention.layer_norm_epsilon, transformers attention.layer_norm_rms_epsilon
+    assert len(eps) == (2 if key == "nemotron" else 1), eps
     assert keys - eps == CORE | EXTRA_KEYS.get(key, set()), sorted(keys ^ (CORE | EXTRA_KEYS.get(key, set())))
     for k in keys:
         want = gguf.GGUFValueType.FLOAT32 if any(f in k for f in FLOAT_KEYS) else gguf.GGUFValueType.UINT32
         assert fields[prefix + k].types == [want], f"{key}: {k}"
     value = GGUFReader(path).value
-    rotary = {"phi3": 8, "stablelm": 4}.get(key, config.get("head_dim", 16))
+    rotary = {"phi3": 8, "stablelm": 4, "nemotron": 8}.get(key, config.get("head_dim", 16))
     assert value(f"{prefix}rope.dimension_count") == rotary
     if key == "gemma3":
         assert (value("gemma3.rope.freq_base"), value("gemma3.rope.freq_base_swa")) == (1e6, 1e4)
@@ -190,12 +192,18 @@ def test_per_expert_block_bytes_are_stacked_unchanged(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("key", "change", "message"),
     [
-        ("nemotron", {}, r"model_type 'nemotron' \(nemotron\) is not written to a .gguf: llama.cpp reads its norm"),
+        ("nemotron", {"tie_word_embeddings": True}, r"tie_word_embeddings is true but llama.cpp's nemotron needs"),
+        ("nemotron", {"attention_bias": True}, r"config attention_bias = True"),
         ("falcon", {}, r"model_type 'falcon' \(falcon\) is not written"),
         ("qwen2moe", {"tie_word_embeddings": True}, r"tie_word_embeddings is true but llama.cpp's qwen2moe needs"),
         ("qwen3moe", {"norm_topk_prob": False}, r"config norm_topk_prob = False .*renormalizes the top-k"),
         ("qwen2", {"use_sliding_window": True}, r"config use_sliding_window = True"),
         ("gemma3", {"query_pre_attn_scalar": 256}, r"query_pre_attn_scalar = 256 differs from head_dim = 32"),
+        (
+            "gemma2",
+            {"num_hidden_layers": 46},
+            r"query_pre_attn_scalar = 32 differs from hidden_size / num_attention_heads \(46-layer 27B\) = 16",
+        ),
         ("gemma3", {"layer_types": ["full_attention", "sliding_attention"]}, r"every 6th layer only"),
         ("stablelm", {"qk_layernorm": True}, r"config qk_layernorm = True"),
         ("phi3", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, r"rope type 'longrope'"),
@@ -224,3 +232,11 @@ def test_stablelm_flags_decide_the_expected_tensors(tmp_path: Path) -> None:
     extra = [*sd.items(), ("model.layers.0.self_attn.q_proj.bias", np.zeros(64, np.float32))]
     with pytest.raises(GGUFFileError, match=r"q_proj.bias.*no llama.cpp tensor for it in a stablelm .gguf"):
         write_model_gguf(tmp_path / "t.gguf", config, extra, _tokenizer(40))
+
+
+def test_gemma_27b_attention_scale_is_written() -> None:
+    """llama.cpp scales the 27B models (46 / 62 layers) by 1/sqrt(hidden / heads): that scale is accepted."""
+    for key, layers in (("gemma2", 46), ("gemma3", 62)):
+        config = {**_config(key), "num_hidden_layers": layers, "query_pre_attn_scalar": 16}
+        config.pop("layer_types", None)
+        assert writable_record(config).key == key

@@ -147,11 +147,11 @@ def test_wrong_tensor_shape_is_named(tmp_path, tiny_dirs) -> None:
 def test_unsupported_architecture_from_directory(tmp_path, tiny_dirs) -> None:
     copy = Path(shutil.copytree(tiny_dirs("llama"), tmp_path / "c"))
     config = json.loads((copy / "config.json").read_text())
-    config["model_type"] = "gpt2"
-    config["architectures"] = ["GPT2LMHeadModel"]
+    config["model_type"] = "hy_v4"
+    config["architectures"] = ["HYV4ForCausalLM"]
     (copy / "config.json").write_text(json.dumps(config))
-    # gpt2 reads its position embeddings (outside the layers) in the forward: discovery names that step
-    with pytest.raises(UnsupportedArchitectureError, match=r"GPT2LMHeadModel: the discovery forward"):
+    # HY-V4 hands each layer's topk_indices on to the next layer's call: discovery refuses it by name
+    with pytest.raises(UnsupportedArchitectureError, match=r"passed to the next layer as `prev_topk_indices`"):
         open_source(copy)
 
 

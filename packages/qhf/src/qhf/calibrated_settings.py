@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from qformats.config import QuantizeConfig
-from qformats.config.quantizer_formats import QUANTIZER_FORMATS
+from qformats.config.quantizer_formats import formats_without_g_idx
 
 from .methods.builtin_settings import CalibratedSettings
 from .methods.closed_settings import settings_dict
@@ -134,7 +134,7 @@ def _awq_scales(resolved: dict[str, Any], method: QuantMethod, cfg: QuantizeConf
     others = [name for name in ("gptaq", "foem", "adapter") if resolved[name] is not None]
     if others:
         raise QuantConfigError(f"awq_scales: not combined with {', '.join(others)} (a GPTQ variant of its own)")
-    if cfg.desc_act and cfg.format in QUANTIZER_FORMATS["awq"]:
+    if cfg.desc_act and cfg.format in formats_without_g_idx():
         raise QuantConfigError(
             f"awq_scales: desc_act permutes the groups (g_idx), which format {cfg.format!r} (AWQ's layout) cannot "
             "store; use a gptq format or the default group-aware order"

@@ -36,10 +36,11 @@ def gguf_dynamic(value: Any) -> dict[str, dict[str, Any]]:
 
 def gguf_bits_format(bits: int | str, fmt: str | None) -> tuple[int, str]:
     """``(bits, public format)`` from ``bits`` (an int or a ``q4_k_m`` style alias) and ``format``."""
+    from qformats.enums import FORMAT
     from qformats.errors import ConfigError
     from qformats.layouts.gguf import alias_for
 
-    if isinstance(bits, str) or (fmt is not None and fmt not in ("gguf",) and not fmt.startswith("q_")):
+    if isinstance(bits, str) or (fmt is not None and fmt != FORMAT.GGUF.value and not fmt.startswith("q_")):
         alias_source: int | str = bits if isinstance(bits, str) else str(fmt)
         try:
             alias = alias_for(alias_source)

@@ -69,7 +69,8 @@ def layerwise_logits(model: nn.Module, layers_path: str, fill: LayerFill, ids: t
         handles.append(layer.register_forward_hook(after(prefix), with_kwargs=True))
     try:
         with torch.no_grad():
-            return model(input_ids=ids, use_cache=False).logits.float()
+            logits: torch.Tensor = model(input_ids=ids, use_cache=False).logits.float()  # a module call
+            return logits
     finally:
         for handle in handles:
             handle.remove()

@@ -20,10 +20,19 @@ from qformats.config import QuantizeConfig
 from qlooper.module_access import linear_features
 from torch import nn
 
+from .architectures.conv1d import conv1d_weights, skeleton_layout
 from .checkpoint_reader import QuantizedCheckpoint, open_quantized_checkpoint
 from .config_view import adapter as eora_adapter
 from .errors import SourceFormatError
-from .source.skeleton import embedding_names, materialize_names, meta_parameters, meta_skeleton, tied_output
+from .source.skeleton import (
+    embedding_names,
+    load_buffers,
+    materialize_names,
+    meta_parameters,
+    meta_skeleton,
+    persistent_buffers,
+    tied_output,
+)
 
 AUTO = "auto"
 
@@ -86,6 +95,7 @@ def build_quantized_model(
     """
     config = checkpoint.directory.config
     model = meta_skeleton(config, dtype)
+    skeleton_buffers = persistent_buffers(model)  # the model's own, not the quantized modules' layout tensors
     embed, head = embedding_names(model)
     backends: dict[str, str] = {}
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
@@ -109,11 +119,15 @@ def build_quantized_model(
             f"{checkpoint.directory.path}: the checkpoint lacks {len(absent)} tensor(s): {', '.join(absent[:5])}"
         )
 
+    transposed = conv1d_weights(model)  # a dense Conv1D's weight: [in, out] in the file, [out, in] here
+
     def read(name: str) -> torch.Tensor:
         same = shared(name) if shared is not None else None
-        return same if same is not None else checkpoint.reader.get(name, dtype)
+        return same if same is not None else skeleton_layout(name, checkpoint.reader.get(name, dtype), transposed)
 
     materialize_names(model, wanted, read, dtype)
+    # stored buffers (a router's correction bias), in their own dtype; those not stored stay as the config made them
+    load_buffers(model, [n for n in skeleton_buffers if n in checkpoint.reader], checkpoint.reader.get)
     adapter = eora_adapter(checkpoint.config)
     if adapter is not None and skip_prefix is None:  # EoRA: the adapter directory the config names, around them
         from .lora_adapter import read_adapter, wrap_modules

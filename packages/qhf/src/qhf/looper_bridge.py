@@ -40,7 +40,7 @@ def make_quant_processor(settings: QuantizeConfig, spec: Any, module_specs: dict
     ``awq_gptq`` with ``awq_scales``, else the method's (``weight_only`` for FP8, bitsandbytes, GGUF); wrapped in
     qlooper's ``EoRAProcessor`` when the config asks for an ``adapter``. ``module_specs``: modules' own specs
     (:func:`qhf.spec_from_config.module_specs`; a method that cannot take them refuses them naming itself)."""
-    from qlooper.api import make_processor
+    from qlooper.processors.registry import make_processor
 
     variant = solver_variant(settings)
     if variant is not None:
@@ -174,6 +174,22 @@ def layer_modules(source: OpenedSource) -> list[tuple[str, int]]:
     return [(m.full_name, index) for index, groups in decoder_groups(source) for g in groups for m in g.modules]
 
 
+def refuse_negative_rules(settings: QuantizeConfig, source: OpenedSource) -> None:
+    """Raise :class:`QHFError` naming the first decoder-layer module a negative ``dynamic`` rule would keep dense
+    (and the rule), before any work (see :func:`preflight`)."""
+    rules = settings.rules
+    if rules is None or not any(rule.negative for rule in rules):
+        return
+    for name, _index in layer_modules(source):
+        rule = rules.match(name)
+        if rule is not None and rule.negative:
+            raise QHFError(
+                f"dynamic[{rule.key!r}] keeps {name} dense, but the layer loop quantizes every module of a decoder "
+                "layer's groups (keeping single modules dense is not supported); remove the rule, or narrow it to "
+                "modules outside the decoder layers"
+            )
+
+
 def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     """Refuse, before any work, a format that cannot hold the model's shapes (names module and reason).
 
@@ -185,9 +201,15 @@ def preflight(settings: QuantizeConfig, source: OpenedSource) -> None:
     128). The integer layouts try a zero weight of the configured bits/group size against
     ``get_layout(format).cannot_represent`` (e.g. AWQ's GEMM layout needs ``in_features`` divisible by
     ``group_size``, while the GPTQ layouts hold a partial group).
+
+    A negative ``dynamic`` rule (``-:pattern``) that names a decoder-layer module is refused too: the layer loop
+    quantizes every module of its groups, so the module would be quantized and the checkpoint writer would refuse
+    it at save (``CONFIG-EXCLUDED``), after the whole run. Rules naming modules outside the decoder layers (a
+    vision tower) are kept.
     """
     from qlooper.definition import resolve_groups
 
+    refuse_negative_rules(settings, source)
     method = method_of(settings)
     seen: set[tuple[int, int]] = set()
     modules = []

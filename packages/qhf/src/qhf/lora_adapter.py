@@ -42,7 +42,8 @@ class LoraLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         low = (x @ self.lora_a.to(x.dtype).T) @ self.lora_b.to(x.dtype).T
-        return self.base(x) + low
+        base: torch.Tensor = self.base(x)  # a module call (untyped in torch)
+        return base + low
 
 
 def round_adapters(model: nn.Module, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

@@ -76,4 +76,5 @@ class SpillArea:
         if entry is None:
             return None
         with safe_open(str(entry.path), framework="pt") as handle:
-            return handle.get_tensor(name)
+            tensor: torch.Tensor = handle.get_tensor(name)  # safetensors is untyped
+        return tensor

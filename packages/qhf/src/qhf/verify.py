@@ -28,6 +28,7 @@ import torch
 from qformats.layouts.families import family_of
 from torch import nn
 
+from .architectures.conv1d import conv1d_weights, skeleton_layout
 from .checkpoint_reader import open_quantized_checkpoint
 from .errors import VerificationError
 from .live_tensors import live_tensor
@@ -128,10 +129,11 @@ def verify_checkpoint(
         del weight, back
     quantized_prefixes = tuple(n + "." for n in results)
     identical: dict[str, torch.Tensor] = {}  # in-memory tensors proven equal to the saved ones
+    transposed = conv1d_weights(model)  # a dense Conv1D's weight: [in, out] in the file, [out, in] in the model
     for name in checkpoint.reader.names():
         if name.startswith(quantized_prefixes) and not name.endswith(".bias"):
             continue
-        saved = checkpoint.reader.get(name)
+        saved = skeleton_layout(name, checkpoint.reader.get(name), transposed)
         live = _expected_tensor(model, spill, name)
         expected = live.detach() if live is not None else stored(name)
         if not equal_in_dtype(saved, expected, saved.dtype):

@@ -18,6 +18,7 @@ from qlooper.finalize import FinalizedModule
 from qlooper.module_access import linear_features
 from torch import nn
 
+from .architectures.conv1d import conv1d_weights, skeleton_layout
 from .checkpoint_reader import QuantizedCheckpoint
 from .layerwise import LayerSwap, layerwise_logits
 from .results import QuantizedModules
@@ -74,6 +75,7 @@ def reloaded_logits(
     from .load_quantized import build_quantized_model
 
     model, _ = build_quantized_model(checkpoint, dtype=dtype, shared=shared, skip_prefix=layers_path + ".")
+    transposed = conv1d_weights(model)  # a dense Conv1D's weight: [in, out] in the file, [out, in] in the model
 
     def fill(prefix: str, swap: LayerSwap) -> None:
         for rel, module in list(swap.layer.named_modules()):
@@ -84,6 +86,8 @@ def reloaded_logits(
                 selection = getattr(built, "selection", None)
                 backend = str(getattr(selection, "backend", type(built).__name__))
                 backends[backend] = backends.get(backend, 0) + 1
-        materialize(model, prefix, lambda name: checkpoint.reader.get(name, dtype), dtype)
+        materialize(
+            model, prefix, lambda name: skeleton_layout(name, checkpoint.reader.get(name, dtype), transposed), dtype
+        )
 
     return layerwise_logits(model, layers_path, fill, ids)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from qformats.config import QuantizeConfig
+from qformats.layouts.families import family_for_config
 
 from .methods.builtin_settings import WeightOnlySettings
 from .methods.closed_settings import settings_dict
@@ -49,12 +50,13 @@ def fp8_bits_format(bits: Any, fmt: str | None, default_format: str) -> tuple[An
     return bits, fmt or default_format
 
 
-def bnb_bits_format(bits: Any, fmt: str | None, default_format: str) -> tuple[Any, str]:
-    """bitsandbytes: 4-bit (``default_format``, or ``nf4`` / ``fp4``) or 8-bit (``int8``)."""
+def bnb_bits_format(bits: Any, fmt: str | None, default_format: str, method: str) -> tuple[Any, str]:
+    """bitsandbytes (config method ``method``): 4-bit (``default_format``, or ``nf4`` / ``fp4``) or 8-bit
+    (``int8``); the weight family the format selects says which width it stores (``stored_bits``)."""
     if bits not in (4, 8):
         raise QuantConfigError(f"bits: bitsandbytes stores 4-bit (nf4/fp4) or 8-bit (int8), found {bits!r}")
     fmt = fmt or ("int8" if bits == 8 else default_format)
-    if (fmt == "int8") != (bits == 8):
+    if bits not in family_for_config(method, fmt).stored_bits:
         raise QuantConfigError(f"format: bitsandbytes {fmt!r} does not store {bits}-bit weights")
     return bits, fmt
 

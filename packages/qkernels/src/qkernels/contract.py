@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qformats.enums import AWQ_ONLY_FORMATS, GPTQ_ONLY_FORMATS
-from qformats.layouts.families import weight_only_methods
+from qformats.layouts.families import layout_kinds, weight_only_methods
 from qformats.layouts.registry import LayoutMeta
 
 from .errors import KernelInputError
@@ -78,7 +78,7 @@ class KernelContract:
         gs = "per-channel" if self.group_size == -1 else f"g{self.group_size}"
         sym = "sym" if self.sym else "asym"
         act = ", act-order" if self.act_order else ""
-        if self.logical_kind != "integer":
+        if self.logical_kind not in layout_kinds():
             act += f", {self.logical_kind}"
         return (
             f"{self.method}/{self.format} {self.bits}-bit {gs} {sym}{act} "

@@ -5,6 +5,12 @@ per Python/torch installation (about a minute on a small host, once; ``TORCH_EXT
 Probing never compiles: it checks the host ISA, the toolchain and whether an earlier build in this process
 failed. Set ``QKERNELS_DISABLE_CPU_EXTENSION=1`` to turn the backend off.
 
+torch's builder guards a build folder with a ``lock`` file that only the process holding it removes: a build
+killed mid-way (Ctrl-C, a timeout) left it behind, and every later process waited on it forever, silently.
+:func:`build_lock` therefore holds an ``flock`` on ``qkernels.flock`` in the folder around the build (the kernel
+releases it when its process dies): while holding it no other live process is building there, so a leftover
+``lock`` is removed (logged) before torch's builder runs.
+
 ``QKERNELS_EXTENSION_CACHE=DIR`` adds a build cache shared by every environment on the machine: the built
 library is kept in ``DIR`` under a key of everything the build depends on (source bytes, compiler flags,
 the compiler's identity, the Python ABI, the torch build), with a manifest recording those inputs and the
@@ -27,7 +33,8 @@ import sys
 import sysconfig
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -111,15 +118,49 @@ def _build() -> ModuleType:
     log.info("qkernels: building the AVX2 int4 extension (first use; cached afterwards)")
     directory = build_directory()
     directory.mkdir(parents=True, exist_ok=True)
-    module: ModuleType = load(
-        build_directory=str(directory),
-        name=EXTENSION_NAME,
-        sources=[str(SOURCE)],
-        extra_cflags=list(CFLAGS),
-        extra_ldflags=list(LDFLAGS),
-        verbose=False,
-    )
+    with build_lock(directory):
+        module: ModuleType = load(
+            build_directory=str(directory),
+            name=EXTENSION_NAME,
+            sources=[str(SOURCE)],
+            extra_cflags=list(CFLAGS),
+            extra_ldflags=list(LDFLAGS),
+            verbose=False,
+        )
     return module
+
+
+BATON = "lock"
+"""The file torch's JIT builder creates in the build folder while it builds (``torch.utils.file_baton``)."""
+BUILD_LOCK = "qkernels.flock"
+
+
+@contextmanager
+def build_lock(directory: Path) -> Iterator[None]:
+    """Hold ``directory``'s inter-process build lock (an ``flock``, released by the kernel when its process
+    dies; blocks while another live process builds there), removing a ``lock`` file that torch's builder left
+    from a build that did not finish (module docstring). Without ``fcntl`` (not POSIX) only torch's own file
+    guards the build."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: torch's file baton alone
+        yield
+        return
+    with open(directory / BUILD_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            baton = directory / BATON
+            if baton.exists():
+                log.warning(
+                    "qkernels: removing %s, left by an extension build that did not finish (no live process is "
+                    "building in %s)",
+                    baton,
+                    directory,
+                )
+                baton.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # --- the shared build cache (QKERNELS_EXTENSION_CACHE) ---

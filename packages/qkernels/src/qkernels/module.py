@@ -12,7 +12,8 @@ module; dtype conversions do not change its stored tensors (the activation dtype
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, TypeVar, cast
 
 import numpy as np
 import torch
@@ -24,6 +25,8 @@ from .checkpoint import LoadedCheckpoint
 from .contract import KernelContract
 from .device import Target
 from .errors import KernelInputError
+
+_Module = TypeVar("_Module", bound="QuantLinear")  # what ``_apply`` returns: the module itself
 
 
 class QuantLinear(torch.nn.Module):
@@ -81,16 +84,24 @@ class QuantLinear(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"backend={self.NAME}, {self.contract.describe()}, bias={self.has_bias}, target={self.target.describe()}"
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+    def _apply(self: _Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> _Module:
         """Device moves apply; dtype conversions (``.to(dtype)``, ``.half()``...) leave stored tensors as they
         are: checkpoint tensors must stay byte-exact and kernels need their runtime dtypes. The activation
         dtype is chosen per call."""
+
+        self.drop_runtime_caches()
 
         def device_only(t: torch.Tensor) -> torch.Tensor:
             moved = fn(t)
             return moved if moved.dtype == t.dtype else t.to(moved.device)
 
-        return super()._apply(device_only, recurse)
+        # torch declares ``nn.Module._apply`` without annotations; it returns the module itself
+        apply = cast("Callable[[Callable[[torch.Tensor], torch.Tensor], bool], _Module]", super()._apply)
+        return apply(device_only, recurse)
+
+    def drop_runtime_caches(self) -> None:
+        """Forget runtime copies derived from the stored tensors (a dense weight, per-dtype scales); called
+        before every device move or dtype conversion. The base module keeps none."""
 
     def checkpoint_tensors(self) -> dict[str, np.ndarray]:
         """The original layout's tensors (and ``bias``), as loaded: what saving must write."""

@@ -69,11 +69,11 @@ def load_weight_only(
     if bias is not None and bias.shape != (out_features,):
         raise KernelInputError(f"tensor 'bias': expected shape ({out_features},), found {bias.shape}")
     config = dict(config or {})
-    books = tensors.get("centroids.weight")
-    if family == "vptq" and isinstance(books, torch.Tensor) and books.dtype == torch.bfloat16:
-        config.setdefault("compute_dtype", "bfloat16")  # the numpy copy is float32; compute as the reference
     try:
         found = family_for_tensors(family, arrays)
+        marker = tensors.get(found.bfloat16_compute_tensor) if found.bfloat16_compute_tensor else None
+        if isinstance(marker, torch.Tensor) and marker.dtype == torch.bfloat16:
+            config.setdefault("compute_dtype", "bfloat16")  # the numpy copy is float32; compute as the reference
         if found.read is None:
             raise FamilyInputError(f"family {family!r}: expected one of {', '.join(family_methods())}")
         read = found.read(arrays, ModuleInput(in_features, out_features, config, qtype, semantics))

@@ -368,7 +368,7 @@ def plan_expert_layer(
     if any(module is None for module in experts.values()):
         return None, f"expert container {container!r} lacks a numbered expert"
     block = container.rpartition(".")[0] or None  # the MoE block: the capture stops after it returns
-    plan = ExpertLayer(list(expert_groups), container, experts, expert_owners(indices, workers), block)  # type: ignore[arg-type]
+    plan = ExpertLayer(list(expert_groups), container, experts, expert_owners(indices, workers), block)
     return plan, None
 
 

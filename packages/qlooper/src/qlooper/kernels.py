@@ -54,7 +54,7 @@ def kernel_replacer(
         target_dtype = dtype if dtype is not None else module_tensor(dense, "weight").dtype
         family = family_of(w)
         module: nn.Module
-        if family.key == "integer":
+        if family.layout_based:
             meta = LayoutMeta(w.bits, w.group_size, w.in_features, w.out_features, w.sym, pack_dtype)
             module = quant_linear(done.format, tensors, meta, backend=backend, device=device, dtype=target_dtype)
         else:

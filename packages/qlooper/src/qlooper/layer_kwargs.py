@@ -81,7 +81,7 @@ class LayerCallRecorder:
     def __enter__(self) -> LayerCallRecorder:
         for index, layer in enumerate(self.layers):
             self._saved.append(layer.__dict__.get("forward"))
-            layer.forward = self._stand_in(index)  # type: ignore[method-assign]
+            layer.forward = self._stand_in(index)
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -89,7 +89,7 @@ class LayerCallRecorder:
             if saved is None:
                 del layer.forward
             else:
-                layer.forward = saved  # type: ignore[method-assign]
+                layer.forward = saved
         self._saved = []
 
     def reset(self) -> None:

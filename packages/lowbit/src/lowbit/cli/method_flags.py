@@ -85,9 +85,3 @@ def refuse_flags_not_taken(args: argparse.Namespace, method: Any) -> None:
         f"{first.shown(args)}: {first.about or 'a flag of another method'}; not with --method {args.method} "
         f"(taken by --method {', '.join(takers)})"
     )
-
-
-def own_settings(args: argparse.Namespace, method: Any, common: frozenset[str]) -> dict[str, Any]:
-    """A third-party method's own flags given in ``args`` as settings of the flag's name (``--clip-grid 6``:
-    ``{"clip_grid": 6}``); ``common``: the flag strings the CLI maps itself."""
-    return {flag.dest: flag.value(args) for flag in method.cli_flags if flag.flag not in common and flag.given(args)}

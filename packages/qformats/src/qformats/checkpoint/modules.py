@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config.quantizer_formats import marlin_layout
 from ..errors import CheckpointFormatError, LayoutError
 from ..layouts.registry import LayoutMeta, get_layout, meta_inference
 from .config_files import QuantFields, module_overrides
@@ -106,7 +107,7 @@ def marlin_label_layout(
     GPTQ-shaped modules resolve to ``gptq``; :class:`~qformats.checkpoint.reader.Checkpoint` then picks
     v1 or v2 from the zero words.
     """
-    tiled_key = "awq_marlin" if method == "awq" else "marlin"
+    tiled_key = marlin_layout(method)
     if "g_idx_sort_indices" in members or "qweight" not in members or "scales" not in members:
         return tiled_key
     q_cols = shapes[members["qweight"]][0][-1]

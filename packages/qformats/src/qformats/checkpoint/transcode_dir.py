@@ -40,11 +40,12 @@ def target_config(raw: dict[str, object], to: str, sym: bool) -> dict[str, objec
         cfg.update({"method": to, "quant_method": to, "format": to, "checkpoint_format": to, "pack_dtype": "int32"})
         cfg.update(bridge.config_fields if bridge is not None else {})
         return cfg
-    method = "awq" if to in AWQ_TARGETS else "gptq"
+    awq_target = to in AWQ_TARGETS  # the target layout decides the stored method and AWQ's own fields
+    method = "awq" if awq_target else "gptq"
     fmt = "marlin" if to in ("marlin", "awq_marlin") else to
     cfg.update({"method": method, "quant_method": method, "format": fmt, "checkpoint_format": fmt, "sym": sym})
     cfg["pack_dtype"] = "int16" if to in ("gemv_fast", "llm-awq") else "int32"
-    if method == "awq":
+    if awq_target:
         cfg["zero_point"] = not sym
         cfg["version"] = fmt
     return cfg

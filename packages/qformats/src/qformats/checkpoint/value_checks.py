@@ -5,7 +5,8 @@ kinds of module by name):
 
 * ``VALUE-SCALES``      a module's scales hold NaN, Inf or 0 (dequantization would give NaN/Inf/0 rows).
 * ``VALUE-SYM-ZEROS``   a module under a ``sym`` config whose true zeros are not ``2**(bits-1)``.
-* ``CONFIG-LAYERS``     ``config.json``'s ``num_hidden_layers`` disagrees with the layer indices of the tensors.
+* ``CONFIG-LAYERS``     ``config.json``'s ``num_hidden_layers`` (``decoder_layers`` for ``...decoder.layers.N``)
+                        disagrees with the layer indices of the tensors.
 
 :func:`unknown_tensors` lists tensors of a quantized module that are neither layout tensors nor its
 ``bias`` (the reader would otherwise ignore them silently); the reader records them as warnings.
@@ -64,7 +65,12 @@ def unknown_tensors(names: Iterable[str], modules: Iterable[ModuleEntry]) -> lis
 
 
 def layer_count_violation(root: Path, names: Iterable[str]) -> Violation | None:
-    """``CONFIG-LAYERS`` when ``config.json``'s ``num_hidden_layers`` disagrees with the tensors' layers."""
+    """``CONFIG-LAYERS`` when ``config.json``'s layer count disagrees with the tensors' layers.
+
+    The count of a layer list ``<...>.<part>.layers.N`` is the config field ``<part>_layers`` or
+    ``num_<part>_layers`` where ``config.json`` (or its ``text_config``) holds one (an encoder-decoder's
+    ``model.decoder.layers``: ``decoder_layers``); every other list is counted by ``num_hidden_layers`` (the
+    highest index of them all)."""
     path = root / "config.json"
     if not os.path.lexists(path):
         return None
@@ -73,22 +79,36 @@ def layer_count_violation(root: Path, names: Iterable[str]) -> Violation | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None  # the config reader reports an unreadable config.json by name
-    declared = _declared_layers(data)
-    indices = {int(m.group(1)) for name in names for m in [_LAYER_INDEX.search(name)] if m}
-    if declared is None or not indices:
-        return None
-    held = max(indices) + 1
-    if held == declared:
-        return None
-    return Violation(
-        LAYERS_RULE, "config.json:num_hidden_layers", f"{held} (layers 0..{held - 1} in the tensors)", str(declared)
-    )
+    by_field: dict[str, set[int]] = {}
+    for name in names:
+        found = _LAYER_INDEX.search(name)
+        if found is not None:
+            by_field.setdefault(_count_field(data, name[: found.start()]), set()).add(int(found.group(1)))
+    for field in sorted(by_field):
+        declared = _declared_layers(data, field)
+        if declared is None:
+            continue
+        held = max(by_field[field]) + 1
+        if held != declared:
+            return Violation(
+                LAYERS_RULE, f"config.json:{field}", f"{held} (layers 0..{held - 1} in the tensors)", str(declared)
+            )
+    return None
 
 
-def _declared_layers(data: object) -> int | None:
+def _count_field(data: object, container: str) -> str:
+    """The config field counting the layer list under ``container`` (the name before ``.layers.N``)."""
+    for part in reversed([p for p in container.split(".") if p and not p.isdigit()]):
+        for field in (f"{part}_layers", f"num_{part}_layers"):
+            if _declared_layers(data, field) is not None:
+                return field
+    return "num_hidden_layers"
+
+
+def _declared_layers(data: object, field: str) -> int | None:
     if not isinstance(data, Mapping):
         return None
-    value = data.get("num_hidden_layers")
+    value = data.get(field)
     if value is None and isinstance(data.get("text_config"), Mapping):
-        value = data["text_config"].get("num_hidden_layers")
+        value = data["text_config"].get(field)
     return value if isinstance(value, int) and not isinstance(value, bool) else None

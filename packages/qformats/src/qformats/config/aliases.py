@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..enums import FORMAT
 from ..errors import ConfigError
 
 # Fields the reference reads and writes that this object carries verbatim (no semantics here), and lowbit's
@@ -187,7 +188,7 @@ def _fold_format(data: dict[str, Any], out: FoldedConfig) -> None:
         if fmt is None:
             fmt = value
             out.notes.append(f"alias {key!r} read as 'format'")
-        elif key == "bnb_quant_type" and str(fmt).strip().lower() == "bitsandbytes":
+        elif key == "bnb_quant_type" and str(fmt).strip().lower() == FORMAT.BITSANDBYTES.value:
             fmt = value  # the family name is less specific than the subtype
         elif not _same(fmt, value):
             out.notes.append(f"format {fmt!r} takes precedence over {key}={data[key]!r}")

@@ -106,9 +106,9 @@ def resolve(
     alias = gguf_bits(bits)
     if alias is not None:
         gguf_width, public = alias
-        if fmt is not None and format_subtype_family(fmt) is not FORMAT.GGUF and str(fmt).lower() != "gguf":
+        if fmt is not None and format_subtype_family(fmt) is not FORMAT.GGUF and str(fmt).lower() != FORMAT.GGUF.value:
             raise ConfigError(f"bits: GGUF bits alias {bits!r} requires format gguf, found format {fmt!r}")
-        if fmt is not None and str(fmt).lower() not in ("gguf", public) and gguf_bits(fmt) != alias:
+        if fmt is not None and str(fmt).lower() not in (FORMAT.GGUF.value, public) and gguf_bits(fmt) != alias:
             raise ConfigError(f"format: {fmt!r} disagrees with GGUF bits alias {bits!r}")
         return Resolved(METHOD.GGUF, public, gguf_width, FORMAT.GGUF)
     width = _bits(bits, exl3=_names_exl3(method, fmt)) if bits is not None else 4

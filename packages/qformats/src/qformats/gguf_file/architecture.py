@@ -10,12 +10,19 @@ refuses an unknown architecture by name, listing the known ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import GGUFFileError
 from .tensor_conversions import IDENTITY, Conversion
+
+if TYPE_CHECKING:
+    from .reader import GGUFReader
+
+#: Fills config fields that a record computes from the file (its metadata and small tensors) after the mapped
+#: keys are read: ``(config, reader)``, changing ``config`` in place; raises ``GGUFFileError`` on bad values.
+ConfigRule = Callable[[dict[str, Any], "GGUFReader"], None]
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,9 @@ class WriteRule:
     sliding-window pattern ``n`` (layer ``i`` slides when ``i % n < n - 1``), a config whose ``layer_types``
     differ is refused; ``unused``: (config field, what llama.cpp does instead) for values llama.cpp does not
     apply (logged and kept in the write summary); ``f32``: llama.cpp tensor names (local to ``blk.N.``) always
-    stored as F32 (MoE routers, as llama.cpp's converter keeps them).
+    stored as F32 (MoE routers, as llama.cpp's converter keeps them); ``gemma_27b_layers``: Gemma's
+    ``query_pre_attn_scalar`` must be the one llama.cpp computes (``head_dim``, or ``hidden / heads`` for the
+    27B model with this many layers).
     """
 
     refused: str | None = None
@@ -61,6 +70,7 @@ class WriteRule:
     swa_pattern: int | None = None
     unused: tuple[tuple[str, str], ...] = ()
     f32: tuple[str, ...] = ()
+    gemma_27b_layers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,10 @@ class GGUFArchitecture:
     metadata is read; ``layer_prefix``: the Hugging Face prefix of decoder layer ``N`` without ``.N``;
     ``ignored``: file tensors with no Hugging Face parameter that transformers recomputes (``rope_freqs``);
     ``always_tied``: ``tie_word_embeddings`` regardless of an ``output.weight`` tensor; ``limits``: (config field,
-    the only value read, why) for files whose other values the mapping cannot convert; ``write``: what the
+    the only value read, why) for files whose other values the mapping cannot convert; ``when_tensor``: the
+    record applies only to files holding this layer tensor (local to ``blk.N.``; Falcon-40B's ``attn_norm_2``),
+    and takes precedence over the architecture's record without one; ``config_rule``: a :data:`ConfigRule`
+    run after the keys are read (Falcon's grouped-KV fields, Phi-3's LongRoPE factors); ``write``: what the
     .gguf writer adds to invert the record for llama.cpp (:class:`WriteRule`).
     """
 
@@ -91,18 +104,30 @@ class GGUFArchitecture:
     ignored: tuple[str, ...] = ()
     always_tied: bool = False
     limits: tuple[tuple[str, Any, str], ...] = ()
+    when_tensor: str | None = None
+    config_rule: ConfigRule | None = None
     write: WriteRule = WriteRule()
 
 
-def architecture_for(metadata: Mapping[str, Any], table: tuple[GGUFArchitecture, ...], source: str) -> GGUFArchitecture:
-    """The record of ``table`` for a file's plain metadata values (``GGUFReader.value``); ``source`` names the
-    file in errors."""
+def architecture_for(
+    metadata: Mapping[str, Any],
+    table: tuple[GGUFArchitecture, ...],
+    source: str,
+    tensor_names: Collection[str] = (),
+    refused: Mapping[str, str] | None = None,
+) -> GGUFArchitecture:
+    """The record of ``table`` for a file's plain metadata values (``GGUFReader.value``) and tensor names;
+    ``source`` names the file in errors. ``refused``: architectures not read, each with the reason given in
+    the error."""
     arch = metadata.get("general.architecture")
     known = sorted({record.gguf for record in table})
     if not isinstance(arch, str):
         raise GGUFFileError(f"{source}: general.architecture: expected a string (one of {', '.join(known)}), "
                             f"found {arch!r}")  # fmt: skip
     candidates = [record for record in table if record.gguf == arch]
+    if not candidates and refused and arch in refused:
+        raise GGUFFileError(f"{source}: general.architecture {arch!r} is not read as a Hugging Face model: "
+                            f"{refused[arch]}; known architectures: {', '.join(known)}")  # fmt: skip
     if not candidates:
         raise GGUFFileError(
             f"{source}: general.architecture {arch!r} is not read as a Hugging Face model; "
@@ -112,7 +137,11 @@ def architecture_for(metadata: Mapping[str, Any], table: tuple[GGUFArchitecture,
     for record in candidates:
         if record.general_name is not None and record.general_name == name:
             return record
-    plain = [record for record in candidates if record.general_name is None]
+    local = {name.split(".", 2)[2] for name in tensor_names if name.startswith("blk.") and name.count(".") >= 2}
+    for record in candidates:
+        if record.general_name is None and record.when_tensor is not None and record.when_tensor in local:
+            return record
+    plain = [record for record in candidates if record.general_name is None and record.when_tensor is None]
     if len(plain) != 1:
         raise GGUFFileError(f"{source}: architecture table has {len(plain)} default records for {arch!r}")
     return plain[0]

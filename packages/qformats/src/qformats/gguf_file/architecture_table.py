@@ -10,13 +10,21 @@ file whose value differs from the config class's default still loads correctly:
 * qwen3: ``attention.key_length`` -> ``head_dim``;
 * qwen2moe / qwen3moe: ``expert_feed_forward_length`` -> ``moe_intermediate_size`` (qwen2moe also
   ``expert_shared_feed_forward_length`` -> ``shared_expert_intermediate_size``);
-* gemma2 / gemma3: ``attn_logit_softcapping`` / ``final_logit_softcapping``;
+* gemma2 / gemma3: ``attn_logit_softcapping`` / ``final_logit_softcapping``, and ``query_pre_attn_scalar`` by
+  llama.cpp's rule (:mod:`.gemma_attention`; transformers leaves it at 256);
 * starcoder2: ``vocab_size`` and ``rope.freq_base``; stablelm: ``rope.freq_base``;
+* nemotron: ``attention.layer_norm_epsilon`` -> ``norm_eps`` (the key llama.cpp's converter writes and reads) and
+  ``rope.dimension_count`` -> ``partial_rotary_factor``; phi3: ``rope.dimension_count`` and LongRoPE;
 * falcon: ``feed_forward_length`` -> ``ffn_hidden_size``, ``attention.layer_norm_epsilon`` -> ``layer_norm_epsilon``.
 
-Falcon is read in its multi-query form only (``attention.head_count_kv`` 1, Falcon-7B): llama.cpp reorders a
-grouped-KV Falcon's fused QKV rows, which transformers does not undo, and such files (and the two-norm "new
-decoder architecture", ``attn_norm_2``) are refused by name.
+Falcon: multi-query files (``attention.head_count_kv`` 1, Falcon-7B) read as transformers reads them; grouped-KV
+files (Falcon-40B / 180B / Falcon2-11B) have llama.cpp's fused QKV row order undone and the "new decoder
+architecture" fields set (:mod:`.falcon_layout`; transformers' loader reads them wrongly); files whose layers
+hold ``attn_norm_2`` (two parallel norms) use the ``falcon-2norm`` record. Phi-3: ``rope.dimension_count`` ->
+``partial_rotary_factor`` and LongRoPE from the ``rope_factors_*`` tensors (:mod:`.phi3_rope`).
+
+:data:`REFUSED_ARCHITECTURES`: the other architectures transformers' GGUF loader maps, each refused by name with
+the reason (checked against transformers' list in ``tests-integration/test_gguf_architectures_vs_transformers.py``).
 
 Tensor names (``N`` = layer): ``token_embd`` -> ``model.embed_tokens``, ``output_norm`` -> ``model.norm``,
 ``output`` -> ``lm_head`` (absent when tied), ``blk.N.attn_{q,k,v,output}`` -> ``self_attn.{q,k,v,o}_proj``,
@@ -29,6 +37,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .architecture import GGUFArchitecture, TensorFlag, TensorRule, WriteRule
+from .falcon_layout import FALCON_QKV, TWO_NORMS, falcon_config
+from .gemma_attention import gemma_attention_scale
+from .phi3_rope import ROPE_FACTOR_TENSORS, nemotron_rope_config, phi3_rope_config
 from .tensor_conversions import GATE_UP_EXPERTS, IDENTITY, NORM_OFFSET, ROPE_K, ROPE_Q, ROW_VECTOR, Conversion
 
 
@@ -104,6 +115,14 @@ FALCON_LAYER = {"attn_norm.weight": "input_layernorm.weight", "attn_norm.bias": 
                 "attn_qkv.weight": "self_attention.query_key_value.weight",
                 "attn_output.weight": "self_attention.dense.weight", "ffn_up.weight": "mlp.dense_h_to_4h.weight",
                 "ffn_down.weight": "mlp.dense_4h_to_h.weight"}  # fmt: skip
+# Falcon-40B's two parallel norms: llama.cpp's attn_norm feeds the MLP (ln_mlp), attn_norm_2 the attention
+FALCON_2NORM_LAYER = {**{k: v for k, v in FALCON_LAYER.items() if not k.startswith("attn_norm.")},
+                      "attn_norm.weight": "ln_mlp.weight", "attn_norm.bias": "ln_mlp.bias",
+                      "attn_norm_2.weight": "ln_attn.weight", "attn_norm_2.bias": "ln_attn.bias"}  # fmt: skip
+FALCON_KEYS = (*BASE_KEYS, ("feed_forward_length", "ffn_hidden_size"),
+               ("attention.layer_norm_epsilon", "layer_norm_epsilon"))  # fmt: skip
+FALCON_WRITE = WriteRule(refused="llama.cpp's falcon stores fused QKV rows in its own order; not written until "
+                         "checked in llama.cpp")  # fmt: skip
 PHI3_LAYER = {**NORMS, "attn_qkv.weight": "self_attn.qkv_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
               "ffn_up.weight": "mlp.gate_up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight"}  # fmt: skip
 
@@ -116,8 +135,6 @@ DENSE_MOE: tuple[tuple[str, tuple[Any, ...], str], ...] = (
     ("decoder_sparse_step", (1, None), "llama.cpp puts experts in every layer"),
 )
 ROUTERS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
-GEMMA_SCALE = (("query_pre_attn_scalar", "head_dim", "llama.cpp scales attention by 1/sqrt(head_dim) (the 27B "
-                "models' other scale is keyed on their layer count)"),)  # fmt: skip
 WINDOW_UNUSED = (("sliding_window", "llama.cpp attends to the whole context (same logits within the window)"),)
 
 ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
@@ -157,17 +174,18 @@ ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
     ),
     GGUFArchitecture(
         key="phi3", gguf="phi3", model_type="phi3", hf_class="Phi3ForCausalLM", config_keys=BASE_KEYS,
-        globals=_rules(GLOBAL), layer=_rules(PHI3_LAYER), write=WriteRule(unused=WINDOW_UNUSED),
+        globals=_rules(GLOBAL), layer=_rules(PHI3_LAYER), ignored=ROPE_FACTOR_TENSORS, config_rule=phi3_rope_config,
+        write=WriteRule(unused=WINDOW_UNUSED),
     ),
     GGUFArchitecture(
         key="gemma2", gguf="gemma2", model_type="gemma2", hf_class="Gemma2ForCausalLM", config_keys=GEMMA_KEYS,
         globals=_rules(GLOBAL, _norms(GLOBAL)), layer=_rules(GEMMA_LAYER, _norms(GEMMA_LAYER)),
-        write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=2),
+        config_rule=gemma_attention_scale(46), write=WriteRule(gemma_27b_layers=46, swa_pattern=2),
     ),
     GGUFArchitecture(
         key="gemma3", gguf="gemma3", model_type="gemma3_text", hf_class="Gemma3ForCausalLM", config_keys=GEMMA_KEYS,
         globals=_rules(GLOBAL, _norms(GLOBAL)), layer=_rules(GEMMA3_LAYER, _norms(GEMMA3_LAYER)),
-        write=WriteRule(same_as=GEMMA_SCALE, swa_pattern=6),
+        config_rule=gemma_attention_scale(62), write=WriteRule(gemma_27b_layers=62, swa_pattern=6),
     ),
     GGUFArchitecture(
         key="starcoder2", gguf="starcoder2", model_type="starcoder2", hf_class="Starcoder2ForCausalLM",
@@ -184,25 +202,43 @@ ARCHITECTURES: tuple[GGUFArchitecture, ...] = (
         write=WriteRule(allowed=(("qk_layernorm", (False, None), "the table maps no per-head q/k norms"),),
                         untied_only=True),
     ),
-    GGUFArchitecture(
+    GGUFArchitecture(  # llama.cpp reads the epsilon from layer_norm_epsilon, transformers from the rms key
         key="nemotron", gguf="nemotron", model_type="nemotron", hf_class="NemotronForCausalLM",
-        config_keys=(*LAYERNORM_KEYS, ("attention.layer_norm_rms_epsilon", "norm_eps")),
+        config_keys=(*LAYERNORM_KEYS, ("attention.layer_norm_rms_epsilon", "norm_eps"),
+                     ("attention.layer_norm_epsilon", "norm_eps")),
         globals=_rules(GLOBAL_NORM_BIAS, _norms(GLOBAL_NORM_BIAS)),
-        layer=_rules(NEMOTRON_LAYER, _norms(NEMOTRON_LAYER)),
-        write=WriteRule(refused="llama.cpp reads its norm epsilon from attention.layer_norm_epsilon where "
-                        "transformers reads attention.layer_norm_rms_epsilon; not written until checked in llama.cpp"),
+        layer=_rules(NEMOTRON_LAYER, _norms(NEMOTRON_LAYER)), config_rule=nemotron_rope_config,
+        write=WriteRule(allowed=(("attention_bias", (False, None), "the table maps no projection biases"),
+                                 ("mlp_bias", (False, None), "the table maps no projection biases")),
+                        untied_only=True),
     ),
     GGUFArchitecture(
-        key="falcon", gguf="falcon", model_type="falcon", hf_class="FalconForCausalLM",
-        config_keys=(*BASE_KEYS, ("feed_forward_length", "ffn_hidden_size"),
-                     ("attention.layer_norm_epsilon", "layer_norm_epsilon")),
-        globals=_rules(FALCON_GLOBAL), layer=_rules(FALCON_LAYER), layer_prefix="transformer.h", always_tied=True,
-        limits=(("num_key_value_heads", 1, "multi-query Falcon; llama.cpp reorders a grouped-KV Falcon's fused QKV "
-                 "rows, which transformers' loader does not undo"),),
-        write=WriteRule(refused="llama.cpp's falcon stores fused QKV rows in its own order; not written until "
-                        "checked in llama.cpp"),
+        key="falcon", gguf="falcon", model_type="falcon", hf_class="FalconForCausalLM", config_keys=FALCON_KEYS,
+        globals=_rules(FALCON_GLOBAL), layer=_rules(FALCON_LAYER, {"attn_qkv.weight": FALCON_QKV}),
+        layer_prefix="transformer.h", always_tied=True, config_rule=falcon_config, write=FALCON_WRITE,
+    ),
+    GGUFArchitecture(  # Falcon-40B / 180B: two parallel norms per layer
+        key="falcon-2norm", gguf="falcon", model_type="falcon", hf_class="FalconForCausalLM", config_keys=FALCON_KEYS,
+        globals=_rules(FALCON_GLOBAL), layer=_rules(FALCON_2NORM_LAYER, {"attn_qkv.weight": FALCON_QKV}),
+        layer_prefix="transformer.h", always_tied=True, when_tensor=TWO_NORMS, config_rule=falcon_config,
+        write=FALCON_WRITE,
     ),
 )  # fmt: skip
+
+#: ``general.architecture`` values transformers' GGUF loader maps (``GGUF_CONFIG_MAPPING``) that the table does not
+#: read, each with the reason it is refused.
+REFUSED_ARCHITECTURES: dict[str, str] = {
+    "bloom": "not mapped yet (ALiBi positions and a per-head interleaved fused QKV that transformers reshapes)",
+    "gpt2": "not mapped yet (learned positions, Conv1D weights stored transposed)",
+    "t5": "an encoder-decoder model (T5 / UMT5), not a causal LM",
+    "t5encoder": "an encoder-only model (T5 / UMT5 encoder), not a causal LM",
+    "mamba": "a state-space model without attention layers (not mapped)",
+    "lfm2": "not mapped yet (hybrid convolution / attention layers with a per-layer KV head list)",
+    "gpt-oss": "not mapped yet (MXFP4 experts, interleaved gate/up, attention sinks)",
+    "minimax-m2": "not mapped yet (MoE with routing bias)",
+    "gemma4": "not mapped yet (Gemma 4 text models: no record in this table)",
+    "deci": "not mapped yet (per-layer head and feed-forward counts stored as lists)",
+}
 
 #: Every ``general.architecture`` value the table reads, sorted.
 KNOWN_ARCHITECTURES: tuple[str, ...] = tuple(sorted({record.gguf for record in ARCHITECTURES}))

@@ -1,10 +1,11 @@
 """Read a .gguf file as a dense float32 source: Hugging Face names, config, and tensors on demand.
 
 :func:`read_gguf` picks the file's architecture record (:mod:`.architecture_table`; an unknown architecture
-is refused listing the known ones) and returns a :class:`DenseGGUF` whose ``config`` is a Hugging Face style
-dict for that architecture and whose :meth:`~DenseGGUF.tensor` decodes one parameter at a time (so a caller
-can stream a model without holding every layer in float32); :meth:`~DenseGGUF.state_dict` decodes all of
-them. :func:`read_llama_gguf` is the same for llama files only.
+is refused listing the known ones, one that transformers maps but the table does not also with the reason) and
+returns a :class:`DenseGGUF` whose ``config`` is a Hugging Face style dict for that architecture and whose
+:meth:`~DenseGGUF.tensor` decodes one parameter at a time (so a caller can stream a model without holding every
+layer in float32); :meth:`~DenseGGUF.state_dict` decodes all of them. :func:`read_llama_gguf` is the same for
+llama files only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .architecture import GGUFArchitecture, architecture_for
-from .architecture_table import ARCHITECTURES, architecture_record
+from .architecture_table import ARCHITECTURES, REFUSED_ARCHITECTURES, architecture_record
 from .errors import GGUFFileError
 from .hf_config import hf_config
 from .reader import GGUFReader
@@ -40,6 +41,8 @@ class DenseGGUF:
         self.architecture = architecture
         meta = {key: reader.value(key) for key in reader.metadata}
         self.config: dict[str, Any] = hf_config(architecture, meta, list(reader.tensors), reader.path)
+        if architecture.config_rule is not None:
+            architecture.config_rule(self.config, reader)
         layers = int(self.config["num_hidden_layers"])
         self._mapped: dict[str, MappedTensor]
         self._mapped, self.skipped = map_tensors(architecture, reader.tensors, layers, reader.path)
@@ -86,7 +89,8 @@ def read_gguf(path: str | os.PathLike[str]) -> DenseGGUF:
     reader = GGUFReader(path)
     keys: tuple[str, ...] = ("general.architecture", "general.name")
     meta = {key: reader.value(key) for key in keys if key in reader.metadata}
-    return DenseGGUF(reader, architecture_for(meta, ARCHITECTURES, reader.path))
+    record = architecture_for(meta, ARCHITECTURES, reader.path, list(reader.tensors), REFUSED_ARCHITECTURES)
+    return DenseGGUF(reader, record)
 
 
 def read_llama_gguf(path: str | os.PathLike[str]) -> DenseGGUF:

@@ -27,6 +27,7 @@ import numpy as np
 from ..checkpoint.config_files import QuantFields
 from ..checkpoint.family_modules import is_family
 from ..checkpoint.reader import Checkpoint, open_checkpoint
+from ..layouts.families import families_of_method
 from ..layouts.gguf import tensor_type
 from ..layouts.gguf.layout import GGUFLayout
 from ..logical import QuantizedWeight
@@ -113,10 +114,11 @@ def directory_tensors(
             yield name, ck.load(name)
         return
     method = str(quant.get("method") or quant.get("quant_method") or "").lower()
-    if method == "gguf":
+    families = families_of_method(method)  # none: an integer method (GPTQ / AWQ / RTN ...)
+    if any(family.gguf_blocks for family in families):  # GGUF blocks: copied as they are
         qtype = tensor_type(quant.get("bits", 4), quant.get("format")).name
         yield from _gguf_tensors(Checkpoint(root, fields=_DENSE_FIELDS), qtype, report)
-    elif method in ("fp8", "bitsandbytes"):
+    elif any(family.weight_only for family in families):  # FP8, bitsandbytes: no GGUF type holds them
         raise GGUFFileError(f"{root}: quantization method {method!r}: only integer (GPTQ/AWQ/RTN ...), gguf and "
                             "dense directories convert to a .gguf")  # fmt: skip
     else:

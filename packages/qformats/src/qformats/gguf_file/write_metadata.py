@@ -21,6 +21,7 @@ from typing import Any
 from .architecture import GGUFArchitecture
 from .architecture_table import ARCHITECTURES
 from .errors import GGUFFileError
+from .gemma_attention import llama_cpp_query_scalar
 from .values import GGUFValue, ValueType
 
 #: llama.cpp's ``llama_ftype`` for the predominant type of the 2-D weights (``general.file_type``).
@@ -69,6 +70,12 @@ def rope(config: Mapping[str, Any]) -> tuple[float, str, Mapping[str, Any]]:
     return float(theta), str(kind), params
 
 
+def partial_rotary(config: Mapping[str, Any], params: Mapping[str, Any]) -> float:
+    """The rotated fraction of each head: ``partial_rotary_factor`` at the top of the config or, as transformers 5
+    saves it, in ``rope_parameters`` (``params``, from :func:`rope`); 1.0 when neither has it."""
+    return float(config.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0)
+
+
 def head_dim(config: Mapping[str, Any]) -> int:
     """``head_dim``, or ``hidden_size // num_attention_heads`` when the config has none."""
     return int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
@@ -87,6 +94,12 @@ def _check_rules(config: Mapping[str, Any], record: GGUFArchitecture, source: st
         value, expected = config.get(field), head_dim(config) if other == "head_dim" else config.get(other)
         if value is not None and value != expected:
             raise _refuse(source, record, f"config {field} = {value!r} differs from {other} = {expected!r} ({why})")
+    scalar = config.get("query_pre_attn_scalar")
+    if rule.gemma_27b_layers is not None and scalar is not None:
+        what, expected = llama_cpp_query_scalar({**config, "head_dim": head_dim(config)}, rule.gemma_27b_layers)
+        if scalar != expected:
+            raise _refuse(source, record, f"config query_pre_attn_scalar = {scalar!r} differs from {what} = "
+                          f"{expected!r} (the scale llama.cpp's {record.gguf} computes)")  # fmt: skip
     if rule.untied_only and config.get("tie_word_embeddings"):
         raise _refuse(source, record, f"tie_word_embeddings is true but llama.cpp's {record.gguf} needs its own "
                       "output.weight")  # fmt: skip
@@ -154,7 +167,7 @@ def model_metadata(
         "embedding_length": _u32(hidden),
         "block_count": _u32(_required(config, "num_hidden_layers", source)),
         "feed_forward_length": _u32(_required(config, "intermediate_size", source)),
-        "rope.dimension_count": _u32(int(dim * float(config.get("partial_rotary_factor") or 1.0))),
+        "rope.dimension_count": _u32(int(dim * partial_rotary(config, params))),
         "rope.freq_base": _f32(theta),
         "attention.head_count": _u32(heads),
         "attention.head_count_kv": _u32(config.get("num_key_value_heads") or heads),

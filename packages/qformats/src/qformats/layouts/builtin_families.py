@@ -211,6 +211,7 @@ register_family(
         option_problem=_bnb4_problem,
         quantize_options=config_options.bnb4_quantize_options,
         config_fields=config_options.bnb_config_fields,
+        stored_bits=(4,),
     )
 )  # fmt: skip
 register_family(
@@ -224,6 +225,7 @@ register_family(
         quantize=_quantize_bnb8,
         quantize_options=config_options.no_options,
         config_fields=config_options.bnb_config_fields,
+        stored_bits=(8,),
     )
 )  # fmt: skip
 register_family(
@@ -236,6 +238,7 @@ register_family(
         option_problem=_gguf_problem,
         read_options=config_options.gguf_read_options,
         quantize_options=config_options.gguf_quantize_options,
+        gguf_blocks=True,
     )
 )  # fmt: skip
 register_family(
@@ -269,6 +272,7 @@ register_family(
         stored=_stored(
             ("centroids.weight", "indices", *VPTQ_OPTIONAL), stored.vptq_meta, stored.check_vptq, stored.load_vptq
         ),
+        bfloat16_compute_tensor="centroids.weight",
     )
 )  # fmt: skip
 register_family(

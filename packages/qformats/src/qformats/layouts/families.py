@@ -149,6 +149,12 @@ class WeightFamily:
       {name: value}``: the family's own fields of the stored config (:mod:`qformats.family_options`).
     * ``shape_problem(config, out, in) -> str | None``: why the family cannot hold an ``[out, in]`` linear
       under ``config`` (the refusal's text after the module name; :mod:`qformats.family_shapes`).
+    * ``stored_bits``: the widths its modules store (``bnb4``: 4, ``int8``: 8; empty: whatever the config gives).
+    * ``gguf_blocks``: its stored tensors are GGUF blocks, which a ``.gguf`` export copies as they are (``gguf``).
+    * ``bfloat16_compute_tensor``: a stored tensor whose ``bfloat16`` storage makes a reader compute in bfloat16
+      (the ``compute_dtype`` option; a kernel's numpy copy of it is float32): ``vptq``'s ``centroids.weight``.
+    * :attr:`layout_based` (derived): its modules are packed and read by a registered qformats layout
+      (``integer``: ``pack`` and ``read`` are ``None``).
     """
 
     key: str
@@ -173,6 +179,14 @@ class WeightFamily:
     quantize_options: Callable[[Any], dict[str, Any]] | None = None
     config_fields: Callable[[Any], dict[str, Any]] | None = None
     shape_problem: Callable[[Any, int, int], str | None] | None = None
+    stored_bits: tuple[int, ...] = ()
+    gguf_blocks: bool = False
+    bfloat16_compute_tensor: str = ""
+
+    @property
+    def layout_based(self) -> bool:
+        """Whether a registered qformats layout packs and reads its modules (the ``integer`` family)."""
+        return self.pack is None and self.read is None
 
     def owns(self, local: str) -> bool:
         """Whether local tensor name ``local`` belongs to one stored module of this family."""
@@ -235,6 +249,12 @@ def weight_only_methods() -> tuple[str, ...]:
 def weight_only_keys() -> tuple[str, ...]:
     """The keys of the weight-only families (``fp8``, ``bnb4``, ``int8``, ``gguf``), in order."""
     return tuple(f.key for f in registered_families() if f.weight_only)
+
+
+def layout_kinds() -> frozenset[str]:
+    """The kernel-contract ``logical_kind`` of the layout-based families (:attr:`WeightFamily.layout_based`:
+    ``integer``), whose modules' ``format`` names a registered layout."""
+    return frozenset(f.logical_kind for f in registered_families() if f.layout_based)
 
 
 def families_of_method(method: str) -> tuple[WeightFamily, ...]:

@@ -19,8 +19,8 @@ from torch import nn
 
 from ..errors import UnsupportedArchitectureError
 from .config_refusals import refuse_in_place_rescale
-from .discovery import Discovery, discover, text_config
-from .multimodal import is_vision_language, refuse_layer_index_clash
+from .discovery import Discovery, discover
+from .multimodal import is_vision_language, refuse_layer_index_clash, text_config
 
 _LLAMA_GROUPS = (
     ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),

@@ -5,21 +5,27 @@ device until the loop starts them, and discovery must not read weights nor wait 
 works on a *replica*: a deep copy of the meta skeleton in which one layer per distinct structure (same
 module names, classes and parameter shapes; e.g. DeepSeek's dense first layers vs its MoE layers) gets
 random weights (seeded, so discovery is deterministic); the other layers up to the last representative
-point at the replica of their structure. The replica model runs once on random ``inputs_embeds``
+point at the replica of their structure. The parameters outside the layers that the forward may read
+(position embeddings, embedding norms, token-type embeddings; never the vocabulary-sized embedding and
+output projection) get seeded random values too (:mod:`qhf.architectures.outside_layers`). The replica
+model runs once on random ``inputs_embeds``
 ``[1, 16, hidden]`` (so the model's own code builds the masks and rotary embeddings each layer gets) and
-stops after the last representative layer. Cost: one layer's parameters per structure, a 16-token forward.
+stops after the last representative layer. Cost: one layer's parameters per structure, the non-vocabulary
+parameters outside the layers, a 16-token forward.
 
 Each representative layer is traced (:mod:`qhf.architectures.layer_trace`) and turned into groups
 (:mod:`qhf.architectures.layer_groups`); structures are merged into one qlooper ``ModelDefinition``: a group
 missing from some structure is ``optional``. Fused 3-D experts are unfused first
 (:mod:`qhf.architectures.fused_experts`) and each unfused block is checked against the fused forward on the
 random weights. Anything not understood raises :class:`~qhf.errors.UnsupportedArchitectureError` naming
-the part of the layer, before any work.
+the part of the layer, before any work; so is a model that calls a decoder layer twice in one forward (a
+looped model, :mod:`qhf.architectures.layer_calls`).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -31,11 +37,17 @@ from qlooper.module_access import linear_features
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
+from .discovery_inputs import embeds_inputs, ids_inputs, use_id_embedding, vocab_size
 from .fused_experts import UnfusedExperts
+from .layer_calls import check_layers_run_once
 from .layer_groups import FoundGroup, LayerStructure, layer_structure
+from .layer_list import find_layer_list
 from .layer_outputs import check_not_carried, probe_layer_outputs
 from .layer_trace import trace_layer
-from .multimodal import language_model_path
+from .multimodal import text_config
+from .outside_layers import randomize_outside
+
+log = logging.getLogger(__name__)
 
 DISCOVERY_TOKENS = 16
 """Tokens of the discovery forward (one row)."""
@@ -44,40 +56,27 @@ DISCOVERY_TOKENS = 16
 @dataclass
 class Discovery:
     """A discovered definition and its account: the layers' structures (representative index -> layers),
-    per structure what was found, linears kept dense and why, groups without a previous op and why."""
+    per structure what was found, linears kept dense and why, groups without a previous op and why;
+    ``outside``: the parameters outside the layers the replica gave random values
+    (:func:`qhf.architectures.outside_layers.outside_parameters`);
+    ``layers_field``: the config field that counts the decoder layers (``num_hidden_layers``, or e.g.
+    ``decoder_layers`` for an encoder-decoder's decoder: :mod:`qhf.architectures.layer_list`)."""
 
     definition: ModelDefinition
     layer_structures: dict[int, list[int]]
     structures: dict[int, LayerStructure]
     notes: dict[str, str] = field(default_factory=dict)
+    outside: tuple[str, ...] = ()
+    layers_field: str = "num_hidden_layers"
 
 
 class _Stop(Exception):
     """Ends the discovery forward after the last representative layer."""
 
 
-def text_config(config: Any) -> Any:
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 def find_layers(model: nn.Module, config: Any) -> str:
-    """Dotted path of the ``nn.ModuleList`` holding ``num_hidden_layers`` decoder layers (the shallowest; in a
-    vision-language model, inside its language model: :func:`qhf.architectures.multimodal.language_model_path`)."""
-    count = getattr(text_config(config), "num_hidden_layers", None)
-    inside = language_model_path(model)
-    candidates = [
-        name
-        for name, module in model.named_modules()
-        if isinstance(module, nn.ModuleList)
-        and len(module) == count
-        and count
-        and (inside is None or name.startswith(inside + "."))
-    ]
-    if not candidates:
-        raise UnsupportedArchitectureError(
-            f"{type(model).__name__}: no nn.ModuleList of num_hidden_layers={count} decoder layers found"
-        )
-    return min(candidates, key=lambda n: (n.count("."), n))
+    """Dotted path of the decoder-layer ``nn.ModuleList`` (:func:`qhf.architectures.layer_list.find_layer_list`)."""
+    return find_layer_list(model, config).path
 
 
 def _signature(layer: nn.Module) -> tuple[Any, ...]:
@@ -133,12 +132,48 @@ def _check_unfused(layer: nn.Module, where: str, generator: torch.Generator) -> 
             )
 
 
+def _traced_forward(
+    replica: nn.Module, real: dict[int, nn.Module], inputs: dict[str, Any]
+) -> tuple[dict[int, Any], Exception | None]:
+    """One forward of ``replica`` on ``inputs`` stopped after the last representative; each representative's
+    trace, and the model's own error (None when it ran)."""
+    traces: dict[int, Any] = {}
+    contexts = {rep: trace_layer(layer) for rep, layer in real.items()}
+
+    def stop(_m: nn.Module, _a: Any, _o: Any) -> None:
+        raise _Stop
+
+    handle = None
+    failure: Exception | None = None
+    try:
+        for rep, ctx in contexts.items():
+            traces[rep] = ctx.__enter__()
+        handle = real[max(real)].register_forward_hook(stop)
+        with torch.no_grad():
+            replica(**inputs)
+    except _Stop:
+        pass
+    except Exception as error:  # any failure of the model's own forward is reported as not understood
+        failure = error
+    finally:
+        if handle is not None:
+            handle.remove()
+        for ctx in contexts.values():
+            ctx.__exit__(None, None, None)
+    return traces, failure
+
+
 def _run_replica(
-    skeleton: nn.Module, layers_path: str, representatives: dict[int, list[int]]
-) -> tuple[nn.Module, dict[int, nn.Module], dict[int, Any]]:
-    """The replica model with real random representative layers, and each one's trace after one forward."""
+    skeleton: nn.Module, layers_path: str, representatives: dict[int, list[int]], config: Any
+) -> tuple[nn.Module, dict[int, nn.Module], dict[int, Any], list[str], str | None]:
+    """The replica model with real random representative layers and parameters outside the layers, each
+    representative's trace after one forward, the names of the outside parameters made real, and None when the
+    forward ran on ``inputs_embeds``, else why that failed (it then ran on token ids through a stand-in
+    embedding: :mod:`qhf.architectures.discovery_inputs`)."""
     generator = torch.Generator().manual_seed(0)
     replica: Any = copy.deepcopy(skeleton)  # a transformers model
+    # its own generator: the layers' and the inputs' draws stay those of a model with nothing outside to fill
+    outside = randomize_outside(replica, layers_path, config, torch.Generator().manual_seed(2))
     container = cast(nn.ModuleList, replica.get_submodule(layers_path))
     real: dict[int, nn.Module] = {}
     for rep, members in representatives.items():
@@ -148,45 +183,40 @@ def _run_replica(
         for index in members:
             container[index] = layer
         real[rep] = layer
-    last = max(representatives)
     hidden = int(replica.get_input_embeddings().weight.shape[1])
-    dtype = next(iter(real[last].parameters())).dtype
-    embeds = torch.randn(1, DISCOVERY_TOKENS, hidden, generator=generator).to(dtype)
-    traces: dict[int, Any] = {}
-    contexts = {rep: trace_layer(layer) for rep, layer in real.items()}
-
-    def stop(_m: nn.Module, _a: Any, _o: Any) -> None:
-        raise _Stop
-
-    handle = None
-    try:
-        for rep, ctx in contexts.items():
-            traces[rep] = ctx.__enter__()
-        handle = real[last].register_forward_hook(stop)
-        with torch.no_grad():
-            replica(
-                inputs_embeds=embeds, attention_mask=torch.ones(1, DISCOVERY_TOKENS, dtype=torch.long), use_cache=False
-            )
-    except _Stop:
-        pass
-    except Exception as error:  # any failure of the model's own forward is reported as not understood
-        raise UnsupportedArchitectureError(
-            f"{type(skeleton).__name__}: the discovery forward (random weights, inputs_embeds [1, "
-            f"{DISCOVERY_TOKENS}, {hidden}]) failed: {type(error).__name__}: {error}"
-        ) from error
-    finally:
-        if handle is not None:
-            handle.remove()
-        for ctx in contexts.values():
-            ctx.__exit__(None, None, None)
+    dtype = next(iter(real[max(real)].parameters())).dtype
+    inputs = embeds_inputs(torch.randn(1, DISCOVERY_TOKENS, hidden, generator=generator).to(dtype))
+    traces, failure = _traced_forward(replica, real, inputs)
+    fell_back: str | None = None
+    if failure is not None:
+        first = failure
+        use_id_embedding(replica, hidden, dtype)
+        inputs = ids_inputs(vocab_size(config), DISCOVERY_TOKENS, torch.Generator().manual_seed(4))
+        traces, failure = _traced_forward(replica, real, inputs)
+        if failure is not None:
+            raise UnsupportedArchitectureError(
+                f"{type(skeleton).__name__}: the discovery forward (random weights, inputs_embeds [1, "
+                f"{DISCOVERY_TOKENS}, {hidden}]) failed: {type(first).__name__}: {first}; on token ids "
+                f"through a stand-in embedding: {type(failure).__name__}: {failure}"
+            ) from first
+        log.info(
+            "%s: discovery ran on token ids (the inputs_embeds forward failed: %s: %s)",
+            type(skeleton).__name__,
+            type(first).__name__,
+            first,
+        )
+        fell_back = f"{type(first).__name__}: {first}"
     missing = [rep for rep, trace in traces.items() if not trace.calls]
     if missing:
         raise UnsupportedArchitectureError(f"{layers_path}.{missing[0]}: the layer never ran in the discovery forward")
-    return replica, real, traces
+    return replica, real, traces, outside, fell_back
 
 
-def _probe_embeds(replica: nn.Module, real: dict[int, nn.Module]) -> torch.Tensor:
-    """Random ``inputs_embeds [1, DISCOVERY_TOKENS, hidden]`` in the layers' dtype for the output probe."""
+def _probe_inputs(replica: nn.Module, real: dict[int, nn.Module], on_ids: bool, config: Any) -> Any:
+    """Inputs of the output probe, of the kind the discovery forward ran on: random ``inputs_embeds
+    [1, DISCOVERY_TOKENS, hidden]`` in the layers' dtype, else random token ids."""
+    if on_ids:
+        return ids_inputs(vocab_size(config), DISCOVERY_TOKENS, torch.Generator().manual_seed(5))
     hidden = int(cast(Any, replica).get_input_embeddings().weight.shape[1])
     dtype = next(iter(real[max(real)].parameters())).dtype
     return torch.randn(1, DISCOVERY_TOKENS, hidden, generator=torch.Generator().manual_seed(1)).to(dtype)
@@ -234,15 +264,18 @@ def _offset(structures: dict[int, LayerStructure]) -> tuple[float, set[tuple[str
 
 def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Discovery:
     """The qlooper ``ModelDefinition`` of ``skeleton`` (see the module docstring)."""
-    layers_path = find_layers(skeleton, config)
+    layer_list = find_layer_list(skeleton, config)
+    layers_path = layer_list.path
     container = cast(nn.ModuleList, skeleton.get_submodule(layers_path))
     by_signature: dict[tuple[Any, ...], list[int]] = {}
     for index, layer in enumerate(container):
         by_signature.setdefault(_signature(layer), []).append(index)
     representatives = {members[0]: members for members in by_signature.values()}
-    replica, real, traces = _run_replica(skeleton, layers_path, representatives)
-    outputs = probe_layer_outputs(replica, layers_path, _probe_embeds(replica, real))
+    replica, real, traces, outside, fell_back = _run_replica(skeleton, layers_path, representatives, config)
+    probe_inputs = _probe_inputs(replica, real, fell_back is not None, config)
+    outputs = probe_layer_outputs(replica, layers_path, probe_inputs)
     check_not_carried(outputs, layers_path)
+    check_layers_run_once(replica, layers_path, probe_inputs, outputs.arity)
     structures = {
         rep: layer_structure(real[rep], traces[rep], f"{layers_path}.{rep}") for rep in sorted(representatives)
     }
@@ -272,4 +305,11 @@ def discover(skeleton: nn.Module, config: Any, *, name: str | None = None) -> Di
         raise UnsupportedArchitectureError(
             f"{layers_path}: the discovered groups do not form a definition: {error}"
         ) from error
-    return Discovery(definition, representatives, structures, notes)
+    if fell_back is not None:
+        notes["<inputs>"] = (
+            f"discovery ran on token ids [1, {DISCOVERY_TOKENS}] through a stand-in embedding: the inputs_embeds "
+            f"forward failed ({fell_back})"
+        )
+    if layer_list.field != "num_hidden_layers":
+        notes[layers_path] = f"{layer_list.count} decoder layers counted by config field {layer_list.field!r}"
+    return Discovery(definition, representatives, structures, notes, tuple(outside), layer_list.field)

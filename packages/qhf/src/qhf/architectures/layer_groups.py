@@ -4,7 +4,8 @@
   experts) and subclasses whose own forward does not return ``F.linear(x, weight, bias)`` on the recorded
   input (Llama 4's router returns scores and logits; a quantized linear would return one tensor), which stay
   dense; experts (numbered children of a container)
-  are named with ``#``;
+  are named with ``#``; a linear that never ran stays dense with the reason recorded (``left_dense``: the
+  block that never ran, e.g. an encoder-decoder's cross-attention ``encoder_attn`` in a decoder-only forward);
 * groups: linears reading the same input tensor (object identity), in execution order; experts are grouped
   the same way inside one expert;
 * ``prev_op``: the module that returned the group's input, when it is a norm that scales each channel by
@@ -152,8 +153,21 @@ class _Finder:
                 calls = self.trace.calls_of(name)
                 inputs[name] = tuple(c.first_input for c in calls if c.first_input is not None)
             elif _wildcard(name, self.containers)[1] is None:
-                left[name] = "did not run during discovery: kept dense"
+                left[name] = self._not_run_reason(name, called)
         return inputs
+
+    def _not_run_reason(self, name: str, called: set[str]) -> str:
+        """Why linear ``name`` (never called) stays dense: the outermost enclosing block of the layer that never
+        ran either (an encoder-decoder's ``encoder_attn``: cross-attention runs only with encoder states, which a
+        decoder-only forward never gives), else the linear itself."""
+        parts = name.split(".")
+        block = next((".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) not in called), None)
+        if block is None:
+            return "did not run during discovery: kept dense"
+        return (
+            f"its block {block!r} never ran in the decoder-only discovery forward (e.g. cross-attention, which runs "
+            "only with encoder states): kept dense, not quantized from zero calibration rows"
+        )
 
     def prev_op(self, members: list[str], tensor_id: int) -> tuple[str | None, float, str]:
         producer = self.trace.producers.get(tensor_id)

@@ -6,7 +6,8 @@ return a tuple of the same length. Some pass an output on to the next layer's ca
 each layer's ``topk_indices`` to the next as ``prev_topk_indices``): the loop replays each layer from its
 recorded inputs alone, so such a model is refused by name before any work.
 
-The probe runs the replica (every layer real, random weights) on ``inputs_embeds [1, 16, hidden]`` and stops
+The probe runs the replica (every layer real, random weights) on ``inputs_embeds [1, 16, hidden]`` (or the
+token ids discovery fell back to) and stops
 after the second decoder-layer call (the first when the model has one layer): it records the first call's
 output and which of its elements the second call receives as a keyword argument (the same object).
 """
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import UnsupportedArchitectureError
+from .discovery_inputs import describe, embeds_inputs
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,12 @@ class _Stop(Exception):
     """Ends the probe forward after the layer calls it needs."""
 
 
-def probe_layer_outputs(replica: nn.Module, layers_path: str, embeds: torch.Tensor) -> LayerOutputs:
-    """The layers' output arity and carried outputs (module docstring); ``embeds`` ``[1, T, hidden]``."""
+def probe_layer_outputs(replica: nn.Module, layers_path: str, embeds: torch.Tensor | dict[str, Any]) -> LayerOutputs:
+    """The layers' output arity and carried outputs (module docstring); ``embeds`` ``[1, T, hidden]``, or the
+    forward's keyword arguments (token ids for a model discovery runs on ids:
+    :mod:`qhf.architectures.discovery_inputs`)."""
+    inputs = embeds if isinstance(embeds, dict) else embeds_inputs(embeds)
+    fed = describe(inputs)
     container = cast(nn.ModuleList, replica.get_submodule(layers_path))
     stop_after = min(2, len(container))
     outputs: list[Any] = []
@@ -56,15 +62,12 @@ def probe_layer_outputs(replica: nn.Module, layers_path: str, embeds: torch.Tens
         handles.append(layer.register_forward_hook(post, with_kwargs=True))
     try:
         with torch.no_grad():
-            replica(
-                inputs_embeds=embeds, attention_mask=torch.ones(embeds.shape[:2], dtype=torch.long), use_cache=False
-            )
+            replica(**inputs)
     except _Stop:
         pass
     except Exception as error:  # the model's own forward: reported as not understood, like discovery's
         raise UnsupportedArchitectureError(
-            f"{layers_path}: the output probe forward (random weights, inputs_embeds {list(embeds.shape)}) "
-            f"failed: {type(error).__name__}: {error}"
+            f"{layers_path}: the output probe forward (random weights, {fed}) failed: {type(error).__name__}: {error}"
         ) from error
     finally:
         for handle in handles:

@@ -13,10 +13,10 @@ duration of the trace and restores it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -83,6 +83,16 @@ def _first_tensor(value: Any) -> torch.Tensor | None:
     return next(_tensors(value), None)
 
 
+def _enter(mode: TorchFunctionMode) -> None:
+    """Switch ``mode`` on outside a ``with`` block (torch declares ``__enter__`` without annotations)."""
+    cast("Callable[[], object]", mode.__enter__)()
+
+
+def _exit(mode: TorchFunctionMode) -> None:
+    """Switch ``mode`` off again (torch declares ``__exit__`` without annotations)."""
+    cast("Callable[[object, object, object], object]", mode.__exit__)(None, None, None)
+
+
 class _ConsumerMode(TorchFunctionMode):
     """Records, per tensor id, the ops (other than metadata reads) that take it as an argument."""
 
@@ -112,11 +122,11 @@ def trace_layer(layer: nn.Module) -> Iterator[LayerTrace]:
     def layer_pre(_m: nn.Module, _args: Any, _kwargs: Any) -> None:
         if not state["done"]:
             state["active"] = True
-            mode.__enter__()
+            _enter(mode)
 
     def layer_post(_m: nn.Module, _args: Any, _kwargs: Any, _out: Any) -> None:
         if state["active"]:
-            mode.__exit__(None, None, None)
+            _exit(mode)
             state["active"], state["done"] = False, True
 
     def pre(name: str) -> Any:
@@ -160,7 +170,7 @@ def trace_layer(layer: nn.Module) -> Iterator[LayerTrace]:
         yield trace
     finally:
         if state["active"]:
-            mode.__exit__(None, None, None)
+            _exit(mode)
         for handle in handles:
             handle.remove()
         for module, original in watched:

@@ -40,9 +40,14 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 """A layer index in a tensor name, as qformats' checkpoint rule ``CONFIG-LAYERS`` reads it."""
 
 
+def text_config(config: Any) -> Any:
+    """The text config of ``config`` (itself for a text-only model)."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def is_vision_language(config: Any) -> bool:
     """Whether ``config`` is a composite vision-language config (a text sub-config and a ``vision_config``)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     return text is not config and getattr(config, "vision_config", None) is not None
 
 

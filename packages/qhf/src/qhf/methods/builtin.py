@@ -247,7 +247,7 @@ class BitsAndBytesMethod(WeightOnlyMethod):
     def bits_format(self, bits: Any, fmt: str | None) -> tuple[Any, str]:
         from ..weight_only_settings import bnb_bits_format
 
-        return bnb_bits_format(bits, fmt, str(self.default_format))
+        return bnb_bits_format(bits, fmt, str(self.default_format), self.name)
 
 
 class GGUFMethod(WeightOnlyMethod):

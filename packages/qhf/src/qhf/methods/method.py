@@ -161,7 +161,7 @@ class QuantMethod:
     def processor(self, cfg: QuantizeConfig, spec: Any, module_specs: dict[str, Any]) -> Any:
         """The qlooper processor of a run on ``cfg``: the one registered under :attr:`processor_name`
         (``qlooper.processors.registry.make_processor``; ``module_specs``: modules' own specs)."""
-        from qlooper.api import make_processor
+        from qlooper.processors.registry import make_processor
 
         return make_processor(self.processor_name or self.name, spec, module_specs=module_specs)
 

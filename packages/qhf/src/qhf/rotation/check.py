@@ -254,7 +254,7 @@ class ReplicaCheck:
                 randomize_parameters(module, self.generator, recurse=False)
         setattr(parent, child, stand_in)
         for rep, layer in self.layers.items():
-            layer.forward = _pass_through(self.tuple_output.get(rep, False))  # type: ignore[method-assign]
+            layer.forward = _pass_through(self.tuple_output.get(rep, False))
         names = [f"{norm}.weight", self.head_weight]
         installed: dict[str, nn.Parameter | None] = {}
         try:

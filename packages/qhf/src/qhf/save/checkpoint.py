@@ -6,8 +6,9 @@ per-module report (``quant_log.csv`` and ``quant_report.json``). Quantized modul
 layout tensors the loop packed (qlooper ``FinalizedModule.tensors()``, read from the spill file one module at a
 time when a streaming run spilled them) under ``<module>.<tensor>``; every other tensor is taken from the
 in-memory model when materialized there (AWQ may have rescaled norms), else from a streaming run's spill area
-(:mod:`qhf.spill`), else from the source file. Either way the same tensors go to the writer in the same order,
-so a streaming run's checkpoint is byte-identical to the in-memory one.
+(:mod:`qhf.spill`), else from the source file; a dense transformers ``Conv1D``'s weight (a linear of the skeleton,
+:mod:`qhf.architectures.conv1d`) is written back in the files' ``[in, out]`` layout. Either way the same
+tensors go to the writer in the same order, so a streaming run's checkpoint is byte-identical to the in-memory one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..architectures.conv1d import conv1d_weights, skeleton_layout
 from ..checkpoint_config import checkpoint_dict
 from ..config_view import adapter as eora_adapter
 from ..config_view import is_weight_only
@@ -33,7 +35,7 @@ from ..spill import SpillArea, SpilledTensor
 from ..summary import QuantizeSummary
 from ..weight_only import fp8_storage_dtypes
 from .quant_log import REPORT_COLUMNS, log_rows
-from .tensor_stream import TensorEntry, bf16_names, numpy_stream, write_atomic_json
+from .tensor_stream import TensorEntry, TensorLoader, bf16_names, numpy_stream, write_atomic_json
 
 if TYPE_CHECKING:
     from qformats.config import QuantizeConfig
@@ -73,6 +75,12 @@ def _stored_as(source: OpenedSource, name: str, dtype: torch.dtype) -> torch.Ten
     return source.stored(name).to(dtype)
 
 
+def _file_layout(name: str, load: TensorLoader, transposed: frozenset[str]) -> torch.Tensor:
+    """The tensor ``load()`` gives (skeleton layout) in the files' layout (a loader called at write time)."""
+    value = load()
+    return skeleton_layout(name, value if isinstance(value, torch.Tensor) else torch.from_numpy(value), transposed)
+
+
 def _held_entry(
     source: OpenedSource,
     name: str,
@@ -107,28 +115,51 @@ def tensor_entries(
     ``spill``: a streaming run's spill area, read for tensors of released layers.
     """
     entries: list[TensorEntry] = []
+    transposed = conv1d_weights(source.model)
     for name in source.tensor_names():
-        module_name, _, pname = name.rpartition(".")
-        if module_name in results and pname == "weight":
-            result = results[module_name]
-            for key, nbytes in result.tensor_nbytes().items():
-                entries.append(TensorEntry(f"{module_name}.{key}", nbytes, partial(_module_tensor, result, key)))
+        if name in transposed and name.rpartition(".")[0] not in results:  # a dense Conv1D weight
+            entry = _dense_entry(source, model, name, dense_dtype, spill)
+            entries.append(
+                TensorEntry(name, entry.nbytes, partial(_file_layout, name, entry.load, transposed), entry.bf16)
+            )
             continue
-        live = live_tensor(model, name)
-        spilled = spill.dense_index.get(name) if spill is not None and live is None else None
-        if live is not None or spilled is not None:
-            entries.append(_held_entry(source, name, dense_dtype, live, spill, spilled))
-            continue
-        stored = source.stored_dtype(name)
-        if dense_dtype is None or not stored.is_floating_point or stored == dense_dtype:
-            bf16 = stored == torch.bfloat16
-            entries.append(TensorEntry(name, source.stored_nbytes(name), partial(source.stored, name), bf16))
-            continue
-        numel = source.stored_nbytes(name) // torch.empty((), dtype=stored).element_size()
-        size = numel * torch.empty((), dtype=dense_dtype).element_size()
-        bf16 = dense_dtype == torch.bfloat16
-        entries.append(TensorEntry(name, size, partial(_stored_as, source, name, dense_dtype), bf16))
+        entries.extend(_entries_of(source, model, results, name, dense_dtype, spill))
     return entries
+
+
+def _entries_of(
+    source: OpenedSource,
+    model: nn.Module,
+    results: QuantizedModules,
+    name: str,
+    dense_dtype: torch.dtype | None,
+    spill: SpillArea | None,
+) -> list[TensorEntry]:
+    """The entries of source tensor ``name``: a quantized module's layout tensors, else its dense entry."""
+    module_name, _, pname = name.rpartition(".")
+    if module_name in results and pname == "weight":
+        result = results[module_name]
+        return [
+            TensorEntry(f"{module_name}.{key}", nbytes, partial(_module_tensor, result, key))
+            for key, nbytes in result.tensor_nbytes().items()
+        ]
+    return [_dense_entry(source, model, name, dense_dtype, spill)]
+
+
+def _dense_entry(
+    source: OpenedSource, model: nn.Module, name: str, dense_dtype: torch.dtype | None, spill: SpillArea | None
+) -> TensorEntry:
+    """The entry of a non-quantized tensor: held in memory or spilled, else read from the source."""
+    live = live_tensor(model, name)
+    spilled = spill.dense_index.get(name) if spill is not None and live is None else None
+    if live is not None or spilled is not None:
+        return _held_entry(source, name, dense_dtype, live, spill, spilled)
+    stored = source.stored_dtype(name)
+    if dense_dtype is None or not stored.is_floating_point or stored == dense_dtype:
+        return TensorEntry(name, source.stored_nbytes(name), partial(source.stored, name), stored == torch.bfloat16)
+    numel = source.stored_nbytes(name) // torch.empty((), dtype=stored).element_size()
+    size = numel * torch.empty((), dtype=dense_dtype).element_size()
+    return TensorEntry(name, size, partial(_stored_as, source, name, dense_dtype), dense_dtype == torch.bfloat16)
 
 
 def config_dict(
@@ -144,7 +175,7 @@ def config_dict(
     source config carries) names the dense tensors' dtype."""
     from ..architectures.multimodal import dense_parts
 
-    data = source.config.to_dict()
+    data: dict[str, Any] = source.config.to_dict()
     for key in _CONFIG_DROP:
         data.pop(key, None)
     if dense_dtype is not None:

@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+from qformats.enums import FORMAT
 from torch import nn
 
 from ..errors import QHFError
+
+if TYPE_CHECKING:
+    from ..source.opened_source import OpenedSource
 
 AUTO = "auto"
 DENSE_DTYPES: dict[str, torch.dtype] = {
@@ -51,8 +55,8 @@ def _declared(directory: Path) -> torch.dtype | None:
     return None
 
 
-def resolve_dense_dtype(source: Any, requested: str | torch.dtype = AUTO) -> torch.dtype:
-    """The dense dtype to write for ``source`` (an ``OpenedSource``) given ``requested`` (see module doc)."""
+def resolve_dense_dtype(source: OpenedSource, requested: str | torch.dtype = AUTO) -> torch.dtype:
+    """The dense dtype to write for ``source`` given ``requested`` (see module doc)."""
     if isinstance(requested, torch.dtype):
         dtype_name(requested)  # validates
         return requested
@@ -60,7 +64,7 @@ def resolve_dense_dtype(source: Any, requested: str | torch.dtype = AUTO) -> tor
         if requested not in DENSE_DTYPES:
             raise QHFError(f"dtype {requested!r}: expected one of {', '.join(DTYPE_CHOICES)}")
         return DENSE_DTYPES[requested]
-    if source.kind == "gguf":
+    if source.kind == FORMAT.GGUF.value:  # a .gguf file
         return GGUF_DENSE_DTYPE
     declared = _declared(Path(source.path))
     if declared is not None:

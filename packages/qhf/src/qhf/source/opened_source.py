@@ -22,18 +22,21 @@ from qlooper.definition import ModelDefinition
 from torch import nn
 
 from ..architectures import Discovery, definition_for
+from ..architectures.conv1d import conv1d_weights
 from ..errors import SourceFormatError
 from .skeleton import (
     embedding_names,
     fused_expert_slices,
+    load_buffers,
     materialize,
     materialize_names,
     meta_parameters,
+    persistent_buffers,
     release,
     release_outside,
     tied_output,
 )
-from .tensor_aliases import Reader, aliases
+from .tensor_aliases import AnyReader, aliases
 
 TensorGetter = Callable[[str, "torch.dtype | None"], torch.Tensor]
 
@@ -67,7 +70,7 @@ class OpenedSource:
     extra_files: dict[str, Path] = field(default_factory=dict)
     size_of: Callable[[str], int] | None = None
     dtype_of: Callable[[str], torch.dtype] | None = None
-    aliases: dict[str, Reader] = field(default_factory=dict)
+    aliases: dict[str, AnyReader] = field(default_factory=dict)
     transform: TensorTransform | None = None
 
     def __post_init__(self) -> None:
@@ -97,7 +100,7 @@ class OpenedSource:
     def tensor_names(self) -> list[str]:
         """Every tensor name as the skeleton spells it (file tensors read through an alias replaced by it; an
         untied output projection included)."""
-        read = {reader.source for reader in self.aliases.values()}
+        read = {source for reader in self.aliases.values() for source in reader.sources}
         untied = {self.head_weight} if self.head_reads_embedding and not self.tied else set()
         return sorted((set(self.names) - read) | set(self.aliases) | untied)
 
@@ -238,8 +241,9 @@ def open_source_model(
 
     model = meta_skeleton(config, dtype)
     discovery = definition_for(model, config)
-    wanted = {n for n, _ in model.named_parameters()}
-    return OpenedSource(
+    buffers = persistent_buffers(model)
+    wanted = {n for n, _ in model.named_parameters()} | set(buffers)
+    opened = OpenedSource(
         kind=kind,
         path=path,
         config=config,
@@ -251,5 +255,8 @@ def open_source_model(
         extra_files=dict(extra_files or {}),
         size_of=size_of,
         dtype_of=dtype_of,
-        aliases=aliases(model, wanted, names, fused_expert_slices(model)),
+        aliases=aliases(model, wanted, names, fused_expert_slices(model), conv1d_weights(model)),
     )
+    # stored buffers (a router's correction bias) are read once: small, and never sent back to meta
+    load_buffers(model, [n for n in buffers if n in names or n in opened.aliases], opened.stored)
+    return opened

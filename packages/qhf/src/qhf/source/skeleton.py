@@ -46,7 +46,9 @@ def _parameters_on_meta() -> Iterator[None]:
 def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
     """``AutoModelForCausalLM.from_config(config)`` (a vision-language model's ``AutoModelForImageTextToText``:
     :func:`qhf.architectures.multimodal.model_class`) with parameters on meta, in eval mode, fused 3-D experts
-    unfused into per-expert linears (:func:`qhf.architectures.fused_experts.unfuse_experts`)."""
+    unfused into per-expert linears (:func:`qhf.architectures.fused_experts.unfuse_experts`), transformers'
+    ``Conv1D`` modules replaced with linears (:func:`qhf.architectures.conv1d.linearize_conv1d`)."""
+    from ..architectures.conv1d import linearize_conv1d
     from ..architectures.fused_experts import unfuse_experts
     from ..architectures.multimodal import model_class
     from .remote_code import TRUST_REMOTE_CODE
@@ -65,7 +67,9 @@ def meta_skeleton(config: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
                 config, dtype=dtype, attn_implementation="eager", trust_remote_code=TRUST_REMOTE_CODE
             )
     unfuse_experts(model)
-    return model.eval()
+    linearize_conv1d(model)
+    evaluated: nn.Module = model.eval()  # transformers' auto classes are untyped
+    return evaluated
 
 
 def fused_expert_slices(model: nn.Module) -> dict[str, dict[str, FusedSlice]]:
@@ -159,6 +163,38 @@ def release_outside(model: nn.Module, prefix: str) -> None:
     for name, module in model.named_modules(remove_duplicate=False):
         if name != prefix and not name.startswith(inside):
             _to_meta(module)
+
+
+def persistent_buffers(model: nn.Module) -> list[str]:
+    """Dotted names of ``model``'s persistent buffers: the state dict's entries that are no parameter (a MoE
+    router's ``e_score_correction_bias``), which checkpoints store; computed ones (rotary ``inv_freq``) are
+    registered non-persistent and not listed."""
+    names = []
+    for module_name, module in model.named_modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None and name not in module._non_persistent_buffers_set:
+                names.append(f"{module_name}.{name}" if module_name else name)
+    return names
+
+
+def load_buffers(model: nn.Module, names: list[str], source: TensorSource) -> int:
+    """Copy ``source(name)`` into each named buffer, in the buffer's own dtype (as ``from_pretrained`` loads a
+    buffer); a stored tensor of another shape raises :class:`SourceFormatError`. Returns bytes copied."""
+    copied = 0
+    for full in names:
+        module_name, _, name = full.rpartition(".")
+        module = model.get_submodule(module_name) if module_name else model
+        buffer = module._buffers[name]
+        if buffer is None:
+            continue
+        value = source(full)
+        if tuple(value.shape) != tuple(buffer.shape):
+            raise SourceFormatError(
+                f"tensor {full!r}: expected shape {tuple(buffer.shape)}, found {tuple(value.shape)}"
+            )
+        module._buffers[name] = value.to(device=buffer.device, dtype=buffer.dtype).contiguous()
+        copied += value.numel() * value.element_size()
+    return copied
 
 
 def meta_parameters(model: nn.Module) -> list[str]:

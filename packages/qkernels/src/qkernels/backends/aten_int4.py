@@ -79,9 +79,8 @@ class AtenInt4Linear(QuantLinear):
         self._by_dtype: dict[torch.dtype, torch.Tensor] = {}
         self._group = w.group_size
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+    def drop_runtime_caches(self) -> None:
         self._by_dtype.clear()
-        return super()._apply(fn, recurse)
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         sz = self._by_dtype.get(x.dtype)
@@ -89,4 +88,5 @@ class AtenInt4Linear(QuantLinear):
             sz = self._by_dtype[x.dtype] = self._scale_offset.to(x.dtype)
         if self._perm is not None:
             x = x.index_select(1, self._perm)
-        return getattr(torch.ops.aten, _OP)(x.contiguous(), self._packed, self._group, sz)
+        out: torch.Tensor = getattr(torch.ops.aten, _OP)(x.contiguous(), self._packed, self._group, sz)
+        return out

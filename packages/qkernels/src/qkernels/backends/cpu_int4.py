@@ -149,7 +149,7 @@ class CpuInt4Linear(QuantLinear):
         path = self.path_for(rows)
         if path == "tiles":
             tile = prefill_tile(rows, x.shape[1], words.shape[1])
-            y = self._ext.int4_kn8_dequant_mm(x, words, self._scales, self._zeros, self._group, tile)
+            y: torch.Tensor = self._ext.int4_kn8_dequant_mm(x, words, self._scales, self._zeros, self._group, tile)
         elif path == "fused":
             y = self._ext.int4_kn8_fused_mm(x.contiguous(), words, self._scales, self._zeros, self._group, self.isa)
         else:

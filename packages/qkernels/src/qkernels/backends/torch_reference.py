@@ -12,7 +12,7 @@ elements).
 from __future__ import annotations
 
 import torch
-from qformats.layouts.families import registered_families
+from qformats.layouts.families import layout_kinds, registered_families
 from qformats.layouts.registry import registered_layouts
 from qformats.logical import QuantizedWeight
 
@@ -54,7 +54,7 @@ class TorchReferenceLinear(QuantLinear):
 
     @classmethod
     def runtime_reasons(cls, contract: KernelContract, target: Target) -> list[str]:
-        if contract.logical_kind == "integer" and contract.format not in registered_layouts():
+        if contract.logical_kind in layout_kinds() and contract.format not in registered_layouts():
             return [f"format {contract.format!r} has no layout registered in qformats"]
         return []
 
@@ -79,9 +79,8 @@ class TorchReferenceLinear(QuantLinear):
         else:
             self.register_buffer("_dense32", torch.from_numpy(w.dequantize()).float(), persistent=False)  # type: ignore[attr-defined]
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+    def drop_runtime_caches(self) -> None:
         self._cache.clear()  # device/dtype moves invalidate the cached dense weight
-        return super()._apply(fn, recurse)
 
     def dense_weight(self) -> torch.Tensor:
         """Float32 ``[out, in]`` on the module's device: ``scales[g_idx] * (codes - zeros[g_idx])``."""

@@ -8,7 +8,6 @@ along inputs; AWQ: GEMM order map along outputs) and keep the checkpoint tensors
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import sys
 
@@ -45,10 +44,6 @@ def triton_reasons(target: Target) -> list[str]:
     return []
 
 
-def _kernels():  # type: ignore[no-untyped-def]
-    return importlib.import_module(_KERNELS)
-
-
 class _TritonInt4Base(QuantLinear):
     @classmethod
     def runtime_reasons(cls, contract: KernelContract, target: Target) -> list[str]:
@@ -74,6 +69,11 @@ class TritonGptqInt4Linear(_TritonInt4Base):
         priority=60,
     )
 
+    _qweight: torch.Tensor  # int32 [ceil(K/8), N] (registered buffers; typed here for mypy)
+    _qzeros: torch.Tensor  # int32 [groups, ceil(N/8)]
+    _scales: torch.Tensor  # float32 [groups, N]
+    _g_idx: torch.Tensor  # int32 [K]
+
     def __init__(self, loaded: LoadedCheckpoint, target: Target) -> None:
         super().__init__(loaded, target)
         w = integer_weight(loaded.logical, self.NAME)
@@ -84,7 +84,9 @@ class TritonGptqInt4Linear(_TritonInt4Base):
         self.register_buffer("_g_idx", torch.from_numpy(w.g_idx.astype(np.int32)), persistent=False)
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
-        return _kernels().gptq_int4_matmul(
+        from ..triton_kernels.int4_matmul import gptq_int4_matmul  # first use: TRITON_INTERPRET is read then
+
+        return gptq_int4_matmul(
             x.contiguous(), self._qweight, self._scales, self._qzeros, self._g_idx, self.out_features
         )
 
@@ -108,6 +110,10 @@ class TritonAwqInt4Linear(_TritonInt4Base):
         priority=60,
     )
 
+    _qweight: torch.Tensor  # int32 [K, ceil(N/8)] (registered buffers; typed here for mypy)
+    _qzeros: torch.Tensor  # int32 [groups, ceil(N/8)]
+    _scales: torch.Tensor  # float32 [groups, N]
+
     def __init__(self, loaded: LoadedCheckpoint, target: Target) -> None:
         super().__init__(loaded, target)
         w = integer_weight(loaded.logical, self.NAME)
@@ -123,6 +129,8 @@ class TritonAwqInt4Linear(_TritonInt4Base):
         return [] if w.has_default_g_idx() else ["g_idx is not the natural i // group_size map"]
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
-        return _kernels().awq_int4_matmul(
+        from ..triton_kernels.int4_matmul import awq_int4_matmul  # first use: TRITON_INTERPRET is read then
+
+        return awq_int4_matmul(
             x.contiguous(), self._qweight, self._scales, self._qzeros, self._group, self.out_features
         )

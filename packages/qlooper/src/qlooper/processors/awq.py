@@ -12,11 +12,13 @@ quantized with the AWQ formulas; the reconstructed weights then feed the layer's
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import torch
 from qalgos import awq
+from qalgos.awq_clip import search_clip
 from qalgos.awq_gram import search_scales_gram
 from qalgos.fallback import fall_back
 from qalgos.spec import QuantSpec
@@ -31,8 +33,16 @@ from .base import LayerContext, ModuleResult, first_tensor, replace_weight
 CallArgs = tuple[tuple[Any, ...], dict[str, Any]]
 
 
-def _output_tensor(out: Any) -> torch.Tensor:
-    return out[0] if isinstance(out, (tuple, list)) else out
+def _output_tensor(out: Any, group: ResolvedGroup) -> torch.Tensor:
+    """The output tensor of a call of ``group``'s inspected module: the first item of a tuple / list output, or
+    the output itself."""
+    tensor = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(tensor, torch.Tensor):
+        raise ProcessorError(
+            f"AWQ group {group.index}: the inspected module returned {type(tensor).__name__}, expected a tensor "
+            "(or a tuple / list whose first item is one)"
+        )
+    return tensor
 
 
 DEFAULT_SEARCH_TOKENS = 4096
@@ -130,7 +140,7 @@ class AWQProcessor:
             handles.append(group.inspect.register_forward_pre_hook(pre, with_kwargs=True))
         return handles
 
-    def _forward_with(self, group: ResolvedGroup, x: torch.Tensor):
+    def _forward_with(self, group: ResolvedGroup, x: torch.Tensor) -> Callable[[list[torch.Tensor]], torch.Tensor]:
         # the modules' own weights, copied once per group and restored after every replay
         saved = [mod.weight.detach().clone() for mod in group.modules] if group.inspect is not None else []
 
@@ -147,7 +157,7 @@ class AWQProcessor:
                     for mod, w in zip(group.modules, weights, strict=False):
                         mod.weight.copy_(w.to(mod.weight.dtype))
                     calls = spread_calls(self._inspect_calls[group.index], self.search_tokens)
-                    outs = [_output_tensor(group.inspect(*a, **kw)) for a, kw in calls]
+                    outs = [_output_tensor(group.inspect(*a, **kw), group) for a, kw in calls]
             finally:
                 with torch.no_grad():
                     for mod, w in zip(group.modules, saved, strict=False):
@@ -299,5 +309,5 @@ def clip_and_quantize(spec: QuantSpec, weight: torch.Tensor, x: torch.Tensor, cl
     """AWQ quantization of ``weight`` ``[out, in]`` (already scaled), after a clip search on its scaled input
     ``x`` ``[tokens, in]`` when ``clip``. Returns (qalgos ``QuantResult``, wall seconds)."""
     start = time.perf_counter()
-    max_values = awq.search_clip(weight.to(torch.float32), x, spec) if clip else None
+    max_values = search_clip(weight.to(torch.float32), x, spec) if clip else None
     return awq.quantize_awq(weight, spec, clip=max_values), time.perf_counter() - start

@@ -97,7 +97,7 @@ class AWQGPTQProcessor(AWQProcessor):
         scaled): the inputs the scaled weights see."""
         task = GPTQ(in_features, self.spec)
         if x is not None:
-            for part in x.split(HESSIAN_ROWS):
+            for part in torch.split(x, HESSIAN_ROWS):
                 task.add_batch(part / scales if scales is not None else part)
         return task
 

@@ -45,7 +45,7 @@ class GPTAQProcessor(GPTQProcessor):
             groups = resolve_groups(ctx.layer, ctx.name, ctx.definition)
             self.native.capture_layer(ctx.layer, ctx.cache, groups)
 
-    def _new_task(self, mod: ResolvedModule) -> GPTAQ:  # type: ignore[override]
+    def _new_task(self, mod: ResolvedModule) -> GPTAQ:
         task = GPTAQ(int(mod.weight.shape[1]), self.spec, self.terms)
         self._tasks[mod.input_key] = task
         return task

@@ -34,7 +34,7 @@ class QQQProcessor(GPTQProcessor):
         check_qqq_spec(spec)
         super().__init__(spec)
 
-    def _new_task(self, mod: ResolvedModule) -> QQQ:  # type: ignore[override]
+    def _new_task(self, mod: ResolvedModule) -> QQQ:
         task = QQQ(int(mod.weight.shape[1]), self.spec)
         self._tasks[mod.input_key] = task
         return task

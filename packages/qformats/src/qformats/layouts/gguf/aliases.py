@@ -9,6 +9,7 @@ Width defaults (``bits`` alone): 1 -> q1_0, 2 -> q2_0, 4 -> q4_0, 5 -> q5_k_m, 6
 
 from __future__ import annotations
 
+from ...enums import FORMAT
 from ...errors import ConfigError
 from .types import GGMLType, ggml_type
 
@@ -36,7 +37,7 @@ def alias_for(bits: int | str, public_format: str | None = None) -> str:
         if alias not in ALIAS_TO_TYPE:
             raise ConfigError(f"bits: {bits!r} is not a GGUF alias; known: {', '.join(ALIAS_TO_TYPE)}")
         return alias
-    if public_format is None or public_format.strip().lower() == "gguf":
+    if public_format is None or public_format.strip().lower() == FORMAT.GGUF.value:
         default = DEFAULT_ALIAS.get(int(bits))
         if default is None:
             raise ConfigError(f"bits: GGUF has no default subtype for {bits}-bit; name one (e.g. format 'q_k')")
