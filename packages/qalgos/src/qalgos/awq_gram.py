@@ -11,22 +11,23 @@ The chosen ratio is the one the output-form search (:func:`qalgos.awq.search_sca
 float rounding of the loss: the two losses are equal in exact arithmetic, so only ratios whose losses
 agree to about 1e-6 relative can swap (tested on random and outlier-heavy inputs).
 
-Each ratio is first screened by the same loss with ``D`` and ``G`` in bfloat16 (:func:`gram_screen_mse`, on
-a device that multiplies bfloat16 fast), the ratios within 1% of the lowest estimate again in float32 (a flat
-loss curve, as on random weights, keeps many), and only those within 1e-5 of the lowest float32 estimate are
-scored in float64 (:func:`qalgos.awq_screened_grid.best_on_grid_screened`): the same ratio, scales and loss
-bits as scoring every ratio in float64, at a fraction of the float64 products (at ``in`` = 14336 each is
-1.7 TFLOP); ``screen=False`` scores every ratio in float64.
+Every ratio is scored first with the same loss in float32 (:func:`float32_output_mse`: the product ``D G`` in
+float32 on the Gram form, or ``x Dᵀ`` on the recorded inputs when they have fewer rows than ``in``, whichever
+is fewer FLOPs), and every ratio whose float32 loss is within a float32 error estimate of the float32 best is
+scored again in float64 and chosen by it (:func:`qalgos.awq_rescored_grid.best_on_grid_rescored`, which states
+the estimate and when the choice can differ from scoring all 20 in float64): at ``in`` = 14336 a float64
+product is 1.7 TFLOP, its float32 one about half the time. ``rescore=False`` scores every ratio in float64.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 
 from .awq import ScaleSearchResult, best_on_grid, search_statistics
-from .awq_screened_grid import FINE_MARGIN, SCREEN_MARGIN, best_on_grid_screened
+from .awq_rescored_grid import RescoreCount, best_on_grid_rescored
 from .spec import QuantSpec
 
 
@@ -50,32 +51,23 @@ def gram_output_mse(
     return float(total / (tokens * outputs))
 
 
-def screen_dtype(device: torch.device) -> torch.dtype:
-    """The dtype of the screening products on ``device``: bfloat16 on CUDA and on a CPU whose oneDNN runs
-    bfloat16 GEMMs (AVX-512 and up), float32 elsewhere (where bfloat16 would be emulated, slower)."""
-    if device.type == "cuda":
-        return torch.bfloat16
-    if device.type != "cpu":
-        return torch.float32
-    try:  # a torch built without oneDNN has no such op: float32, which changes only the speed
-        fast = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        fast = False
-    return torch.bfloat16 if fast else torch.float32
-
-
-def gram_screen_mse(
-    gram_low: torch.Tensor, tokens: int, weights: Sequence[torch.Tensor], trial: Sequence[torch.Tensor]
+def float32_output_mse(
+    operand32: torch.Tensor,
+    form: Literal["gram", "rows"],
+    tokens: int,
+    weights: Sequence[torch.Tensor],
+    trial: Sequence[torch.Tensor],
 ) -> float:
-    """:func:`gram_output_mse` estimated with the product ``D G`` in ``gram_low``'s dtype (``gram_low [in, in]``:
-    the Gram matrix already in it; ``D`` formed in float32, then converted), the elementwise product with ``D``
-    and the sum in float32/float64: a screening value, about 1e-4 relative off the float64 loss in bfloat16."""
+    """:func:`gram_output_mse` with its product in float32. ``form`` ``"gram"``: ``operand32`` is the float32
+    Gram matrix ``[in, in]`` and the product ``D G``; ``"rows"``: ``operand32`` is the recorded inputs
+    ``[tokens, in]`` float32 and the product ``x Dᵀ`` (fewer FLOPs when ``tokens < in``). ``D`` is formed in
+    float32; the products with ``D`` (or the squares) are summed in float64."""
     total = 0.0
     outputs = 0
     for wj, tj in zip(weights, trial, strict=True):
         diff = wj.to(torch.float32) - tj.to(torch.float32)
-        product = (diff.to(gram_low.dtype) @ gram_low).to(torch.float32)
-        total += float(product.mul_(diff).sum(dtype=torch.float64))
+        product = (diff @ operand32).mul_(diff) if form == "gram" else (operand32 @ diff.T).square_()
+        total += float(product.sum(dtype=torch.float64))
         outputs += int(wj.shape[0])
     return total / (tokens * outputs)
 
@@ -86,29 +78,32 @@ def search_scales_gram(
     spec: QuantSpec,
     grid: int = 20,
     duo_scaling: bool = True,
-    screen: bool = True,
+    rescore: bool = True,
+    counts: list[RescoreCount] | None = None,
 ) -> ScaleSearchResult:
     """The AWQ grid search (:func:`qalgos.awq.best_on_grid`) for linears ``weights [out_j, in]`` that all read
     ``x [..., in]`` and are inspected on their own concatenated outputs (biases cancel in the difference);
-    ``loss`` is that output MSE, computed in Gram form. ``screen``: score in float64 only the ratios near the
-    best bfloat16 estimate (the same result; see the module docstring); ``False`` scores every ratio."""
+    ``loss`` is that output MSE, computed in Gram form in float64. ``rescore``: score every ratio in float32
+    and in float64 only those near the float32 best (see the module docstring; ``counts`` receives how many);
+    ``False`` scores every ratio in float64."""
     x_mean, w_mean = search_statistics(x, weights, spec)
     gram = gram_matrix(x)
-    tokens = max(1, x.numel() // x.shape[-1])
+    in_ = x.shape[-1]
+    tokens = max(1, x.numel() // in_)
     reference = [wj.detach() for wj in weights]
 
     def loss_of(trial: list[torch.Tensor]) -> float:
         return gram_output_mse(gram, tokens, reference, trial)
 
-    if not screen:
+    if not rescore:
         return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)
-    coarse = screen_dtype(gram.device)
-    grams = {dtype: gram.to(dtype) for dtype in dict.fromkeys((coarse, torch.float32))}
+    if x.numel() // in_ < in_:  # fewer rows than in: x Dᵀ is 2·tokens·in·out FLOPs against D G's 2·out·in²
+        form: Literal["gram", "rows"] = "rows"
+        operand32 = x.detach().reshape(-1, in_).to(torch.float32)
+    else:
+        form, operand32 = "gram", gram.to(torch.float32)  # the float32 Gram product itself (exact round trip)
 
-    def screen_in(dtype: torch.dtype) -> Callable[[list[torch.Tensor]], float]:
-        return lambda trial: gram_screen_mse(grams[dtype], tokens, reference, trial)
+    def estimate_of(trial: list[torch.Tensor]) -> float:
+        return float32_output_mse(operand32, form, tokens, reference, trial)
 
-    screens = [(screen_in(torch.float32), FINE_MARGIN)]
-    if coarse != torch.float32:  # ratios far from the best leave at the bfloat16 tier, near-ties at float32
-        screens.insert(0, (screen_in(coarse), SCREEN_MARGIN))
-    return best_on_grid_screened(x_mean, w_mean, weights, spec, screens, loss_of, grid, duo_scaling)
+    return best_on_grid_rescored(x_mean, w_mean, weights, spec, estimate_of, loss_of, grid, duo_scaling, counts)
