@@ -9,7 +9,8 @@ and wall seconds). Printed: a table (variant, CPU s, wall s, CPU/wall, ratio to 
 losses computed, whether the chosen ratio and its float64 loss bits equal before's).
 
 ``--stages``: instead, one grid ratio's work split into its steps (trial weights, the float32 product and sum,
-the float64 product and sum), each timed on its own, for where a search runs on one thread.
+the float64 product and sum), each timed on its own with the busiest thread's share of its CPU seconds (per-thread
+counters of ``/proc/self/task``: 1.0 means one thread did the step, 0.5 an even split over two, whatever the load).
 
 Run: ``python benchmarks/bench_awq_scale_search.py`` (about 15 minutes on a quiet 2-core CPU at the defaults, the
 Llama-3-8B ``down_proj``: out 4096, in 14336, 32 x 512 rows).
@@ -29,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from cpu_info import cpu_line  # noqa: E402
+from thread_cpu import busiest_share, thread_cpu  # noqa: E402
 
 AFTER_SRC = HERE.parent / "packages" / "qalgos" / "src"
 BEFORE_SRC = Path("/work/main/packages/qalgos/src")
@@ -91,11 +93,12 @@ def stages(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     spec = QuantSpec(bits=4, group_size=128, sym=False)
     weight, x = problem(args)
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, float]] = []
 
     def step(name, fn):
+        threads = thread_cpu()
         result, cpu, wall = timed(fn)
-        rows.append((name, cpu, wall))
+        rows.append((name, cpu, wall, busiest_share(threads, thread_cpu())))
         return result
 
     x_mean, w_mean = step("search_statistics", lambda: search_statistics(x, [weight], spec))
@@ -110,9 +113,11 @@ def stages(args: argparse.Namespace) -> None:
     p64 = step("D @ G float64", lambda: diff64 @ gram)
     step("mul + sum float64", lambda: float((p64 * diff64).sum()))
     print(f"one ratio's steps, {args.threads} threads, {cpu_line()}, load {os.getloadavg()[0]:.1f}")
-    print("| step | CPU s | wall s | CPU/wall |\n| --- | ---: | ---: | ---: |")
-    for name, cpu, wall in rows:
-        print(f"| {name} | {cpu:.2f} | {wall:.2f} | {cpu / max(wall, 1e-9):.2f} |")
+    print(
+        "| step | CPU s | wall s | CPU/wall | busiest thread's share of the CPU |\n| --- | ---: | ---: | ---: | ---: |"
+    )
+    for name, cpu, wall, share in rows:
+        print(f"| {name} | {cpu:.2f} | {wall:.2f} | {cpu / max(wall, 1e-9):.2f} | {share:.2f} |")
 
 
 def run_variant(name: str, src: Path, args: argparse.Namespace) -> dict:
