@@ -39,6 +39,7 @@ from cpu_info import cpu_line  # noqa: E402
 from peak_memory import peak_rss_bytes  # noqa: E402
 from qlooper.huge_pages import HUGE_PAGE_ENV, huge_pages_requested  # noqa: E402
 from scale_models import calibration_ids, full_model_bytes, projected_seconds, shape, write_model  # noqa: E402
+from thread_cpu import spent_by_thread, thread_cpu  # noqa: E402
 
 TOOLS = ("lowbit", "gptqmodel")
 METHODS = ("gptq", "awq")
@@ -94,13 +95,15 @@ def run_lowbit(model_dir: Path, method: str, rows: list[list[int]], dtype: Any, 
         load(self, index, name, layer)
 
     SourceLayerLoader.load = marked_load  # type: ignore[method-assign]
+    threads = thread_cpu()
     start = (time.perf_counter(), time.process_time())
     # streaming, as `lowbit quantize` does for the whole model (its layers exceed qhf's 2 GiB "auto" bound)
     qm.quantize(calibration=rows, keep_in_memory=False, spill_dir=out.parent)
     end = (time.perf_counter(), time.process_time())
+    spent = spent_by_thread(threads, thread_cpu())
     qm.save(out)
     saved = time.perf_counter()
-    return {"clock": clock, "start": start, "end": end, "saved": saved}
+    return {"clock": clock, "start": start, "end": end, "saved": saved, "threads": spent}
 
 
 def run_reference(model_dir: Path, method: str, rows: list[list[int]], dtype: Any, out: Path) -> dict[str, Any]:
@@ -112,12 +115,14 @@ def run_reference(model_dir: Path, method: str, rows: list[list[int]], dtype: An
     model = GPTQModel.load(str(model_dir), config, device="cpu", dtype=dtype)
     clock = LayerClock().on_first_forward(model.model.model.layers)
     data = [{"input_ids": r, "attention_mask": [1] * len(r)} for r in rows]
+    threads = thread_cpu()
     start = (time.perf_counter(), time.process_time())
     model.quantize(data, tokenizer=AutoTokenizer.from_pretrained(str(model_dir)), batch_size=1)
     end = (time.perf_counter(), time.process_time())
+    spent = spent_by_thread(threads, thread_cpu())
     model.save(str(out))
     saved = time.perf_counter()
-    return {"clock": clock, "start": start, "end": end, "saved": saved}
+    return {"clock": clock, "start": start, "end": end, "saved": saved, "threads": spent}
 
 
 def result_path(work: Path, tool: str, method: str, dtype: str, inputs: dict[str, Any], huge_pages: bool) -> Path:
@@ -155,6 +160,8 @@ def worker(args: argparse.Namespace) -> None:
         "load_at_end": round(os.getloadavg()[0], 1),
         "huge_pages": huge_pages_requested(),  # what this worker's torch took, not only what was asked
         "system_cpu_s": round(os.times().system - sys_before, 1),  # kernel time (page faults, I/O) of the whole run
+        # CPU seconds of quantize's busiest threads (serial work vs a loaded machine: thread_cpu.py)
+        "quantize_thread_cpu_s": [round(t, 1) for t in timing["threads"][:4]],
     }
     shutil.rmtree(out, ignore_errors=True)
     huge = result["huge_pages"]
@@ -205,7 +212,8 @@ def print_tables(args: argparse.Namespace, inputs: dict[str, Any]) -> None:
             )
             print(
                 f"{'':<13} per layer wall {r['per_layer_wall_s']} cpu {r['per_layer_cpu_s']}; "
-                f"system cpu s {r.get('system_cpu_s', '-')}"
+                f"system cpu s {r.get('system_cpu_s', '-')}; quantize's busiest threads, CPU s "
+                f"{r.get('quantize_thread_cpu_s', '-')}"
             )
 
 

@@ -23,7 +23,7 @@ import torch
 
 from .awq_clip import apply_clip, clip_allowed, search_clip
 from .errors import NumericalError, ShapeError, SpecError
-from .group_params import awq_params, codes_of, dequant_of
+from .group_params import awq_params
 from .result import QuantResult, build_logical, check_weight, stored_dequantized
 from .rtn import natural_g_idx, quantize_groups
 from .spec import QuantSpec
@@ -54,14 +54,27 @@ def fake_quantize_awq(weight: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     loop's); a partial last group takes the per-group loop.
     """
     w = weight.to(torch.float32)
-    out, in_ = w.shape
+    in_ = w.shape[1]
     width = spec.group_width(in_)
     if in_ % width:
         return quantize_groups(w, spec, awq_params)[3]
-    rows = w.reshape(out * (in_ // width), width)
+    return fake_quantize_awq_(w.clone(memory_format=torch.contiguous_format), spec)
+
+
+def fake_quantize_awq_(w: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """:func:`fake_quantize_awq` of a float32 ``w [out, in]`` that the caller gives up, written into ``w``
+    itself when every group is full: the same operations in the same order (``round(w / scale) + zero``,
+    clamped, then ``(code - zero) * scale``), so the same values, without the five ``[out, in]`` temporaries.
+    A partial last group returns a new tensor (the per-group loop)."""
+    out, in_ = w.shape
+    width = spec.group_width(in_)
+    if in_ % width or w.dtype != torch.float32 or not w.is_contiguous():
+        return fake_quantize_awq(w, spec)
+    rows = w.view(out * (in_ // width), width)
     scale, zero = awq_params(rows, spec)
-    codes = codes_of(rows, scale[:, None], zero[:, None], spec.maxq)
-    return dequant_of(codes, scale[:, None], zero[:, None]).reshape(out, in_)
+    scale, zero = scale[:, None], zero[:, None]
+    rows.div_(scale).round_().add_(zero).clamp_(0, spec.maxq).sub_(zero).mul_(scale)
+    return w
 
 
 def weight_importance(weights: Sequence[torch.Tensor], spec: QuantSpec) -> torch.Tensor:
@@ -145,6 +158,11 @@ def grid_scales(x_mean: torch.Tensor, w_mean: torch.Tensor, ratio: float, duo_sc
     return torch.where(torch.isfinite(scales), scales, torch.ones_like(scales))
 
 
+def grid_trial(weights: Sequence[torch.Tensor], scales: torch.Tensor, spec: QuantSpec) -> list[torch.Tensor]:
+    """The trial weights ``Q(W * s) / s`` of one grid ratio's ``scales [in]``, each in its weight's dtype."""
+    return [fake_quantize_awq_(wj.to(torch.float32) * scales, spec).div_(scales).to(wj.dtype) for wj in weights]
+
+
 def best_on_grid(
     x_mean: torch.Tensor,
     w_mean: torch.Tensor,
@@ -156,17 +174,30 @@ def best_on_grid(
 ) -> ScaleSearchResult:
     """The grid ratio ``r = i / grid`` whose trial weights ``Q(W * s) / s`` (in each weight's dtype) give the
     lowest ``loss_of(trial)``; the first of equal losses wins and a NaN loss never does."""
-    best: tuple[float, float, torch.Tensor] | None = None
+    scored = []
     for i in range(grid):
         ratio = i / grid
-        scales = grid_scales(x_mean, w_mean, ratio, duo_scaling)
-        trial = [(fake_quantize_awq(wj.to(torch.float32) * scales, spec) / scales).to(wj.dtype) for wj in weights]
-        loss = loss_of(trial)
+        scored.append((ratio, loss_of(grid_trial(weights, grid_scales(x_mean, w_mean, ratio, duo_scaling), spec))))
+    return best_on_grid_from(x_mean, w_mean, scored, grid, duo_scaling)
+
+
+def best_on_grid_from(
+    x_mean: torch.Tensor,
+    w_mean: torch.Tensor,
+    scored: Sequence[tuple[float, float]],
+    grid: int,
+    duo_scaling: bool = True,
+) -> ScaleSearchResult:
+    """The search result of the lowest loss among ``scored`` ``(ratio, loss)`` pairs in ratio order (the first
+    of equal losses wins, a NaN loss never does), its scales rebuilt by :func:`grid_scales`. ``grid``: the
+    grid's size, for the error when every loss is NaN."""
+    best: tuple[float, float] | None = None
+    for ratio, loss in scored:
         if loss == loss and (best is None or loss < best[0]):  # NaN never wins
-            best = (loss, ratio, scales)
+            best = (loss, ratio)
     if best is None:
         raise NumericalError(f"AWQ scale search: every one of the {grid} ratios gave a NaN output loss")
-    return ScaleSearchResult(best[2], best[1], best[0])
+    return ScaleSearchResult(grid_scales(x_mean, w_mean, best[1], duo_scaling), best[1], best[0])
 
 
 def scale_consumer_weight(weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

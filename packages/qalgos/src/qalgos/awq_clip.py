@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .errors import ShapeError
-from .group_params import awq_params, codes_of, dequant_of
+from .group_params import awq_params
 from .result import check_weight
 from .spec import QuantSpec
 
@@ -24,10 +24,12 @@ def clip_allowed(name: str) -> bool:
     return not any(marker in name for marker in CLIP_SKIP_MARKERS)
 
 
-def _pseudo_quant_rows(w: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """AWQ fake quantization of every row of ``w [rows, n]`` as one group."""
+def _pseudo_quant_rows_(w: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """AWQ fake quantization of every row of ``w [rows, n]`` as one group, written into ``w`` (a scratch
+    tensor): ``codes_of`` then ``dequant_of``'s operations in their order, so their values."""
     scale, zero = awq_params(w, spec)
-    return dequant_of(codes_of(w, scale[:, None], zero[:, None], spec.maxq), scale[:, None], zero[:, None])
+    scale, zero = scale[:, None], zero[:, None]
+    return w.div_(scale).round_().add_(zero).clamp_(0, spec.maxq).sub_(zero).mul_(scale)
 
 
 def _search_part(w: torch.Tensor, x: torch.Tensor, spec: QuantSpec, grid: int, max_shrink: float) -> torch.Tensor:
@@ -46,7 +48,7 @@ def _search_part(w: torch.Tensor, x: torch.Tensor, spec: QuantSpec, grid: int, m
         for i in range(int(max_shrink * grid)):
             max_val = org_max * (1 - i / grid)
             clipped = torch.clamp(wb, -max_val[..., None], max_val[..., None])
-            q = _pseudo_quant_rows(clipped.reshape(rows * groups, width), spec).reshape(rows, groups, width)
+            q = _pseudo_quant_rows_(clipped.reshape(rows * groups, width), spec).reshape(rows, groups, width)
             diff = torch.bmm(xg, q.permute(1, 2, 0)) - reference  # [Gp, t, ob]
             err = diff.square().mean(dim=1).T  # [ob, Gp]
             better = err < min_err

@@ -1,0 +1,186 @@
+"""One ``down_proj``-shaped AWQ scale search (Gram form), before and after, CPU and wall seconds side by side.
+
+Weights ``[--out, --in]`` (random normal x 0.02, rounded to bfloat16 and held in float32, as the AWQ processor
+passes them) and ``--rows`` x ``--length`` recorded inputs (random normal, bfloat16, held in float32) with
+``--threads`` torch threads; AWQ 4-bit g128. Each variant runs in its own subprocess with ``qalgos`` imported
+from its own source tree: ``before`` from ``--before-src`` (default: the main checkout's), ``after`` from this
+checkout's; each builds the same seeded data and times ``qalgos.awq_gram.search_scales_gram`` alone (process CPU
+and wall seconds). Printed: a table (variant, CPU s, wall s, CPU/wall, ratio to before, chosen ratio, the float64
+losses computed, whether the chosen ratio and its float64 loss bits equal before's).
+
+``--stages``: instead, one grid ratio's work split into its steps (trial weights, the float32 product and sum,
+the float64 product and sum), each timed on its own with the busiest thread's share of its CPU seconds (per-thread
+counters of ``/proc/self/task``: 1.0 means one thread did the step, 0.5 an even split over two, whatever the load).
+
+Run: ``python benchmarks/bench_awq_scale_search.py`` (about 15 minutes on a quiet 2-core CPU at the defaults, the
+Llama-3-8B ``down_proj``: out 4096, in 14336, 32 x 512 rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from cpu_info import cpu_line  # noqa: E402
+from thread_cpu import busiest_share, thread_cpu  # noqa: E402
+
+AFTER_SRC = HERE.parent / "packages" / "qalgos" / "src"
+BEFORE_SRC = Path("/work/main/packages/qalgos/src")
+
+
+def problem(args: argparse.Namespace):
+    """The seeded weights ``[out, in]`` and inputs ``[rows * length, in]`` (both float32 holding bfloat16 values)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(args.seed)
+    weight = (torch.randn(args.out, args.in_, generator=gen) * 0.02).to(torch.bfloat16).to(torch.float32)
+    x = torch.randn(args.rows * args.length, args.in_, generator=gen).to(torch.bfloat16).to(torch.float32)
+    return weight, x
+
+
+def timed(fn):
+    """``(result, cpu s, wall s)`` of ``fn()``."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = fn()
+    return result, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def child(args: argparse.Namespace) -> None:
+    import qalgos
+    import torch
+    from qalgos.awq_gram import search_scales_gram
+    from qalgos.spec import QuantSpec
+
+    torch.set_num_threads(args.threads)
+    spec = QuantSpec(bits=4, group_size=128, sym=False)
+    weight, x = problem(args)
+    kwargs = {}
+    counts: list = []
+    if "counts" in search_scales_gram.__code__.co_varnames:
+        kwargs["counts"] = counts
+    found, cpu, wall = timed(lambda: search_scales_gram(x, [weight], spec, **kwargs))
+    print(
+        json.dumps(
+            {
+                "src": str(Path(qalgos.__file__).parent),
+                "threads": torch.get_num_threads(),
+                "cpu_s": cpu,
+                "wall_s": wall,
+                "ratio": found.ratio,
+                "loss": float(found.loss).hex(),
+                "float64": counts[0].float64 if counts else 20,
+                "load": os.getloadavg()[0],
+            }
+        )
+    )
+
+
+def stages(args: argparse.Namespace) -> None:
+    """One ratio's steps, each timed alone on ``--threads`` threads (CPU/wall near 1: that step is serial)."""
+    import torch
+    from qalgos.awq import grid_scales, grid_trial, search_statistics
+    from qalgos.awq_gram import gram_matrix
+    from qalgos.spec import QuantSpec
+
+    torch.set_num_threads(args.threads)
+    spec = QuantSpec(bits=4, group_size=128, sym=False)
+    weight, x = problem(args)
+    rows: list[tuple[str, float, float, float]] = []
+
+    def step(name, fn):
+        threads = thread_cpu()
+        result, cpu, wall = timed(fn)
+        rows.append((name, cpu, wall, busiest_share(threads, thread_cpu())))
+        return result
+
+    x_mean, w_mean = step("search_statistics", lambda: search_statistics(x, [weight], spec))
+    gram = step("gram_matrix (float32 GEMM, to float64)", lambda: gram_matrix(x))
+    gram32 = step("gram to float32", lambda: gram.to(torch.float32))
+    scales = grid_scales(x_mean, w_mean, 0.5)
+    trial = step("grid_trial (fake quantization)", lambda: grid_trial([weight], scales, spec))[0]
+    diff32 = step("D float32", lambda: weight - trial)
+    p32 = step("D @ G float32", lambda: diff32 @ gram32)
+    step("mul + sum(float64) float32", lambda: float(p32.mul_(diff32).sum(dtype=torch.float64)))
+    diff64 = step("D float64", lambda: weight.to(torch.float64) - trial.to(torch.float64))
+    p64 = step("D @ G float64", lambda: diff64 @ gram)
+    step("mul + sum float64", lambda: float((p64 * diff64).sum()))
+    print(f"one ratio's steps, {args.threads} threads, {cpu_line()}, load {os.getloadavg()[0]:.1f}")
+    print(
+        "| step | CPU s | wall s | CPU/wall | busiest thread's share of the CPU |\n| --- | ---: | ---: | ---: | ---: |"
+    )
+    for name, cpu, wall, share in rows:
+        print(f"| {name} | {cpu:.2f} | {wall:.2f} | {cpu / max(wall, 1e-9):.2f} | {share:.2f} |")
+
+
+def run_variant(name: str, src: Path, args: argparse.Namespace) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(src), str(HERE)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+    command = [sys.executable, __file__, "--child", *forwarded(args)]
+    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["variant"] = name
+    return result
+
+
+def forwarded(args: argparse.Namespace) -> list[str]:
+    return [
+        f"--out={args.out}",
+        f"--in={args.in_}",
+        f"--rows={args.rows}",
+        f"--length={args.length}",
+        f"--threads={args.threads}",
+        f"--seed={args.seed}",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=int, default=4096)
+    parser.add_argument("--in", dest="in_", type=int, default=14336)
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--before-src", type=Path, default=BEFORE_SRC)
+    parser.add_argument("--variants", default="before,after")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stages", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    if args.stages:
+        stages(args)
+        return
+    sources = {"before": args.before_src, "after": AFTER_SRC}
+    results = [run_variant(name, sources[name], args) for name in args.variants.split(",")]
+    print(
+        f"\nAWQ scale search, Gram form: weights [{args.out}, {args.in_}], {args.rows} x {args.length} input rows, "
+        f"4-bit g128, {args.threads} threads, {cpu_line()}"
+    )
+    print("| variant | CPU s | wall s | CPU/wall | CPU ratio | chosen ratio | float64 losses | same bits | load |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+    first = results[0]
+    for r in results:
+        same = r["ratio"] == first["ratio"] and r["loss"] == first["loss"]
+        print(
+            f"| {r['variant']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {r['cpu_s'] / r['wall_s']:.2f} | "
+            f"{r['cpu_s'] / first['cpu_s']:.2f} | {r['ratio']} | {r['float64']} | {'yes' if same else 'NO'} | "
+            f"{r['load']:.1f} |"
+        )
+    for r in results:
+        print(f"{r['variant']}: qalgos from {r['src']}, {r['threads']} threads")
+
+
+if __name__ == "__main__":
+    main()
