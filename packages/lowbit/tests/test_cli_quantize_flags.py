@@ -42,6 +42,17 @@ def test_best_preset_and_explicit_flags_override_it() -> None:
     assert read_quantize_config(_config("--preset", "reference")) == read_quantize_config(_config())
 
 
+def test_best_preset_at_two_bits_is_asymmetric_in_gptq_v2_and_flags_still_win() -> None:
+    two = read_quantize_config(_config("--preset", "best", "--bits", "2", "--group-size", "32"))
+    found = (two.bits, two.group_size, two.sym, two.format, two.desc_act, setting(two, "mse"))
+    assert found == (2, 32, False, "gptq_v2", True, 2.0)
+    assert setting(two, "rotation")["kind"] == "hadamard"
+    mine = read_quantize_config(_config("--preset", "best", "--bits", "2", "--format", "gptq", "--mse", "0"))
+    assert (mine.sym, mine.format, setting(mine, "mse")) == (False, "gptq", 0.0)
+    three = read_quantize_config(_config("--preset", "best", "--bits", "3"))
+    assert (three.sym, three.format, three.desc_act, setting(three, "mse")) == (True, "gptq", True, 2.0)
+
+
 def test_preset_with_another_method_is_refused_naming_both_flags() -> None:
     with pytest.raises(UsageError, match=r"--preset best.*--method awq"):
         _config("--preset", "best", "--method", "awq")

@@ -202,9 +202,14 @@ def _awq_scales(value: Any, given: GivenFlags) -> dict[str, Any]:
 
 
 def _preset(value: Any, config: dict[str, Any]) -> dict[str, Any]:
-    """``--preset NAME``: the recipe's settings under the config built so far (flags given explicitly win)."""
-    from ..presets import apply_preset
+    """``--preset NAME``: the recipe's settings at the config's ``bits`` under the config built so far (flags given
+    explicitly win). ``--asym`` is a switch: a config's ``sym: true`` says it was not given, so a recipe that sets
+    ``sym`` (``best`` at 2 bits) keeps its own."""
+    from ..presets import DEFAULT_BITS, apply_preset, preset_settings
 
+    recipe = preset_settings(str(value), config.get("bits", DEFAULT_BITS))
+    if "sym" in recipe and config.get("sym") is True:
+        config = {key: field for key, field in config.items() if key != "sym"}
     return apply_preset(str(value), config)
 
 
@@ -359,7 +364,7 @@ GPTQ_FLAGS: tuple[MethodFlag, ...] = (
     method_flag(
         "--preset",
         "GPTQ recipe: reference (GPT-QModel's defaults) or best (Hadamard rotation folded in, act-order, MSE range "
-        "search); flags given explicitly override it",
+        "search; at --bits 2 also asymmetric, format gptq_v2); flags given explicitly override it",
         about="a GPTQ recipe",
         choices=("reference", "best"),
         default=None,
