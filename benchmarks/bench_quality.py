@@ -131,6 +131,9 @@ def grid_rows() -> dict[str, tuple[dict[str, Any], dict[str, Any] | None]]:
                 {"method": "awq", "format": "gemm", **width},
             )
         rows[f"best b{bits} g{group}"] = ({"preset": "best", **width}, None)
+        if bits == 2:  # asymmetric zero points (what 2-bit `best` uses), in the v2 layout that stores a zero of 0
+            asym = {**width, "sym": False, "format": "gptq_v2"}
+            rows[f"gptq b{bits} g{group} asym"] = ({"method": "gptq", **asym}, dict(asym))
     return rows
 
 

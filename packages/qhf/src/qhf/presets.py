@@ -13,8 +13,9 @@ width (:func:`preset_settings`):
 * at 2 bits: the same with asymmetric zero points (``sym=False``; a symmetric 2-bit grid spends one of its four
   levels beyond the group's range) stored as ``gptq_v2`` (true zeros: the range search's groups take a zero of 0,
   which the ``gptq`` v1 layout cannot store; vLLM's ``gptq`` kernels and GPT-QModel's ``torch`` kernel read it).
-  Measured on SmolLM2-135M and Gemma 3 270M it loses under 0.1x of what the reference's 2-bit GPTQ loses on both
-  texts; the symmetric recipe lost 1.0-2.7x of it out of domain.
+  Measured on SmolLM2-135M and Gemma 3 270M it loses 0.08-0.12x of what the reference's best 2-bit GPTQ (asymmetric)
+  loses on both texts (0.005-0.07x of its symmetric default's loss); the symmetric recipe lost 0.5-2.7x of the
+  default's out of domain.
 
 The checkpoint stays a plain GPTQ model (rotated weights, norms at identity; a tied ``lm_head`` is written untied,
 one more dense matrix on disk); its permuted ``g_idx`` is read by every GPTQ engine, and a few kernels reorder the
