@@ -1,19 +1,22 @@
-"""One ``down_proj``-shaped AWQ scale search (Gram form), before and after, CPU and wall seconds side by side.
+"""One ``down_proj``-shaped AWQ scale search (Gram form): every ratio in float64 against the float32-scored,
+float64-re-scored search, CPU and wall seconds side by side.
 
 Weights ``[--out, --in]`` (random normal x 0.02, rounded to bfloat16 and held in float32, as the AWQ processor
 passes them) and ``--rows`` x ``--length`` recorded inputs (random normal, bfloat16, held in float32) with
-``--threads`` torch threads; AWQ 4-bit g128. Each variant runs in its own subprocess with ``qalgos`` imported
-from its own source tree: ``before`` from ``--before-src`` (default: the main checkout's), ``after`` from this
-checkout's; each builds the same seeded data and times ``qalgos.awq_gram.search_scales_gram`` alone (process CPU
-and wall seconds). Printed: a table (variant, CPU s, wall s, CPU/wall, ratio to before, chosen ratio, the float64
-losses computed, whether the chosen ratio and its float64 loss bits equal before's).
+``--threads`` torch threads; AWQ 4-bit g128. Each variant runs in its own subprocess of this tree, builds the same
+seeded data and times ``qalgos.awq_gram.search_scales_gram`` alone (process CPU and wall seconds): ``float64``
+with ``rescore=False`` (every grid ratio scored in float64, the search before issue 33's change and the
+baseline), ``rescored`` with ``rescore=True`` (the default). Printed: a table (variant, CPU s, wall s, CPU/wall,
+ratio to the baseline, chosen ratio, the float64 losses computed, whether the chosen ratio and its float64 loss
+bits equal the baseline's).
 
 ``--stages``: instead, one grid ratio's work split into its steps (trial weights, the float32 product and sum,
 the float64 product and sum), each timed on its own with the busiest thread's share of its CPU seconds (per-thread
 counters of ``/proc/self/task``: 1.0 means one thread did the step, 0.5 an even split over two, whatever the load).
 
-Run: ``python benchmarks/bench_awq_scale_search.py`` (about 15 minutes on a quiet 2-core CPU at the defaults, the
-Llama-3-8B ``down_proj``: out 4096, in 14336, 32 x 512 rows).
+Run: ``python benchmarks/bench_awq_scale_search.py`` (the defaults, out 1024, in 4096, 16 x 512 rows: about a
+minute); the Llama-3-8B ``down_proj``, ``--out 4096 --in 14336 --rows 32 --length 512``, takes about 15 minutes
+per variant on a quiet 2-core CPU.
 """
 
 from __future__ import annotations
@@ -32,8 +35,7 @@ sys.path.insert(0, str(HERE))
 from cpu_info import cpu_line  # noqa: E402
 from thread_cpu import busiest_share, thread_cpu  # noqa: E402
 
-AFTER_SRC = HERE.parent / "packages" / "qalgos" / "src"
-BEFORE_SRC = Path("/work/main/packages/qalgos/src")
+VARIANTS = {"float64": False, "rescored": True}  # variant -> search_scales_gram's ``rescore``
 
 
 def problem(args: argparse.Namespace):
@@ -62,11 +64,9 @@ def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     spec = QuantSpec(bits=4, group_size=128, sym=False)
     weight, x = problem(args)
-    kwargs = {}
     counts: list = []
-    if "counts" in search_scales_gram.__code__.co_varnames:
-        kwargs["counts"] = counts
-    found, cpu, wall = timed(lambda: search_scales_gram(x, [weight], spec, **kwargs))
+    rescore = VARIANTS[args.variant]
+    found, cpu, wall = timed(lambda: search_scales_gram(x, [weight], spec, rescore=rescore, counts=counts))
     print(
         json.dumps(
             {
@@ -120,13 +120,9 @@ def stages(args: argparse.Namespace) -> None:
         print(f"| {name} | {cpu:.2f} | {wall:.2f} | {cpu / max(wall, 1e-9):.2f} | {share:.2f} |")
 
 
-def run_variant(name: str, src: Path, args: argparse.Namespace) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(src), str(HERE)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
-    command = [sys.executable, __file__, "--child", *forwarded(args)]
-    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+def run_variant(name: str, args: argparse.Namespace) -> dict:
+    command = [sys.executable, __file__, "--child", f"--variant={name}", *forwarded(args)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["variant"] = name
     return result
@@ -145,14 +141,14 @@ def forwarded(args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=int, default=4096)
-    parser.add_argument("--in", dest="in_", type=int, default=14336)
-    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--out", type=int, default=1024)
+    parser.add_argument("--in", dest="in_", type=int, default=4096)
+    parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--before-src", type=Path, default=BEFORE_SRC)
-    parser.add_argument("--variants", default="before,after")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variant", choices=tuple(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stages", action="store_true")
     args = parser.parse_args()
@@ -162,8 +158,11 @@ def main() -> None:
     if args.stages:
         stages(args)
         return
-    sources = {"before": args.before_src, "after": AFTER_SRC}
-    results = [run_variant(name, sources[name], args) for name in args.variants.split(",")]
+    names = args.variants.split(",")
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--variants: {', '.join(unknown)} not among {', '.join(VARIANTS)}")
+    results = [run_variant(name, args) for name in names]
     print(
         f"\nAWQ scale search, Gram form: weights [{args.out}, {args.in_}], {args.rows} x {args.length} input rows, "
         f"4-bit g128, {args.threads} threads, {cpu_line()}"
