@@ -31,10 +31,20 @@ from .awq_rescored_grid import RescoreCount, best_on_grid_rescored
 from .spec import QuantSpec
 
 
+def float32_rows(x: torch.Tensor) -> torch.Tensor:
+    """Inputs ``x [..., in]`` as float32 rows ``[tokens, in]`` (``x`` itself when it already is)."""
+    return x.detach().reshape(-1, x.shape[-1]).to(torch.float32)
+
+
+def float32_gram(x: torch.Tensor) -> torch.Tensor:
+    """``G = xᵀx`` ``[in, in]`` as the float32 GEMM of inputs ``x [..., in]`` (what :func:`gram_matrix` widens)."""
+    rows = float32_rows(x)
+    return rows.T @ rows
+
+
 def gram_matrix(x: torch.Tensor) -> torch.Tensor:
     """``G = xᵀx`` ``[in, in]`` float64 of inputs ``x [..., in]`` (accumulated as a float32 GEMM)."""
-    rows = x.detach().reshape(-1, x.shape[-1]).to(torch.float32)
-    return (rows.T @ rows).to(torch.float64)
+    return float32_gram(x).to(torch.float64)
 
 
 def gram_output_mse(
@@ -87,7 +97,8 @@ def search_scales_gram(
     and in float64 only those near the float32 best (see the module docstring; ``counts`` receives how many);
     ``False`` scores every ratio in float64."""
     x_mean, w_mean = search_statistics(x, weights, spec)
-    gram = gram_matrix(x)
+    gram32 = float32_gram(x)
+    gram = gram32.to(torch.float64)  # gram_matrix(x); the float32 product is kept for the float32 scoring
     in_ = x.shape[-1]
     tokens = max(1, x.numel() // in_)
     reference = [wj.detach() for wj in weights]
@@ -96,12 +107,14 @@ def search_scales_gram(
         return gram_output_mse(gram, tokens, reference, trial)
 
     if not rescore:
+        del gram32
         return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)
     if x.numel() // in_ < in_:  # fewer rows than in: x Dᵀ is 2·tokens·in·out FLOPs against D G's 2·out·in²
         form: Literal["gram", "rows"] = "rows"
-        operand32 = x.detach().reshape(-1, in_).to(torch.float32)
+        operand32 = float32_rows(x)
+        del gram32
     else:
-        form, operand32 = "gram", gram.to(torch.float32)  # the float32 Gram product itself (exact round trip)
+        form, operand32 = "gram", gram32
 
     def estimate_of(trial: list[torch.Tensor]) -> float:
         return float32_output_mse(operand32, form, tokens, reference, trial)
