@@ -40,7 +40,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 #: preset -> {bits: its settings at that width}, replacing :data:`PRESETS`' entry there (measured per width).
 BY_BITS: dict[str, dict[int, dict[str, Any]]] = {
     "best": {
-        2: {"method": "gptq", "desc_act": True, "mse": 2.0, "rotation": "hadamard", "sym": False, "format": "gptq_v2"},
+        2: {**PRESETS["best"], "sym": False, "format": "gptq_v2"},  # the wider widths' recipe, asymmetric
     },
 }
 
