@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
@@ -401,3 +402,40 @@ def test_a_state_without_segment_fields_loads_only_within_one_segment(monkeypatc
     state = {k: v for k, v in beyond.state_dict().items() if k not in ("segments", "segment_chunks", "segment_sum")}
     with pytest.raises(StateError, match=r"without segment fields .* holds 32 tokens .* more than one segment"):
         HessianAccumulator(16).load_state_dict(state)
+
+
+@pytest.mark.parametrize("closed_before", [0, 2])
+def test_a_chained_total_gives_the_bits_of_adding_each_segment(
+    closed_before: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The running total of a chain (start, then each segment's sum added in order elsewhere) is the accumulator's
+    total bit for bit, whether it starts from zero (``None``) or from closed segments."""
+    from qalgos.errors import ShapeError, StateError
+    from qalgos.hessian import segment_sum
+
+    _small_chunks(monkeypatch)
+    x = torch.randn(24 * (closed_before + 3) + 5, 16, generator=torch.Generator().manual_seed(11))
+    whole = HessianAccumulator(16)
+    whole.add_batch(x)
+    chained = HessianAccumulator(16)
+    chained.add_batch(x[: 24 * closed_before])
+    start = chained.chain_start()
+    assert (start is None) == (closed_before == 0)
+    running = None if start is None else copy.deepcopy(start)
+    for k in range(closed_before, closed_before + 3):
+        segment = segment_sum(x[24 * k : 24 * (k + 1)])
+        if running is None:
+            running = segment  # 0 + s is s exactly
+        else:
+            running.add_sum(segment)
+    assert running is not None
+    chained.add_chained(running, 3)
+    chained.add_batch(x[24 * (closed_before + 3) :])
+    assert chained.nsamples == whole.nsamples and chained.rows_to_boundary() == whole.rows_to_boundary()
+    for key, value in whole.state_dict().items():
+        assert torch.equal(torch.as_tensor(chained.state_dict()[key]), torch.as_tensor(value)), key
+    with pytest.raises(StateError, match="chain_start: expected the accumulator at a segment boundary"):
+        chained.chain_start()
+    fresh = HessianAccumulator(16)
+    with pytest.raises(ShapeError, match="segments: expected at least 1"):
+        fresh.add_chained(segment_sum(x[:24]), 0)

@@ -50,6 +50,14 @@ class FormedHessian:
         """Refused, as :meth:`add_batch`."""
         raise StateError("a formed Hessian takes no more segments (it was formed from all of them)")
 
+    def chain_start(self) -> None:
+        """Refused, as :meth:`add_batch`."""
+        raise StateError("a formed Hessian takes no more segments (it was formed from all of them)")
+
+    def add_chained(self, total: object, segments: int) -> None:
+        """Refused, as :meth:`add_batch`."""
+        raise StateError("a formed Hessian takes no more segments (it was formed from all of them)")
+
     def hessian(self, *, release: bool = False) -> torch.Tensor:
         """A CPU copy of the float32 Hessian (the caller may change it; the given tensor never changes).
         ``release``: drop this object's reference as well."""

@@ -82,6 +82,17 @@ class GPTQ:
         self._factors.clear()
         self._acc.add_segment(total, tokens)
 
+    def chain_start(self) -> LowerGram | None:
+        """Where a chain of segment sums formed elsewhere starts
+        (:meth:`qalgos.hessian.HessianAccumulator.chain_start`)."""
+        return self._acc.chain_start()
+
+    def add_chained(self, total: LowerGram, segments: int) -> None:
+        """Take a chained total of ``segments`` whole segments added in order to :meth:`chain_start`'s
+        (:meth:`qalgos.hessian.HessianAccumulator.add_chained`): the same bits as :meth:`add_segment` of each."""
+        self._factors.clear()
+        self._acc.add_chained(total, segments)
+
     def hessian(self, *, release: bool = False) -> torch.Tensor:
         """The float32 Hessian ``2/N * sum x xᵀ`` ``[in, in]`` accumulated so far (what a solve reads).
         ``release``: free the statistics while forming it (nothing more will be solved from them here)."""

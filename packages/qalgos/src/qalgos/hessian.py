@@ -319,6 +319,33 @@ class HessianAccumulator:
         self._segments += 1
         self.nsamples += whole
 
+    def chain_start(self) -> LowerGram | None:
+        """What a chain of whole segments' sums formed elsewhere starts from, at a segment boundary: None while
+        no segment was closed (the total is zero, so the running total is the first segment's sum itself:
+        ``0 + s`` is ``s`` exactly), else the closed segments' total. Raises StateError off a boundary."""
+        self._check_live()
+        if self._buffered or self._segment_chunks:
+            raise StateError(
+                f"chain_start: expected the accumulator at a segment boundary, found {self._buffered} buffered rows "
+                f"and {self._segment_chunks} of {SEGMENT_CHUNKS} chunks in the open segment"
+            )
+        return self.gram if self._segments else None
+
+    def add_chained(self, total: LowerGram, segments: int) -> None:
+        """Take ``total``: :meth:`chain_start`'s total with ``segments`` whole segments' sums added to it one by
+        one in stream order (:meth:`LowerGram.add_sum`, e.g. worker by worker), the same float64 additions in
+        the same order as :meth:`add_segment` of each: the same bits. Raises StateError off a boundary,
+        ShapeError for another width or a segment count below 1."""
+        self.chain_start()
+        if not isinstance(total, LowerGram) or total.n != self.in_features:
+            found = f"width {total.n}" if isinstance(total, LowerGram) else type(total).__name__
+            raise ShapeError(f"total: expected a LowerGram of width {self.in_features}, found {found}")
+        if int(segments) < 1:
+            raise ShapeError(f"segments: expected at least 1 whole segment in a chained total, found {segments}")
+        self.gram = total
+        self._segments += int(segments)
+        self.nsamples += int(segments) * segment_tokens(self.in_features)
+
     def _new_buffer(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """The float32 token buffer ``[buffer_tokens(in), in]`` on ``device`` (contents undefined)."""
         return torch.empty(buffer_tokens(self.in_features), self.in_features, device=device)

@@ -56,3 +56,8 @@ class ExecutorError(QLooperError, RuntimeError):
 
 class StopForward(QLooperError):
     """Raised by a hook to end a forward early; only the loop that installed the hook swallows it."""
+
+
+class SegmentsLost(QLooperError, RuntimeError):
+    """A worker was asked to add segment sums it does not hold (a replacement for a lost worker): the driver
+    captures the group again (the chained reduce, :meth:`qlooper.shard_worker.LayerWorker.chain`)."""

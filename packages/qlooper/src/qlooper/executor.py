@@ -23,7 +23,11 @@ processors use neither). Modules whose hooks are only token counts and GPTQ's He
 not recorded: the workers return counts and Hessian pieces (rows before the first segment boundary in their
 shard, whole segments' float64 sums, rows after the last) that the driver adds in worker order, the same
 bits (:mod:`qlooper.worker_statistics`); a segment straddling shards is formed by the worker holding its
-first rows, from the later shards' rows the driver passes on to it. Solves are spread round-robin over the workers.
+first rows, from the later shards' rows the driver passes on to it. With ``sum_reduce="chain"`` (the default) the
+segment sums stay on the workers that formed them and the running total passes from worker to worker in segment
+order, each adding its own (:meth:`~qlooper.shard_worker.LayerWorker.chain`, one Gram block per step, so the
+steps pipeline): the same float64 additions in the same order as the driver's, and one sum per input reaches
+the driver. Solves are spread round-robin over the workers.
 :class:`LocalShardExecutor` keeps its workers in this process (tests, no Ray);
 :class:`qlooper.ray_executor.RayExecutor` runs them as Ray actors.
 """
@@ -38,10 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from qalgos.hessian import LowerGram, gram_edges
 from torch import nn
 
 from .definition import ResolvedGroup
-from .errors import ExecutorError
+from .errors import ExecutorError, SegmentsLost
 from .expert_shards import (
     ExpertLayer,
     describe_plan,
@@ -53,12 +58,13 @@ from .expert_shards import (
 from .forward import capture_forward, layer_device, replay_forward
 from .input_cache import InputCache
 from .processors.base import LayerContext
-from .shard_worker import Call, Event, HookedModule, LayerWorker
+from .shard_worker import Call, ChainPart, Event, HookedModule, LayerWorker
 from .worker_statistics import (
     HessianRowsHook,
     RowPlan,
     ShardRows,
     Straddle,
+    feed_chained,
     feed_rows,
     plannable,
     straddles,
@@ -171,6 +177,11 @@ class LayerTimes:
     the call in ``calls``); ``driver_rows``: token rows of GPTQ's dense inputs the driver added to an
     accumulator itself (their chunk products formed on the driver: rows before the first segment boundary
     and after the last whole segment).
+    ``chained``: GPTQ inputs whose segment sums were chained through the workers (``sum_reduce="chain"``);
+    ``chain``: the wall seconds of those chains (their adding seconds, summed over the workers, are also in
+    ``forward`` and ``statistic``, the rest in ``transfer``); ``bytes_chain``: the running sums' bytes passed
+    from worker to worker (peer to peer on Ray; the one sum per input that reaches the driver is in
+    ``bytes_sums``).
     """
 
     layer: int
@@ -194,6 +205,9 @@ class LayerTimes:
     straddled: int = 0
     bytes_straddle: int = 0
     driver_rows: int = 0
+    chained: int = 0
+    chain: float = 0.0
+    bytes_chain: int = 0
 
 
 @dataclass
@@ -222,7 +236,10 @@ class ShardedExecutor:
     ``shard_experts``: a GPTQ MoE layer's experts are owned by workers instead of token-sharded
     (:mod:`qlooper.expert_shards`, same bits); False keeps every expert on every worker. ``serializes_calls``:
     the transport copies a call's arguments when it is submitted (Ray); False (in-process workers): a caller
-    copies what a worker would change in place (an owner job's expert modules).
+    copies what a worker would change in place (an owner job's expert modules). ``sum_reduce``: ``"chain"``
+    (default): a GPTQ input's segment sums are added along the workers in segment order (the module docstring);
+    ``"driver"``: every segment sum comes back and the driver adds them (the same bits; more bytes at the
+    driver). Subclasses also provide ``_chain_step`` and ``_chain_gather`` (the chain's transport).
     """
 
     workers: int
@@ -230,6 +247,7 @@ class ShardedExecutor:
     supports_lockstep: bool = False
     shard_experts: bool = True
     serializes_calls: bool = True
+    sum_reduce: str = "chain"
     times: list[LayerTimes] = field(default_factory=list)
     lost: list[LostWorker] = field(default_factory=list)
     experts: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -239,6 +257,10 @@ class ShardedExecutor:
     _experts: ExpertLayer | None = None
     _planned_for: str = ""
     _raw_inputs: set[str] = field(default_factory=set)  # modules whose predicted token rows were wrong
+
+    def __post_init__(self) -> None:
+        if self.sum_reduce not in ("chain", "driver"):
+            raise ExecutorError(f"sum_reduce: expected 'chain' or 'driver', found {self.sum_reduce!r}")
 
     @property
     def solve_map(self) -> SolveMap:
@@ -253,6 +275,16 @@ class ShardedExecutor:
     def _call(
         self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str, shared: dict[int, Any] | None = None
     ) -> list[Any]:
+        raise NotImplementedError
+
+    def _chain_step(self, index: int, args: tuple[Any, ...]) -> Any:
+        """Submit worker ``index``'s :meth:`LayerWorker.chain` call with ``args`` (whose last item is the
+        previous step's handle, a :class:`ChainPart` or None); returns this step's handle."""
+        raise NotImplementedError
+
+    def _chain_gather(self, handles: Sequence[Any], workers: Sequence[int], during: str) -> list[ChainPart]:
+        """The values of the chains' last handles. Raises :class:`SegmentsLost` when a worker of ``workers``
+        lost its held sums (it is then replaced)."""
         raise NotImplementedError
 
     # -- the executor protocol ----------------------------------------------------------------------------
@@ -370,10 +402,12 @@ class ShardedExecutor:
             self.capture(ctx, stop_after)
             return
         sums = self._straddle(layouts, rows, ctx.name)
-        if sums is None:  # an owner was replaced after the capture: its kept tails are gone
+        totals = self._chain(modules, plans, layouts, rows, ctx.name) if sums is not None else None
+        if sums is None or totals is None:  # a worker holding rows or sums was replaced: they are gone
+            what = "a straddling segment's owner" if sums is None else "a worker holding segment sums"
             if again:
-                raise ExecutorError(f"layer {ctx.name}: a straddling segment's owner was lost twice in one capture")
-            log.warning("layer %s: a straddling segment's owner was replaced; capturing again", ctx.name)
+                raise ExecutorError(f"layer {ctx.name}: {what} was lost twice in one capture")
+            log.warning("layer %s: %s was replaced; capturing again", ctx.name, what)
             self.capture(ctx, stop_after, again=True)
             return
         start = time.perf_counter()
@@ -384,7 +418,11 @@ class ShardedExecutor:
                     _feed_batch(ctx, modules, lo + offset, events)
             for name in plans[0]:
                 pieces = [shard[name] for shard in rows]
-                driver_rows += feed_rows(modules[name], pieces, layouts.get(name, []), sums.get(name, []))
+                if name in totals:
+                    total, segments = totals[name]
+                    driver_rows += feed_chained(modules[name], pieces, layouts.get(name, []), total, segments)
+                else:
+                    driver_rows += feed_rows(modules[name], pieces, layouts.get(name, []), sums.get(name, []))
         finally:
             ctx.batch, ctx.mask = -1, None
         times = self.times[-1]
@@ -419,11 +457,13 @@ class ShardedExecutor:
                 shard_rows = [sum(counts[lo:hi]) for lo, hi in ranges]
                 layouts[item.name] = straddles(first, segment, shard_rows)
                 owners = {s.owner for s in layouts[item.name]}
+                # chained: from a segment boundary (no row before the first segment), at least one whole segment
+                hold = self.sum_reduce == "chain" and first == 0 and sum(shard_rows) >= segment
                 for w, (plan, (lo, hi)) in enumerate(zip(plans, ranges, strict=True)):
                     expected = tuple(counts[lo:hi])
                     head = min(sum(expected), (first - offset) % segment)
                     keep = item.name if w in owners else ""
-                    plan[item.name] = RowPlan(kind.in_features, expected, head, segment, keep=keep)
+                    plan[item.name] = RowPlan(kind.in_features, expected, head, segment, keep=keep, hold=hold)
                     offset += sum(expected)
         return plans, layouts
 
@@ -466,6 +506,88 @@ class ShardedExecutor:
         for name, owner, k in order:
             sums.setdefault(name, []).append(results[owner][0][k])
         return sums
+
+    def _chain(
+        self,
+        modules: dict[str, nn.Module],
+        plans: list[dict[str, RowPlan]],
+        layouts: dict[str, list[Straddle]],
+        rows: list[dict[str, ShardRows]],
+        layer: str,
+    ) -> dict[str, tuple[LowerGram, int]] | None:
+        """The chained reduce of every input planned with ``hold``: per Gram block, the running sum goes from
+        each worker holding segment sums of the input to the next, in worker order (= segment order: a worker's
+        whole segments, then the straddling one it owns), starting from the accumulator's total
+        (:meth:`~qalgos.gptq.GPTQ.chain_start`; None when zero). Every step is submitted at once, block by
+        block, so the blocks pipeline through the workers. Returns per input (total, segments), or None when a
+        worker of a chain was replaced (its held sums are gone)."""
+        chained = [name for name, plan in (plans[0].items() if plans else []) if plan.hold]
+        if not chained:
+            return {}
+        start = time.perf_counter()
+        try:
+            handles, meta, chain_bytes = self._submit_chains(chained, modules, layouts, rows, layer)
+            parts_back = self._chain_gather(handles, range(self.workers), f"chained segment sums of layer {layer}")
+        except SegmentsLost as exc:
+            log.info("layer %s: %s", layer, exc)
+            return None
+        wall = time.perf_counter() - start
+        compute = sum(part.seconds for part in parts_back)
+        times = self.times[-1]
+        times.chain += wall
+        times.forward += compute
+        times.statistic += compute
+        times.transfer += max(0.0, wall - compute)
+        times.calls += 1
+        times.chained += len(chained)
+        times.bytes_chain += chain_bytes
+        back = tensor_bytes([part.block for part in parts_back])
+        times.bytes_back += back
+        times.bytes_sums += back
+        out: dict[str, tuple[LowerGram, int]] = {}
+        at = 0
+        for name, blocks, segments in meta:
+            n = plans[0][name].in_features
+            out[name] = (LowerGram.from_blocks(n, [part.block for part in parts_back[at : at + blocks]]), segments)
+            at += blocks
+        return out
+
+    def _submit_chains(
+        self,
+        chained: list[str],
+        modules: dict[str, nn.Module],
+        layouts: dict[str, list[Straddle]],
+        rows: list[dict[str, ShardRows]],
+        layer: str,
+    ) -> tuple[list[Any], list[tuple[str, int, int]], int]:
+        """Submit every chain step (block by block, each block along the holders in worker order). Returns the
+        last handle per (input, block), per input (name, blocks, segments), and the bytes passed between
+        workers."""
+        handles: list[Any] = []
+        meta: list[tuple[str, int, int]] = []  # (input, blocks, segments)
+        chain_bytes = 0
+        for name in chained:
+            owned = {s.owner for s in layouts.get(name, [])}
+            counts = [(w, shard[name].held + (1 if w in owned else 0)) for w, shard in enumerate(rows)]
+            holders = [(w, count) for w, count in counts if count]
+            hook = plannable(modules[name])
+            if not isinstance(hook, HessianRowsHook):
+                raise ValueError(f"layer {layer}: {name} was planned for a chained reduce without its GPTQ hook")
+            n = hook.in_features
+            parts = len(gram_edges(n)) - 1
+            blocks = parts * (parts + 1) // 2
+            first = hook.task.chain_start()
+            first_blocks: list[torch.Tensor | None] = list(first.block_list()) if first is not None else [None] * blocks
+            one_sum = sum_byte_count(n)
+            chain_bytes += one_sum * (len(holders) - 1 + (first is not None))
+            meta.append((name, blocks, sum(count for _w, count in holders)))
+            for b in range(blocks):
+                given = first_blocks[b]
+                handle: Any = ChainPart(given, 0.0) if given is not None else None
+                for w, count in holders:
+                    handle = self._chain_step(w, (name, b, count, handle))
+                handles.append(handle)
+        return handles, meta, chain_bytes
 
     def _every_worker_ranges(self, batches: int) -> list[tuple[int, int]]:
         """:func:`shard_ranges` padded with empty ranges: every worker gets each forward call (and with it
@@ -546,6 +668,13 @@ def tensor_bytes(value: Any, seen: set[int] | None = None) -> int:
     return 0
 
 
+def sum_byte_count(n: int) -> int:
+    """Bytes of one float64 lower-triangle sum over ``n`` inputs (:class:`~qalgos.hessian.LowerGram`)."""
+    edges = gram_edges(n)
+    sizes = [edges[k + 1] - edges[k] for k in range(len(edges) - 1)]
+    return 8 * sum(sizes[i] * sizes[j] for i in range(len(sizes)) for j in range(i + 1))
+
+
 def _call_of(cache: InputCache, batch: int) -> Call:
     args, kwargs = cache.call_args(batch)
     return list(args), dict(kwargs)
@@ -566,8 +695,14 @@ class LocalShardExecutor(ShardedExecutor):
     Tests use it to check the sharded path against the in-process loop; its calls run one after another.
     """
 
-    def __init__(self, workers: int = 2, shard_experts: bool = True) -> None:
-        super().__init__(workers=workers, name="local-shards", shard_experts=shard_experts, serializes_calls=False)
+    def __init__(self, workers: int = 2, shard_experts: bool = True, sum_reduce: str = "chain") -> None:
+        super().__init__(
+            workers=workers,
+            name="local-shards",
+            shard_experts=shard_experts,
+            serializes_calls=False,
+            sum_reduce=sum_reduce,
+        )
         self._workers = [LayerWorker(f"local-{i}") for i in range(workers)]
         self._shipped: tuple[str, nn.Module] | None = None
 
@@ -593,3 +728,9 @@ class LocalShardExecutor(ShardedExecutor):
         self, method: str, per_worker: Sequence[tuple[Any, ...]], during: str, shared: dict[int, Any] | None = None
     ) -> list[Any]:
         return [getattr(self._workers[i], method)(*args) for i, args in enumerate(per_worker)]
+
+    def _chain_step(self, index: int, args: tuple[Any, ...]) -> Any:
+        return self._workers[index].chain(*args)
+
+    def _chain_gather(self, handles: Sequence[Any], workers: Sequence[int], during: str) -> list[ChainPart]:
+        return list(handles)

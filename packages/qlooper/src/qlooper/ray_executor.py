@@ -33,9 +33,9 @@ import torch
 from torch import nn
 
 from .broadcast import broadcast_rounds
-from .errors import ExecutorError
+from .errors import ExecutorError, SegmentsLost
 from .executor import LostWorker, ShardedExecutor, tensor_bytes
-from .shard_worker import LayerWorker
+from .shard_worker import ChainPart, LayerWorker
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,8 @@ class RayLayerWorker(LayerWorker):
 class RayExecutor(ShardedExecutor):
     """Shard workers as Ray actors (see the module docstring). Use as a context manager or call :meth:`close`."""
 
-    def __init__(self, address: str = "local", workers: int = 2) -> None:
-        super().__init__(workers=workers, name="ray")
+    def __init__(self, address: str = "local", workers: int = 2, sum_reduce: str = "chain") -> None:
+        super().__init__(workers=workers, name="ray", sum_reduce=sum_reduce)
         if workers < 1:
             raise ExecutorError(f"workers: expected at least 1 Ray worker, found {workers}")
         ray = _ray()
@@ -179,6 +179,52 @@ class RayExecutor(ShardedExecutor):
             except ray.exceptions.RayActorError as exc:
                 results.append(self._retry(i, method, args, during, exc))
         return results
+
+    def _chain_step(self, index: int, args: tuple[Any, ...]) -> Any:
+        """Submit worker ``index``'s chain step; the previous step's object ref among ``args`` is resolved by Ray
+        on this worker's node (pulled from the previous worker's node, not through the driver)."""
+        return self._submit(index, "chain", args)
+
+    def _chain_gather(self, handles: Sequence[Any], workers: Sequence[int], during: str) -> list[ChainPart]:
+        """The chains' last steps' values (the only copies the driver receives). A worker lost during the chain
+        is reported and replaced (its held sums are gone: :class:`SegmentsLost`, the driver captures again)."""
+        ray = _ray()
+        try:
+            return list(ray.get(list(handles)))
+        except ray.exceptions.RayActorError as exc:
+            lost = [i for i in workers if not self._alive(i)]
+            for i in lost:
+                self._replace(i, during, exc)
+            raise SegmentsLost(f"workers {lost} were lost during {during}") from exc
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, SegmentsLost):
+                raise SegmentsLost(str(exc.cause)) from exc
+            raise
+
+    def _alive(self, index: int) -> bool:
+        """Whether worker ``index`` still answers."""
+        ray = _ray()
+        try:
+            ray.get(self._actors[index].identity.remote())
+        except ray.exceptions.RayActorError:
+            return False
+        return True
+
+    def _replace(self, index: int, during: str, error: BaseException) -> LostWorker:
+        """Report the lost worker ``index`` and start a replacement under its name (layer and state loaded)."""
+        who = self.identities[index]
+        lost = LostWorker(who["name"], who["host"], int(who["pid"]), self._index, during, type(error).__name__)
+        self.lost.append(lost)
+        log.warning(
+            "ray worker %s (pid %s on %s) was lost during %s (%s); starting a replacement",
+            lost.name,
+            lost.pid,
+            lost.host,
+            during,
+            lost.error,
+        )
+        self._actors[index], self.identities[index] = self._start(index)
+        return lost
 
     def _retry(self, index: int, method: str, args: tuple[Any, ...], during: str, error: BaseException) -> Any:
         """Report the lost worker, start a replacement (same name), run the call again on it."""

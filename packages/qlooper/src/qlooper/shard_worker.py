@@ -14,7 +14,9 @@ kept). Positional tensors are cloned at the time of the call, so a later in-plac
 Modules the driver planned (:mod:`qlooper.worker_statistics`) are not recorded: the worker counts their
 token rows and, for a GPTQ input, returns head rows, whole-segment Hessian sums and tail rows instead; a
 tail that starts a segment straddling shards it keeps, and forms that segment's sum when the driver brings
-the other shards' rows of it (:meth:`LayerWorker.straddle`).
+the other shards' rows of it (:meth:`LayerWorker.straddle`). Under the chained reduce (``RowPlan.hold``) the
+worker keeps the segment sums it formed and adds them, in segment order, to the running sum the previous worker
+passes on (:meth:`LayerWorker.chain`), one Gram block at a time.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from qalgos.hessian import LowerGram
 from torch import nn
 
-from .errors import StopForward
+from .errors import SegmentsLost, StopForward
 from .forward import layer_output
 from .worker_statistics import RowCollector, RowPlan, ShardRows
 
@@ -68,6 +71,14 @@ def _stop(_module: nn.Module, _inputs: tuple[Any, ...], _out: Any) -> None:
     raise StopForward("shard capture stops here")
 
 
+class ChainPart(NamedTuple):
+    """A running sum's block passed along the chained reduce: ``block`` float64, and ``seconds``: the adding
+    seconds of every worker so far."""
+
+    block: torch.Tensor
+    seconds: float
+
+
 class LayerWorker:
     """Holds one layer copy; runs capture forwards, replay forwards and solve jobs (see the module docstring)."""
 
@@ -78,6 +89,7 @@ class LayerWorker:
         self.layer: nn.Module | None = None
         self.layer_key: str | None = None
         self.kept: dict[str, tuple[torch.Tensor, Callable[[torch.Tensor], Any]]] = {}  # straddling tails
+        self.sums: dict[str, list[LowerGram]] = {}  # segment sums held for the chained reduce, in segment order
 
     def identity(self) -> dict[str, Any]:
         """Who this worker is: ``name``, ``host``, ``pid``, torch ``threads`` (reports name a lost worker)."""
@@ -87,6 +99,7 @@ class LayerWorker:
         """Keep ``layer`` (a copy of the driver's, in eval mode) for the calls of layer ``key``."""
         layer.eval()
         self.layer, self.layer_key = layer, key
+        self.kept, self.sums = {}, {}
         return self.name
 
     def update(self, key: str, changed: dict[str, torch.Tensor]) -> str:
@@ -168,6 +181,7 @@ class LayerWorker:
         self.kept = {
             c.plan.keep: (c.kept, c.plan.form) for c in collectors.values() if c.plan.keep and c.kept is not None
         }
+        self.sums = {name: c.held for name, c in collectors.items() if c.plan.hold}
         return (per_batch, statistics), time.perf_counter() - start
 
     def straddle(
@@ -177,15 +191,44 @@ class LayerWorker:
         ``(keep name, the later shards' rows of the segment, in order)``, the segment's float64 lower-triangle
         blocks (:func:`qalgos.hessian.segment_sum` of the kept rows then the received ones). Returns (blocks
         per job, seconds), or (None, seconds) when a kept tail is not here (a replacement for a lost worker:
-        the driver captures again)."""
+        the driver captures again). A segment of an input held for the chained reduce is appended to its held
+        sums (it follows them in segment order) and its entry is an empty list."""
         start = time.perf_counter()
         if any(name not in self.kept for name, _rows in jobs):
             return None, time.perf_counter() - start
-        out = []
+        out: list[list[torch.Tensor]] = []
         for name, received in jobs:
             kept, form = self.kept.pop(name)
-            out.append(form(torch.cat([kept, *received])).block_list())
+            formed = form(torch.cat([kept, *received]))
+            if name in self.sums:
+                self.sums[name].append(formed)
+                out.append([])
+            else:
+                out.append(formed.block_list())
         return out, time.perf_counter() - start
+
+    def chain(self, name: str, block: int, count: int, running: ChainPart | None) -> ChainPart:
+        """One step of the chained reduce for block ``block`` (:meth:`LowerGram.block_list` order) of input
+        ``name``: ``running`` (the previous worker's running sum of that block, or None: the total is zero so
+        far) plus this worker's ``count`` held segment sums' blocks, one after another in segment order (the
+        float64 additions :meth:`LowerGram.add_sum` makes, so the same bits). The held sums are freed after the
+        last block. Raises :class:`~qlooper.errors.SegmentsLost` when this worker does not hold ``count`` sums
+        of ``name`` (a replacement: the driver captures again)."""
+        start = time.perf_counter()
+        held = self.sums.get(name)
+        if held is None or len(held) != count:
+            found = "none" if held is None else str(len(held))
+            raise SegmentsLost(f"worker {self.name}: expected {count} held segment sums of {name!r}, found {found}")
+        acc = running.block if running is not None else None
+        for total in held:
+            part = total.block_list()[block]
+            acc = part if acc is None else acc + part  # 0 + s is s; a new tensor, the held sums stay unchanged
+        if acc is None:
+            raise SegmentsLost(f"worker {self.name}: no segment sum of {name!r} and no running sum")
+        if block == len(held[0].block_list()) - 1:
+            del self.sums[name]
+        seconds = (running.seconds if running is not None else 0.0) + time.perf_counter() - start
+        return ChainPart(acc, seconds)
 
     @staticmethod
     def _recorder(

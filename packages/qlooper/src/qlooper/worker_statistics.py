@@ -97,6 +97,23 @@ class HessianRowsHook:
             rows += self.task.add_batch(pieces.tail)
         return rows
 
+    def add_chained(self, pieces: Sequence[ShardRows], total: LowerGram, segments: int, sent: set[int]) -> int:
+        """The chained reduce's result: ``total``, the accumulator's :meth:`~qalgos.gptq.GPTQ.chain_start` plus
+        every whole segment of the stream added in segment order along the workers (``segments`` of them), then
+        the rows after the last whole segment (the workers' head rows not in ``sent`` and their tails not kept),
+        in worker order. The stream started at a segment boundary, so no row comes before the first segment.
+        Returns the rows added as rows."""
+        self.task.add_chained(total, segments)
+        rows = 0
+        for w, shard in enumerate(pieces):
+            if shard.segments:
+                raise ValueError(f"worker {w}: {len(shard.segments)} segment sums came back for a chained input")
+            if w not in sent:
+                rows += self.task.add_batch(shard.head)
+            if not shard.kept:
+                rows += self.task.add_batch(shard.tail)
+        return rows
+
 
 @dataclass(frozen=True)
 class RowPlan:
@@ -107,7 +124,8 @@ class RowPlan:
     segment boundary; ``segment``: rows of a whole segment; ``form``: the segment sum (``rows [segment, in] ->
     LowerGram``); ``keep``: when not empty, the tail rows start a straddling segment this worker forms: it keeps
     them under this name for the next :meth:`~qlooper.shard_worker.LayerWorker.straddle` call instead of
-    returning them."""
+    returning them; ``hold``: the worker keeps the whole segments' sums it forms (and a straddling one) for the
+    chained reduce (:meth:`~qlooper.shard_worker.LayerWorker.chain`) instead of returning them."""
 
     in_features: int
     expected: tuple[int, ...] | None = None
@@ -115,6 +133,7 @@ class RowPlan:
     segment: int = 0
     form: Callable[[torch.Tensor], LowerGram] = segment_sum
     keep: str = ""
+    hold: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,7 +169,8 @@ class ShardRows(NamedTuple):
     count-only plan); ``segments``: each whole segment's lower-triangle float64 blocks
     (:meth:`qalgos.hessian.LowerGram.block_list`); ``seconds``: forming the segment sums; ``mismatch``: why the
     rows differ from ``expected`` (the other fields are then meaningless), else None; ``kept``: tail rows kept
-    on the worker for a straddling segment (``RowPlan.keep``; ``tail`` is then empty)."""
+    on the worker for a straddling segment (``RowPlan.keep``; ``tail`` is then empty); ``held``: whole segments'
+    sums formed and kept on the worker for the chained reduce (``RowPlan.hold``; ``segments`` is then empty)."""
 
     counts: list[int]
     head: torch.Tensor
@@ -159,6 +179,7 @@ class ShardRows(NamedTuple):
     seconds: float
     mismatch: str | None
     kept: int = 0
+    held: int = 0
 
 
 class RowCollector:
@@ -174,6 +195,7 @@ class RowCollector:
         self.seconds = 0.0
         self.mismatch: str | None = None
         self.kept: torch.Tensor | None = None  # the tail rows kept for a straddling segment (after result())
+        self.held: list[LowerGram] = []  # whole segments' sums kept for the chained reduce (RowPlan.hold)
         self._rows: list[torch.Tensor] = []
         self._held = 0
         self._in_batch = 0
@@ -211,7 +233,11 @@ class RowCollector:
             self.head = self._take(self.plan.head)
         while self._held >= self.plan.segment > 0:
             start = time.perf_counter()
-            self.segments.append(self.plan.form(self._take(self.plan.segment)).block_list())
+            formed = self.plan.form(self._take(self.plan.segment))
+            if self.plan.hold:
+                self.held.append(formed)
+            else:
+                self.segments.append(formed.block_list())
             self.seconds += time.perf_counter() - start
 
     def _take(self, count: int) -> torch.Tensor:
@@ -229,8 +255,10 @@ class RowCollector:
         if self.plan.keep:
             self.kept = held
             kept = int(held.shape[0])
-            return ShardRows(self.counts, head, self.segments, held[:0], self.seconds, self.mismatch, kept)
-        return ShardRows(self.counts, head, self.segments, held, self.seconds, self.mismatch)
+            return ShardRows(
+                self.counts, head, self.segments, held[:0], self.seconds, self.mismatch, kept, len(self.held)
+            )
+        return ShardRows(self.counts, head, self.segments, held, self.seconds, self.mismatch, 0, len(self.held))
 
 
 def plannable(module: nn.Module) -> HessianRowsHook | bool:
@@ -269,6 +297,21 @@ def feed_rows(
                 rows += hook.add_pieces(shard, head_sent=w in sent, straddle=by_owner.get(w))
             elif isinstance(hook, TokenCountHook):
                 hook.add(sum(shard.counts))
+    return rows
+
+
+def feed_chained(
+    module: nn.Module, pieces: Sequence[ShardRows], layout: Sequence[Straddle], total: LowerGram, segments: int
+) -> int:
+    """Feed a chained input's result to ``module``'s hooks: the chained total of its ``segments`` whole
+    segments (:meth:`HessianRowsHook.add_chained`) and the token counts. Returns the rows added as rows."""
+    sent = {w for s in layout for w in s.senders}
+    rows = 0
+    for hook in list(module._forward_hooks.values()):
+        if isinstance(hook, HessianRowsHook):
+            rows += hook.add_chained(pieces, total, segments, sent)
+        elif isinstance(hook, TokenCountHook):
+            hook.add(sum(sum(shard.counts) for shard in pieces))
     return rows
 
 
