@@ -34,8 +34,10 @@ class Design:
       (on that worker, the other rows sent to it over the workers' own links, within the capture).
     * ``sum_reduce``: ``"driver"``: every segment sum travels to the driver, which adds them in segment order;
       ``"chain"``: the running sum passes from worker to worker in segment order (each adds its segments;
-      the same float64 additions in the same order, so the same bits), pipelined by Gram block; one sum
-      reaches the driver.
+      the same float64 additions in the same order, so the same bits), pipelined by Gram block (one call per
+      block and worker, each paying ``call_latency`` on the pipeline's critical path); one sum reaches the
+      driver (qlooper as built: ``LayerWorker.chain``, the running block an object ref from one worker's
+      call to the next).
     * ``module_solves``: one solve job per module, each given the float32 Hessian (its factorization repeated
       per job) instead of one job per shared input with the float64 sum.
     * ``layer_copy``: how the layer copy and the solved weights reach N workers: ``"driver"`` (N copies over
@@ -86,10 +88,10 @@ ISSUE38 = Design(hessian_on_workers=True, module_solves=True, layer_copy="tree",
 """Issue 38's design as its three builders were asked to build it (straddling rows and segment sums to the
 driver, staged-broadcast layer copy, experts dispatched through the driver)."""
 
-AS_BUILT = replace(ISSUE38, straddle_on="relay")
+AS_BUILT = replace(ISSUE38, straddle_on="relay", sum_reduce="chain")
 """qlooper's executor as built: issue 38's design with straddling segments formed on the worker holding their
 first rows, their other rows relayed through the driver (the driver forms no Hessian product of a whole
-segment)."""
+segment), and the segment sums chained through the workers (the driver receives one sum per input)."""
 
 ISSUE38_TRANSPORT = replace(
     ISSUE38, straddle_on="owner", sum_reduce="chain", layer_copy="pipelined", expert_dispatch="peer"
@@ -104,9 +106,9 @@ workers from storage."""
 CUMULATIVE = (
     ("built", BUILT),
     ("issue 38 design", ISSUE38),
-    ("+ straddling segments on a worker, rows through the driver (as built)", AS_BUILT),
-    ("+ straddling rows sent worker to worker", replace(ISSUE38, straddle_on="owner")),
-    ("+ chained segment sums", replace(ISSUE38, straddle_on="owner", sum_reduce="chain")),
+    ("+ straddling segments on a worker, rows through the driver", replace(ISSUE38, straddle_on="relay")),
+    ("+ chained segment sums (as built)", AS_BUILT),
+    ("+ straddling rows sent worker to worker", replace(ISSUE38, straddle_on="owner", sum_reduce="chain")),
     ("+ pipelined broadcast", replace(ISSUE38, straddle_on="owner", sum_reduce="chain", layer_copy="pipelined")),
     ("+ peer expert dispatch", ISSUE38_TRANSPORT),
     ("+ codes only", replace(ISSUE38_TRANSPORT, codes_only=True)),
@@ -371,6 +373,8 @@ def _segment_statistics(
         blocks = gram_blocks(item.width) * (gram_blocks(item.width) + 1) / 2
         nbytes = item.copies * one_sum if total_sums else 0.0
         cost.sums += nbytes / rates.link * (1 + max(0, hops - 1) / blocks)
+        if total_sums:  # the pipeline's critical path: blocks + hops - 1 calls, one after another
+            cost.calls += item.copies * (blocks + hops - 1) * rates.call_latency
     cost.bytes["segment sums"] = cost.bytes.get("segment sums", 0.0) + nbytes
 
 

@@ -8,8 +8,9 @@ import torch
 from qalgos.gptq import GPTQ
 from qalgos.hessian import LowerGram, segment_tokens
 from qlooper import LoopOptions, quantize_model
+from qlooper import executor as executor_module
 from qlooper.errors import SegmentsLost
-from qlooper.executor import LayerTimes, LocalShardExecutor, same_bits
+from qlooper.executor import LayerTimes, LocalShardExecutor, chain_parts, same_bits
 from qlooper.worker_statistics import HessianRowsHook, RowPlan, ShardRows, Straddle
 from test_executor import GPTQ_SPEC, StatisticsOfGPTQ, assert_same_run
 from test_straddling_segments import fixed_calibration, segments_of
@@ -97,19 +98,25 @@ def test_a_worker_lost_in_the_middle_of_a_chain_makes_the_driver_capture_again_w
     assert [r.message for r in caplog.records if "expected 2 held segment sums" in r.message]
 
 
-def test_the_chain_adds_in_segment_order() -> None:
+@pytest.mark.parametrize("width", [4, 2048])
+def test_the_chain_adds_in_segment_order(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Values whose float64 sum depends on the order: ((1e16 + 1) + 1) - 1e16 is 0, 1e16 + (1 + 1) - 1e16 is 2.
     Worker 0 holds segment 0, worker 1 segments 1 and 2 (2: the straddling one it owns), worker 2 segment 3;
-    the chain's total equals the accumulator's adding them one by one in that order."""
-    width, segment = 4, segment_tokens(4)
+    the chain's total equals the accumulator's adding them one by one in that order. Width 2048: three Gram
+    blocks, each its own part (parts of at least 1 byte), pipelined."""
+    monkeypatch.setattr(executor_module, "CHAIN_PART_BYTES", 1)
+    blocks = len(LowerGram(width).block_list())
+    assert chain_parts(width) == [(b,) for b in range(blocks)] and blocks == (1 if width == 4 else 3)
+    segment = segment_tokens(width)
     values = [1e16, 1.0, 1.0, -1e16]
     grams = [LowerGram.from_full(torch.full((width, width), v, dtype=torch.float64)) for v in values]
     reference = GPTQ(width, GPTQ_SPEC)
     for gram in grams:
         reference.add_segment(LowerGram.from_full(gram.full()), segment)
-    assert reference.chain_start() is not None
+    expected = reference.chain_start()
+    assert expected is not None
     presummed = grams[1].full() + grams[2].full()  # worker 1 adding its own two first: another order
-    assert not same_bits(reference.chain_start().full(), grams[0].full() + presummed + grams[3].full())
+    assert not same_bits(expected.full(), grams[0].full() + presummed + grams[3].full())
 
     executor = LocalShardExecutor(3)
     executor.times.append(LayerTimes(0))
@@ -123,8 +130,16 @@ def test_the_chain_adds_in_segment_order() -> None:
     totals = executor._chain({"m": module}, plans, {"m": [Straddle(1, (2,))]}, rows, "layer 0")
     assert totals is not None
     total, segments = totals["m"]
-    assert segments == 4 and same_bits(total.full(), reference.chain_start().full())
+    assert segments == 4 and same_bits(total.full(), expected.full())
     assert torch.equal(total.full(), torch.zeros(width, width, dtype=torch.float64))
     assert all(w.sums == {} for w in executor._workers)  # freed after the last block
+    assert executor.times[0].bytes_chain == 2 * total.nbytes  # passed on twice: worker 0 -> 1 -> 2
     with pytest.raises(SegmentsLost, match="expected 1 held segment sums of 'm', found none"):
-        executor._workers[0].chain("m", 0, 1, None)
+        executor._workers[0].chain("m", (0,), 1, None)
+
+
+def test_chain_parts_cut_a_wide_sum_into_consecutive_parts_of_the_given_size() -> None:
+    assert chain_parts(64) == [(0,)]  # one block under 2048 inputs
+    # 8 x 8 blocks a side of 1024: 36 blocks of 8 MiB in the lower triangle, parts of 64 MiB = 8 blocks
+    assert chain_parts(8192) == [tuple(range(k, min(k + 8, 36))) for k in range(0, 36, 8)]
+    assert chain_parts(8192, part_bytes=3 * 8 * 1024 * 1024) == [(k, k + 1, k + 2) for k in range(0, 36, 3)]

@@ -541,15 +541,16 @@ class ShardedExecutor:
         times.calls += 1
         times.chained += len(chained)
         times.bytes_chain += chain_bytes
-        back = tensor_bytes([part.block for part in parts_back])
+        back = tensor_bytes([part.blocks for part in parts_back])
         times.bytes_back += back
         times.bytes_sums += back
         out: dict[str, tuple[LowerGram, int]] = {}
         at = 0
-        for name, blocks, segments in meta:
+        for name, parts, segments in meta:
             n = plans[0][name].in_features
-            out[name] = (LowerGram.from_blocks(n, [part.block for part in parts_back[at : at + blocks]]), segments)
-            at += blocks
+            blocks = [block for part in parts_back[at : at + parts] for block in part.blocks]
+            out[name] = (LowerGram.from_blocks(n, blocks), segments)
+            at += parts
         return out
 
     def _submit_chains(
@@ -560,11 +561,11 @@ class ShardedExecutor:
         rows: list[dict[str, ShardRows]],
         layer: str,
     ) -> tuple[list[Any], list[tuple[str, int, int]], int]:
-        """Submit every chain step (block by block, each block along the holders in worker order). Returns the
-        last handle per (input, block), per input (name, blocks, segments), and the bytes passed between
-        workers."""
+        """Submit every chain step (part by part, each part along the holders in worker order; a part is
+        consecutive Gram blocks of about :data:`CHAIN_PART_BYTES`). Returns the last handle per (input, part),
+        per input (name, parts, segments), and the bytes passed between workers."""
         handles: list[Any] = []
-        meta: list[tuple[str, int, int]] = []  # (input, blocks, segments)
+        meta: list[tuple[str, int, int]] = []  # (input, parts, segments)
         chain_bytes = 0
         for name in chained:
             owned = {s.owner for s in layouts.get(name, [])}
@@ -574,18 +575,16 @@ class ShardedExecutor:
             if not isinstance(hook, HessianRowsHook):
                 raise ValueError(f"layer {layer}: {name} was planned for a chained reduce without its GPTQ hook")
             n = hook.in_features
-            parts = len(gram_edges(n)) - 1
-            blocks = parts * (parts + 1) // 2
+            parts = chain_parts(n)
             first = hook.task.chain_start()
-            first_blocks: list[torch.Tensor | None] = list(first.block_list()) if first is not None else [None] * blocks
-            one_sum = sum_byte_count(n)
-            chain_bytes += one_sum * (len(holders) - 1 + (first is not None))
-            meta.append((name, blocks, sum(count for _w, count in holders)))
-            for b in range(blocks):
-                given = first_blocks[b]
-                handle: Any = ChainPart(given, 0.0) if given is not None else None
+            chain_bytes += sum_byte_count(n) * (len(holders) - 1 + (first is not None))
+            meta.append((name, len(parts), sum(count for _w, count in holders)))
+            for part in parts:
+                handle: Any = None
+                if first is not None:
+                    handle = ChainPart([first.block_list()[b] for b in part], 0.0)
                 for w, count in holders:
-                    handle = self._chain_step(w, (name, b, count, handle))
+                    handle = self._chain_step(w, (name, part, count, handle))
                 handles.append(handle)
         return handles, meta, chain_bytes
 
@@ -666,6 +665,37 @@ def tensor_bytes(value: Any, seen: set[int] | None = None) -> int:
     if isinstance(value, (list, tuple)):
         return sum(tensor_bytes(v, seen) for v in value)
     return 0
+
+
+CHAIN_PART_BYTES = 64 << 20
+"""The chained reduce passes a running sum on in parts of consecutive Gram blocks of about this many bytes: each
+part is one call per worker, so the parts pipeline through the workers (worker k adds part p while worker k + 1
+adds part p - 1); smaller parts pipeline better but pay a call's latency more often (at 25 GB/s a part of 64
+MiB takes about as long to move as 2.7 ms of call latency)."""
+
+
+def chain_parts(n: int, part_bytes: int | None = None) -> list[tuple[int, ...]]:
+    """The Gram block indices (:meth:`~qalgos.hessian.LowerGram.block_list` order) of a sum over ``n`` inputs,
+    cut into consecutive parts of at least ``part_bytes`` (default :data:`CHAIN_PART_BYTES`) each (the last may
+    be smaller; one part for a small sum)."""
+    part_bytes = CHAIN_PART_BYTES if part_bytes is None else part_bytes
+    edges = gram_edges(n)
+    sizes = [edges[k + 1] - edges[k] for k in range(len(edges) - 1)]
+    parts: list[tuple[int, ...]] = []
+    current: list[int] = []
+    held = 0
+    index = 0
+    for i in range(len(sizes)):
+        for j in range(i + 1):
+            current.append(index)
+            held += 8 * sizes[i] * sizes[j]
+            index += 1
+            if held >= part_bytes:
+                parts.append(tuple(current))
+                current, held = [], 0
+    if current:
+        parts.append(tuple(current))
+    return parts
 
 
 def sum_byte_count(n: int) -> int:

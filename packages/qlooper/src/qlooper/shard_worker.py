@@ -72,10 +72,10 @@ def _stop(_module: nn.Module, _inputs: tuple[Any, ...], _out: Any) -> None:
 
 
 class ChainPart(NamedTuple):
-    """A running sum's block passed along the chained reduce: ``block`` float64, and ``seconds``: the adding
-    seconds of every worker so far."""
+    """A part of a running sum passed along the chained reduce: ``blocks``, float64 Gram blocks, and
+    ``seconds``: the adding seconds of every worker so far."""
 
-    block: torch.Tensor
+    blocks: list[torch.Tensor]
     seconds: float
 
 
@@ -207,28 +207,29 @@ class LayerWorker:
                 out.append(formed.block_list())
         return out, time.perf_counter() - start
 
-    def chain(self, name: str, block: int, count: int, running: ChainPart | None) -> ChainPart:
-        """One step of the chained reduce for block ``block`` (:meth:`LowerGram.block_list` order) of input
-        ``name``: ``running`` (the previous worker's running sum of that block, or None: the total is zero so
-        far) plus this worker's ``count`` held segment sums' blocks, one after another in segment order (the
-        float64 additions :meth:`LowerGram.add_sum` makes, so the same bits). The held sums are freed after the
-        last block. Raises :class:`~qlooper.errors.SegmentsLost` when this worker does not hold ``count`` sums
-        of ``name`` (a replacement: the driver captures again)."""
+    def chain(self, name: str, blocks: Sequence[int], count: int, running: ChainPart | None) -> ChainPart:
+        """One step of the chained reduce for the Gram blocks ``blocks`` (indices in :meth:`LowerGram.block_list`
+        order, consecutive) of input ``name``: ``running`` (the previous worker's running sums of those blocks,
+        or None: the total is zero so far) plus this worker's ``count`` held segment sums' blocks, one sum after
+        another in segment order (the float64 additions :meth:`LowerGram.add_sum` makes, so the same bits). The
+        held sums are freed after their last block. Raises :class:`~qlooper.errors.SegmentsLost` when this
+        worker does not hold ``count`` sums of ``name`` (a replacement: the driver captures again)."""
         start = time.perf_counter()
         held = self.sums.get(name)
-        if held is None or len(held) != count:
+        if held is None or len(held) != count or count < 1:
             found = "none" if held is None else str(len(held))
             raise SegmentsLost(f"worker {self.name}: expected {count} held segment sums of {name!r}, found {found}")
-        acc = running.block if running is not None else None
-        for total in held:
-            part = total.block_list()[block]
-            acc = part if acc is None else acc + part  # 0 + s is s; a new tensor, the held sums stay unchanged
-        if acc is None:
-            raise SegmentsLost(f"worker {self.name}: no segment sum of {name!r} and no running sum")
-        if block == len(held[0].block_list()) - 1:
+        out = []
+        for k, block in enumerate(blocks):
+            acc = running.blocks[k] if running is not None else None
+            for total in held:
+                part = total.block_list()[block]
+                acc = part if acc is None else acc + part  # 0 + s is s; a new tensor, the held sums stay unchanged
+            out.append(acc)
+        if blocks and blocks[-1] == len(held[0].block_list()) - 1:
             del self.sums[name]
         seconds = (running.seconds if running is not None else 0.0) + time.perf_counter() - start
-        return ChainPart(acc, seconds)
+        return ChainPart([block for block in out if block is not None], seconds)
 
     @staticmethod
     def _recorder(
