@@ -78,8 +78,9 @@ LOCAL_DESIGNS = {
     "issue38-driver-straddle": replace(ISSUE38, layer_copy="pipelined"),
 }
 """What ``--design`` predicts: the built executor (before issue 38), issue 38's executor as built now (straddling
-segments formed on a worker, their rows relayed through the driver), or as it was before that (straddling
-segments formed on the driver); on one machine the staged broadcast is the same one shared-memory copy."""
+segments formed on a worker, their rows relayed through the driver, the segment sums chained through the
+workers), or as it was before that (straddling segments formed on the driver, every segment sum to the driver);
+on one machine the staged broadcast is the same one shared-memory copy."""
 SAME_RUN = ("hidden", "inter", "heads", "layers", "rows", "length", "batch_rows", "threads")
 """The arguments a ``--fit-json`` run must share with this one."""
 TEMP_DIR = f"/tmp/ray-bench-{os.getpid()}"

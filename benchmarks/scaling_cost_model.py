@@ -2,7 +2,8 @@
 
 The model (benchmarks/scaling_model.py: per-item formulas; scaling_shapes.py: the shapes) is evaluated for the
 executor as built before issue 38 (``BUILT``), issue 38's design (``ISSUE38``), the executor as built now
-(``AS_BUILT``: straddling segments formed on a worker, their rows relayed through the driver), that design with
+(``AS_BUILT``: straddling segments formed on a worker, their rows relayed through the driver, the segment sums
+chained through the workers), that design with
 bit-exact transport choices (``ISSUE38_TRANSPORT``) and with the layer inputs resident on the workers, codes-only
 results and workers loading their weights (``ISSUE38_RESIDENT``), at the GPU rates of :data:`ASSUMPTIONS` (stated,
 not measured here), against the same run in one process on one GPU. Prints, per model and design, seconds per

@@ -34,10 +34,10 @@ class Design:
       (on that worker, the other rows sent to it over the workers' own links, within the capture).
     * ``sum_reduce``: ``"driver"``: every segment sum travels to the driver, which adds them in segment order;
       ``"chain"``: the running sum passes from worker to worker in segment order (each adds its segments;
-      the same float64 additions in the same order, so the same bits), pipelined by Gram block (one call per
-      block and worker, each paying ``call_latency`` on the pipeline's critical path); one sum reaches the
-      driver (qlooper as built: ``LayerWorker.chain``, the running block an object ref from one worker's
-      call to the next).
+      the same float64 additions in the same order, so the same bits), pipelined in parts of consecutive Gram
+      blocks of about ``chain_part_bytes`` (one call per part and worker, each paying ``call_latency`` on the
+      pipeline's critical path of ``parts + hops - 1`` steps); one sum reaches the driver (qlooper as built:
+      ``LayerWorker.chain``, each part an object ref from one worker's call to the next; ``CHAIN_PART_BYTES``).
     * ``module_solves``: one solve job per module, each given the float32 Hessian (its factorization repeated
       per job) instead of one job per shared input with the float64 sum.
     * ``layer_copy``: how the layer copy and the solved weights reach N workers: ``"driver"`` (N copies over
@@ -59,6 +59,7 @@ class Design:
     segment_chunks: int = 8
     straddle_on: str = "driver"
     sum_reduce: str = "driver"
+    chain_part_bytes: float = 64 * 2**20
     module_solves: bool = False
     layer_copy: str = "driver"
     experts_sharded: bool = False
@@ -370,11 +371,12 @@ def _segment_statistics(
         cost.driver_reduce += nbytes / rates.sum_add
     else:
         hops = sum(1 for s in split.sums_per_worker if s)
-        blocks = gram_blocks(item.width) * (gram_blocks(item.width) + 1) / 2
+        blocks = gram_blocks(item.width) * (gram_blocks(item.width) + 1) // 2
+        parts = min(blocks, max(1, math.ceil(one_sum / design.chain_part_bytes)))
         nbytes = item.copies * one_sum if total_sums else 0.0
-        cost.sums += nbytes / rates.link * (1 + max(0, hops - 1) / blocks)
-        if total_sums:  # the pipeline's critical path: blocks + hops - 1 calls, one after another
-            cost.calls += item.copies * (blocks + hops - 1) * rates.call_latency
+        cost.sums += nbytes / rates.link * (1 + max(0, hops - 1) / parts)
+        if total_sums:  # the pipeline's critical path: parts + hops - 1 calls, one after another
+            cost.calls += item.copies * (parts + hops - 1) * rates.call_latency
     cost.bytes["segment sums"] = cost.bytes.get("segment sums", 0.0) + nbytes
 
 
