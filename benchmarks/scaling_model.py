@@ -40,6 +40,12 @@ class Design:
       ``LayerWorker.chain``, each part an object ref from one worker's call to the next; ``CHAIN_PART_BYTES``).
     * ``module_solves``: one solve job per module, each given the float32 Hessian (its factorization repeated
       per job) instead of one job per shared input with the float64 sum.
+    * ``solve_split``: ``"module"`` (one job per module or input, above) or ``"rows"`` (not built: each dense
+      input's Hessian factorized once, on one worker, its float32 inverse factor (``4 in²`` bytes) sent to every
+      worker as the layer copy is (``layer_copy``), and the column sweep of the input's modules split by output
+      rows over all workers: ``in³`` then ``Σ out · in² / N`` flops; every output row's sweep is independent
+      given the factor; exact only if one process also solves over the same fixed row tiles, see
+      docs/scaling.md "Splitting one module's solve by output rows").
     * ``layer_copy``: how the layer copy and the solved weights reach N workers: ``"driver"`` (N copies over
       the driver's link), ``"tree"`` (a staged broadcast: the holders double each round,
       ``ceil(log2(N + 1))`` rounds of the bytes), ``"pipelined"`` (a pipelined broadcast: about one link-load).
@@ -61,6 +67,7 @@ class Design:
     sum_reduce: str = "driver"
     chain_part_bytes: float = 64 * 2**20
     module_solves: bool = False
+    solve_split: str = "module"
     layer_copy: str = "driver"
     experts_sharded: bool = False
     expert_dispatch: str = "driver"
@@ -72,6 +79,7 @@ class Design:
         choices = {
             "straddle_on": ("driver", "relay", "owner"),
             "sum_reduce": ("driver", "chain"),
+            "solve_split": ("module", "rows"),
             "layer_copy": ("driver", "tree", "pipelined"),
             "expert_dispatch": ("driver", "peer"),
         }
@@ -411,11 +419,35 @@ def group_jobs(group: list[Input], design: Design, wire: int) -> tuple[list[Job]
     return sent, owned
 
 
+def _row_split_solves(group: list[Input], workers: int, design: Design, rates: Rates, cost: LayerCost) -> int:
+    """``solve_split="rows"``: the group's dense inputs one after another, each factorized once on one worker and
+    its modules' rows swept on every worker; returns the calls (a factor call and a sweep call per input)."""
+    wire, back = rates.wire_bytes, 1 if design.codes_only else rates.wire_bytes + 1
+    calls = 0
+    for item in group:
+        n, rows = item.width, sum(item.outs)
+        for _ in range(item.copies):
+            factor = float(n) ** 3 / rates.solve
+            sweep = rows * float(n) * n / workers / (rates.solve * active_share(rates, workers))
+            cost.solve += factor + sweep
+            moved = 4.0 * n * n + rows * n * wire + rows * n * back  # Hessian in, weight rows out, results back
+            cost.solve_bytes += moved / rates.link + broadcast_seconds(4.0 * n * n, workers, design, rates.link)
+            cost.bytes["solve jobs"] = cost.bytes.get("solve jobs", 0.0) + moved + 4.0 * n * n * workers
+            calls += 2
+    return calls
+
+
 def _solves(shape: Shape, workers: int, design: Design, rates: Rates, cost: LayerCost) -> int:
     """Solve waves of every group (jobs round-robin over the workers, a wave waits for its slowest job;
     owned experts solved on their owners, one after another); returns the number of waves (calls)."""
     waves = 0
     for group in shape.groups():
+        if design.solve_split == "rows":
+            dense = [item for item in group if not (item.routed and design.experts_sharded)]
+            waves += _row_split_solves(dense, workers, design, rates, cost)
+            group = [item for item in group if item.routed and design.experts_sharded]
+            if not group:
+                continue
         sent, owned = group_jobs(group, design, rates.wire_bytes)
         compute = 0.0
         for first in range(0, len(sent), workers):

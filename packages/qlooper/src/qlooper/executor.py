@@ -571,6 +571,8 @@ class ShardedExecutor:
             owned = {s.owner for s in layouts.get(name, [])}
             counts = [(w, shard[name].held + (1 if w in owned else 0)) for w, shard in enumerate(rows)]
             holders = [(w, count) for w, count in counts if count]
+            if not holders:
+                raise ExecutorError(f"layer {layer}: {name} was planned for a chained reduce, no worker holds a sum")
             hook = plannable(modules[name])
             if not isinstance(hook, HessianRowsHook):
                 raise ValueError(f"layer {layer}: {name} was planned for a chained reduce without its GPTQ hook")
