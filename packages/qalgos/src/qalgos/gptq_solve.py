@@ -116,7 +116,9 @@ def _solve(
     raw = wt.clone() if beta else None  # FOEM: the original columns r_j
     loss_sum = 0.0
     deq = torch.empty(out, dtype=torch.float32)
-    for b0, b1 in outer_blocks(plan, spec.block_size):
+    blocks = outer_blocks(plan, spec.block_size)
+    loss_rows = torch.empty(max(b1 - b0 for b0, b1 in blocks), out, dtype=torch.float64)
+    for b0, b1 in blocks:
         block_err = torch.empty(b1 - b0, out, dtype=torch.float32)
         block_w = torch.empty(b1 - b0, out, dtype=torch.float32) if p is not None else None
         block_res = torch.empty(b1 - b0, out, dtype=torch.float32) if raw is not None else None
@@ -152,7 +154,9 @@ def _solve(
                     wt[c1:b1].addmm_(p[c0:c1, c1:b1].T, block_w[c0 - b0 : c1 - b0])
             torch.set_num_threads(threads)
         residual = block_res if block_res is not None else block_err
-        loss_sum += float(residual.to(torch.float64).square().sum()) / 2
+        squared = loss_rows[: b1 - b0]  # the float64 squares of the block's residuals, in a reused matrix
+        squared.copy_(residual)
+        loss_sum += float(squared.square_().sum()) / 2
         if b1 < in_:
             wt[b1:].addmm_(upper[b0:b1, b1:].T, block_err, alpha=-1)
             if p is not None and block_w is not None:
