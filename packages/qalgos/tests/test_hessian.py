@@ -99,6 +99,31 @@ def test_buffered_batches_equal_one_big_batch_and_resume_mid_buffer() -> None:
     assert torch.equal(resumed.hessian(), whole.hessian())
 
 
+def test_an_input_that_sees_few_tokens_holds_few_rows_and_no_sum_until_a_chunk() -> None:
+    """An MoE expert's accumulator: its buffer grows with what arrives (never past one chunk), its float64 sum is
+    made at the first chunk, and neither changes a value."""
+    from qalgos.hessian import MIN_BUFFER_TOKENS
+
+    n = 64
+    capacity = buffer_tokens(n)
+    x = torch.randn(capacity + 3 * MIN_BUFFER_TOKENS, n, generator=torch.Generator().manual_seed(8))
+    acc = HessianAccumulator(n)
+    acc.add_batch(x[:10])
+    assert acc.gram is None and acc._buffer is not None and acc._buffer.shape[0] == MIN_BUFFER_TOKENS
+    acc.add_batch(x[10 : MIN_BUFFER_TOKENS + 20])  # grows: the 10 rows already buffered are kept
+    assert acc.gram is None and acc._buffer.shape[0] == 2 * MIN_BUFFER_TOKENS
+    assert torch.equal(acc.state_dict()["pending"], x[: MIN_BUFFER_TOKENS + 20])
+    acc.add_batch(x[MIN_BUFFER_TOKENS + 20 :])  # past one chunk: a sum is made, the buffer stops at a chunk
+    assert acc.gram is not None and acc._buffer.shape[0] == capacity
+    whole = HessianAccumulator(n)
+    whole.add_batch(x)
+    assert torch.equal(acc.hessian(), whole.hessian())
+    fresh = HessianAccumulator(n)  # a state of an accumulator that saw nothing still loads
+    fresh.load_state_dict(HessianAccumulator(n).state_dict())
+    fresh.add_batch(x)
+    assert torch.equal(fresh.hessian(), whole.hessian())
+
+
 def test_released_statistics_refuse_further_use() -> None:
     from qalgos.errors import StateError
 

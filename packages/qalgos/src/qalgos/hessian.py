@@ -250,7 +250,8 @@ class HessianAccumulator:
         if in_features <= 0:
             raise ShapeError(f"in_features: expected a positive integer, found {in_features}")
         self.in_features = in_features
-        self.gram: LowerGram | None = LowerGram(in_features)
+        self.gram: LowerGram | None = None  # made at the first chunk (:meth:`_sum`)
+        self._device = torch.device("cpu")  # where the sums and the buffer live
         self.nsamples = 0
         self._buffer: torch.Tensor | None = None
         self._buffered = 0
@@ -282,11 +283,12 @@ class HessianAccumulator:
             return 0
         if not all_finite(flat):
             raise ShapeError("x: activations contain NaN or infinity")
-        buffer = self._place(flat.device)
-        capacity = buffer.shape[0]
+        self._place(flat.device)
+        capacity = buffer_tokens(self.in_features)
         start = 0
         while start < tokens:
             take = min(tokens - start, capacity - self._buffered)
+            buffer = self._room(self._buffered + take)
             buffer[self._buffered : self._buffered + take].copy_(flat[start : start + take])
             self._buffered += take
             start += take
@@ -322,9 +324,7 @@ class HessianAccumulator:
         if not isinstance(total, LowerGram) or total.n != self.in_features:
             found = f"width {total.n}" if isinstance(total, LowerGram) else type(total).__name__
             raise ShapeError(f"total: expected a LowerGram of width {self.in_features}, found {found}")
-        if self.gram is None:
-            raise StateError("add_segment: the accumulator holds no sum")
-        self.gram.add_sum(total)  # with no closed segment the total is zero: 0 + segment, the segment exactly
+        self._sum().add_sum(total)  # with no closed segment the total is zero: 0 + segment, the segment exactly
         self._segments += 1
         self.nsamples += whole
 
@@ -338,7 +338,7 @@ class HessianAccumulator:
                 f"chain_start: expected the accumulator at a segment boundary, found {self._buffered} buffered rows "
                 f"and {self._segment_chunks} of {SEGMENT_CHUNKS} chunks in the open segment"
             )
-        return self.gram if self._segments else None
+        return self._sum() if self._segments else None
 
     def add_chained(self, total: LowerGram, segments: int) -> None:
         """Take ``total``: :meth:`chain_start`'s total with ``segments`` whole segments' sums added to it one by
@@ -355,31 +355,50 @@ class HessianAccumulator:
         self._segments += int(segments)
         self.nsamples += int(segments) * segment_tokens(self.in_features)
 
-    def _new_buffer(self, device: torch.device | str = "cpu") -> torch.Tensor:
-        """The float32 token buffer ``[buffer_tokens(in), in]`` on ``device`` (contents undefined)."""
-        return torch.empty(buffer_tokens(self.in_features), self.in_features, device=device)
+    def _sum(self) -> LowerGram:
+        """The float64 sum (:attr:`gram`), made (zeros, on the accumulator's device) when first needed: an
+        accumulator that has seen no whole chunk holds no ``[in, in]`` sum. An MoE layer keeps one accumulator per
+        expert input alive through its capture (128 experts x 2 inputs at the 30B-A3B shape), each seeing a few
+        hundred tokens: made up front, their sums alone were 3.8 GB."""
+        if self.gram is None:
+            self.gram = LowerGram(self.in_features, device=self._device)
+        return self.gram
 
-    def _place(self, device: torch.device) -> torch.Tensor:
-        """Buffer and sums on ``device`` (the activations'): made there, or moved there exactly (a resumed
-        accumulator's CPU state continuing on a GPU). Returns the buffer."""
+    def _room(self, rows: int) -> torch.Tensor:
+        """The float32 token buffer with room for ``rows`` rows (at most :func:`buffer_tokens`): allocated for
+        what arrives and doubled when more does (the buffered rows copied over), so an input that sees few tokens
+        (an MoE expert's) holds few rows, not the whole chunk (4096 x 2048 float32 = 32 MiB per expert input
+        at the 30B-A3B shape). Chunk boundaries depend on :func:`buffer_tokens` alone, never on this size."""
+        current = self._buffer
+        if current is not None and current.shape[0] >= rows:
+            return current
+        capacity = buffer_tokens(self.in_features)
+        size = max(rows, MIN_BUFFER_TOKENS) if current is None else max(rows, 2 * int(current.shape[0]))
+        grown = torch.empty(min(size, capacity), self.in_features, device=self._device)
+        if current is not None and self._buffered:
+            grown[: self._buffered].copy_(current[: self._buffered])
+        self._buffer = grown
+        return grown
+
+    def _place(self, device: torch.device) -> None:
+        """Buffer and sums on ``device`` (the activations'): made there when they are made, or moved there exactly
+        (a resumed accumulator's CPU state continuing on a GPU)."""
+        self._device = torch.device(device)
         if self.gram is not None:
-            self.gram = self.gram.to(device)
+            self.gram = self.gram.to(self._device)
         if self._segment is not None:
-            self._segment = self._segment.to(device)
-        if self._buffer is None:
-            self._buffer = self._new_buffer(device)
-        elif self._buffer.device != device:
-            self._buffer = self._buffer.to(device)
-        return self._buffer
+            self._segment = self._segment.to(self._device)
+        if self._buffer is not None and self._buffer.device != self._device:
+            self._buffer = self._buffer.to(self._device)
 
     def _flush(self) -> None:
         """Add the buffered rows' product (a chunk) to the open segment; close the segment at its last chunk."""
-        if self._buffered and self._buffer is not None and self.gram is not None:
+        if self._buffered and self._buffer is not None:
             if self._segments == 0:
-                target = self.gram  # the total is zero: the first segment is summed in place
+                target = self._sum()  # the total is zero: the first segment is summed in place
             else:
                 if self._segment is None:
-                    self._segment = LowerGram(self.in_features, device=self.gram.device)
+                    self._segment = LowerGram(self.in_features, device=self._device)
                 target = self._segment
             target.add(self._buffer[: self._buffered])
             self._segment_chunks += 1
@@ -391,8 +410,8 @@ class HessianAccumulator:
         """Add the open segment's sum to the total (nothing to add for the first: it is summed in place)."""
         if not self._segment_chunks:
             return
-        if self._segments and self._segment is not None and self.gram is not None:
-            self.gram.add_sum(self._segment)
+        if self._segments and self._segment is not None:
+            self._sum().add_sum(self._segment)
             for block in self._segment.blocks.values():
                 block.zero_()  # reused by the next segment
         self._segments += 1
@@ -441,7 +460,7 @@ class HessianAccumulator:
             else torch.zeros(0, self.in_features, dtype=torch.float32)
         )
         state: dict[str, torch.Tensor | int] = {
-            "hessian_sum": self.gram.full().cpu() if self.gram is not None else torch.zeros(0, dtype=torch.float64),
+            "hessian_sum": self._sum().full().cpu(),
             "pending": pending,
             "nsamples": self.nsamples,
             "in_features": self.in_features,
@@ -483,14 +502,14 @@ class HessianAccumulator:
         segments, chunks = self._segment_position(state, nsamples - buffered)
         segment = _checked_sum(state, "segment_sum", shape) if segments and chunks else None
         self.gram = LowerGram.from_full(total.detach())
+        self._device = self.gram.device
         self._segment = LowerGram.from_full(segment.detach()) if segment is not None else None
         self._segments, self._segment_chunks = segments, chunks
         self.nsamples = nsamples
         self._released = False
         self._buffer, self._buffered = None, 0
         if pending is not None and pending.shape[0]:
-            self._buffer = self._new_buffer(self.gram.device)
-            self._buffer[: pending.shape[0]].copy_(pending)
+            self._room(int(pending.shape[0]))[: pending.shape[0]].copy_(pending)
             self._buffered = int(pending.shape[0])
 
     def _segment_position(self, state: dict[str, torch.Tensor | int | float], summed: int) -> tuple[int, int]:
