@@ -80,7 +80,15 @@ def test_experts_fused_under_another_file_name_are_read_per_expert(tmp_path, tok
     stored = "model.layers.1.block_sparse_moe.input_linear.weight"
     assert stored in source.names and stored not in source.tensor_names()
     assert source.aliases["model.layers.1.block_sparse_moe.experts.2.up_proj.weight"].source == stored
+    reads: list[str] = []
+    get = source.get
+    source.get = lambda name, dtype=None: reads.append(name) or get(name, dtype)  # type: ignore[method-assign]
     model = source.materialize_all()
+    assert reads.count(stored) == 1  # every expert of the layer slices one read of the fused tensor
+    source.get = get  # type: ignore[method-assign]
+    for name, param in model.named_parameters():  # each expert's slice is its own copy, not a view of the fused
+        if ".experts." in name:
+            assert param.untyped_storage().nbytes() == param.numel() * param.element_size(), name
     ids = torch.arange(3, 30).unsqueeze(0)
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, _dense(directory)(ids).logits, atol=1e-5)

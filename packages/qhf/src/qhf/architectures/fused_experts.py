@@ -91,8 +91,10 @@ class FusedSlice:
         return part
 
     def take(self, fused: torch.Tensor) -> torch.Tensor:
-        """The unfused parameter (``[out, in]`` weight or ``[out]`` bias) from the fused tensor."""
-        return self._view(fused).contiguous()
+        """The unfused parameter (``[out, in]`` weight or ``[out]`` bias) from the fused tensor: always a copy of
+        its own (a contiguous slice returned as a view would keep the whole fused tensor alive: an MoE layer's
+        128 experts, each read from its own read of ``gate_up_proj``, held 128 of them)."""
+        return self._view(fused).clone(memory_format=torch.contiguous_format)
 
     def put(self, fused: torch.Tensor, value: torch.Tensor) -> None:
         """Write the unfused parameter ``value`` back into its place in ``fused`` (inverse of :meth:`take`)."""
