@@ -1,0 +1,141 @@
+"""Viterbi search for EXL3 trellis symbols: the ``b``-bit symbol sequence of each tile whose decoded states
+best match (least squares) a target sequence, with the tail-biting wrap of the EXL3 format.
+
+Trellis (``L`` = ``state_bits``, 16 in EXL3; ``b`` = ``bits``): the state of position ``i`` is
+``s_i = ((s_{i-1} << b) | sym_i) & (2^L - 1)`` and decodes to ``values[s_i]``; ``sym_i = s_i & (2^b - 1)``.
+So the ``2^b`` predecessors of a state are the states that share its top ``L - b`` bits as their low bits
+and differ in their own top ``b`` bits: with the cost vector laid out as ``[2^b, 2^(L-b)]`` (top bits
+first) one step is a min over the first axis, a broadcast add of the new distortion, and a reshape.
+
+**Tail-biting.** In EXL3 the states wrap around the tile's ``n = 256`` symbols: ``s_0`` is built from the
+last symbols too, so a valid state sequence is a *cycle* (``s_0``'s top ``L - b`` bits, the *overlap*, equal
+``s_{n-1}``'s low ``L - b`` bits). The exact optimum over cycles needs one constrained Viterbi per overlap
+value (``2^(L-b)`` of them: 16384 at 2 bits); :func:`search_tiles` instead runs two passes:
+
+1. an unconstrained Viterbi over the sequence rotated by ``n/2`` (the wrap point sits mid-path, where the
+   path is not pulled by a free end); its cost is a **lower bound** on the tail-biting optimum (it relaxes
+   one constraint), and its state at original position ``n-1`` gives the overlap ``c``;
+2. a Viterbi over the sequence in order with ``s_0``'s top bits and ``s_{n-1}``'s low bits both fixed to
+   ``c``: the best cycle through that overlap, a feasible (**upper bound**) solution.
+
+The result is exact whenever the two costs agree, and the gap is reported per tile (``TrellisResult.bound``);
+the constrained pass is exact given its overlap (tested against brute force on small trellises).
+
+Memory: one float32 cost vector ``[T, 2^L]`` and the per-step choices, uint8 ``[n, T, 2^(L-b)]`` (the
+choice depends only on the shared bits), so 4 MiB per tile at 2 bits, 1 MiB at 4 bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ShapeError, SpecError
+
+#: EXL3's state width.
+STATE_BITS = 16
+#: Tiles per Viterbi batch in :func:`search_tiles` (bounds the choice buffer: 64 tiles at 2 bits = 256 MiB).
+TILE_BATCH = 64
+
+
+@dataclass(frozen=True)
+class TrellisResult:
+    """Symbols of ``T`` tiles and their costs.
+
+    * ``symbols``: int64 ``[T, n]``, each in ``0 .. 2^b - 1`` (decode order).
+    * ``states``: int64 ``[T, n]``, the decoded (tail-biting) state of every position.
+    * ``cost``: float64 ``[T]``, ``sum((values[states] - targets)**2)`` of the returned cycle.
+    * ``bound``: float64 ``[T]``, the unconstrained (pass 1) optimum: a lower bound on the best cycle's cost.
+    """
+
+    symbols: torch.Tensor
+    states: torch.Tensor
+    cost: torch.Tensor
+    bound: torch.Tensor
+
+
+def check_search(targets: torch.Tensor, values: torch.Tensor, bits: int, state_bits: int) -> None:
+    """Raise :class:`SpecError` / :class:`ShapeError` naming the field unless the search is well posed."""
+    if not isinstance(bits, int) or not 1 <= bits <= 8:
+        raise SpecError(f"bits: expected an integer in 1..8, found {bits!r}")
+    if not isinstance(state_bits, int) or not bits < state_bits <= STATE_BITS:
+        raise SpecError(f"state_bits: expected an integer in {bits + 1}..{STATE_BITS}, found {state_bits!r}")
+    if targets.ndim != 2 or targets.shape[1] < 2:
+        raise ShapeError(f"targets: expected [tiles, positions >= 2], found {tuple(targets.shape)}")
+    if values.shape != (1 << state_bits,):
+        raise ShapeError(f"values: expected [{1 << state_bits}] (one per state), found {tuple(values.shape)}")
+    if not bool(torch.isfinite(targets).all()):
+        raise ShapeError("targets: contains NaN or infinity")
+
+
+def viterbi(
+    targets: torch.Tensor,
+    values: torch.Tensor,
+    bits: int,
+    overlap: torch.Tensor | None = None,
+    state_bits: int = STATE_BITS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One Viterbi pass over ``targets`` float32 ``[T, n]`` with state values ``values`` float32 ``[2^L]``.
+
+    ``overlap`` None: the best free path (any start, any end). ``overlap`` int64 ``[T]``: the best path
+    with ``s_0 >> b == overlap`` and ``s_{n-1} & (2^(L-b) - 1) == overlap`` (a cycle through that overlap).
+    Returns (``states`` int64 ``[T, n]``, ``cost`` float64 ``[T]``; the cost is recomputed from the states
+    in float64, so it does not carry the float32 accumulation of the search).
+    """
+    check_search(targets, values, bits, state_bits)
+    tiles, n = targets.shape
+    shared = 1 << (state_bits - bits)  # predecessor classes: the bits a state shares with its predecessors
+    fan = 1 << bits
+    x = targets.to(torch.float32)
+    v = values.to(torch.float32)
+    rows = torch.arange(tiles)
+    choices = torch.empty(n, tiles, shared, dtype=torch.uint8)
+    cost = (v[None, :] - x[:, :1]).square_()  # [T, 2^L]
+    if overlap is not None:
+        allowed = torch.full_like(cost, float("inf")).view(tiles, shared, fan)
+        allowed[rows, overlap] = 0.0  # s_0 = (overlap << b) | sym
+        cost += allowed.view(tiles, -1)
+    for i in range(1, n):
+        best, arg = cost.view(tiles, fan, shared).min(dim=1)  # [T, shared]: over the predecessor's top bits
+        choices[i] = arg.to(torch.uint8)
+        cost = (v.view(1, shared, fan) - x[:, i, None, None]).square_().add_(best[:, :, None]).view(tiles, -1)
+    if overlap is None:
+        last = cost.argmin(dim=1)
+    else:
+        ends = cost.view(tiles, fan, shared)[rows, :, overlap]  # [T, fan]: s_{n-1} = (top << (L-b)) | overlap
+        last = (ends.argmin(dim=1) * shared) + overlap
+    found = torch.empty(tiles, n, dtype=torch.int64)
+    found[:, -1] = last
+    for i in range(n - 1, 0, -1):
+        low = found[:, i] >> bits
+        top = choices[i][rows, low].to(torch.int64)
+        found[:, i - 1] = (top << (state_bits - bits)) | low
+    exact = (values.to(torch.float64)[found] - targets.to(torch.float64)).square().sum(dim=1)
+    return found, exact
+
+
+def search_tiles(
+    targets: torch.Tensor, values: torch.Tensor, bits: int, state_bits: int = STATE_BITS
+) -> TrellisResult:
+    """Tail-biting symbols for ``targets`` float32 ``[T, n]`` (decode order), two passes as in the module
+    docstring, :data:`TILE_BATCH` tiles at a time. ``values``: float32 ``[2^L]`` (``codebook_values``)."""
+    check_search(targets, values, bits, state_bits)
+    n = targets.shape[1]
+    low_mask = (1 << (state_bits - bits)) - 1
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for t0 in range(0, targets.shape[0], TILE_BATCH):
+        batch = targets[t0 : t0 + TILE_BATCH]
+        half = n // 2
+        rolled = torch.roll(batch, -half, dims=1)  # rolled[:, j] = batch[:, (j + half) % n]
+        free_states, bound = viterbi(rolled, values, bits, None, state_bits)
+        overlap = free_states[:, (n - 1 - half) % n] & low_mask  # the free path's state at position n-1
+        found, cost = viterbi(batch, values, bits, overlap, state_bits)
+        parts.append((found, cost, bound))
+    found = torch.cat([p[0] for p in parts])
+    return TrellisResult(
+        symbols=found & ((1 << bits) - 1),
+        states=found,
+        cost=torch.cat([p[1] for p in parts]),
+        bound=torch.cat([p[2] for p in parts]),
+    )
