@@ -112,3 +112,5 @@ def test_bad_input_names_the_field() -> None:
         quantize_exl3(good, torch.full((128, 128), float("inf")), 4)
     with pytest.raises(SpecError, match="damp"):
         quantize_exl3(good, torch.eye(128), 4, damp=-1.0)
+    with pytest.raises(SpecError, match="window"):
+        quantize_exl3(good, torch.eye(128), 4, window=0)

@@ -64,6 +64,7 @@ def test_tail_biting_against_brute_force(bits: int, state_bits: int, n: int) -> 
     assert ((cyc[:, 0] >> bits) == overlap_of).all()  # the reference windows are cycles
     v, x = values.double().numpy(), targets.double().numpy()
     result = search_tiles(targets, values, bits, state_bits)
+    reduced = search_tiles(targets, values, bits, state_bits, window=2)
     for t in range(targets.shape[0]):
         brute = ((v[cyc] - x[t]) ** 2).sum(axis=1)
         per_overlap = []
@@ -76,6 +77,12 @@ def test_tail_biting_against_brute_force(bits: int, state_bits: int, n: int) -> 
         assert np.array_equal(circular_states(sym, bits, state_bits), result.states[t].numpy())
         assert float(result.cost[t]) == pytest.approx(float(((v[result.states[t].numpy()] - x[t]) ** 2).sum()))
         assert float(result.bound[t]) <= brute.min() + 1e-9 <= float(result.cost[t]) + 2e-9
+        for found in (result, reduced):  # the reduced search: a valid cycle, between its (weaker) bound and more
+            states_t = found.states[t].numpy()
+            assert np.array_equal(circular_states(found.symbols[t].numpy(), bits, state_bits), states_t)
+            assert float(found.cost[t]) == pytest.approx(float(((v[states_t] - x[t]) ** 2).sum()))
+            assert float(found.bound[t]) <= brute.min() + 1e-9 <= float(found.cost[t]) + 2e-9
+            assert float(found.cost[t]) == pytest.approx(per_overlap[int(states_t[-1] & low)], rel=1e-12)
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4])
@@ -114,3 +121,5 @@ def test_search_refuses_bad_input() -> None:
         search_tiles(torch.zeros(1, 256), torch.zeros(10), 2)
     with pytest.raises(ShapeError, match="targets"):
         search_tiles(torch.full((1, 256), float("nan")), values, 2)
+    with pytest.raises(SpecError, match="window"):
+        search_tiles(torch.zeros(1, 256), values, 2, window=0)

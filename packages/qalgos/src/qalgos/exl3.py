@@ -69,7 +69,8 @@ def block_hadamard(size: int) -> torch.Tensor:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
     if size % HADAMARD:
         raise ShapeError(f"hadamard: size {size} is not a multiple of {HADAMARD}")
-    return h / HADAMARD**0.5
+    scaled: torch.Tensor = h / HADAMARD**0.5
+    return scaled
 
 
 def rotate_rows(x: torch.Tensor) -> torch.Tensor:
@@ -116,19 +117,22 @@ def feedback_factor(hr: torch.Tensor, damp: float) -> torch.Tensor:
     if int(info):
         raise NumericalError(f"hessian: the rotated Hessian with damp {damp} is not positive definite")
     inverse = torch.cholesky_inverse(lower)
-    upper, info = torch.linalg.cholesky_ex(inverse, upper=True)
-    if int(info):
+    factored = torch.linalg.cholesky_ex(inverse, upper=True)
+    if int(factored.info):
         raise NumericalError(f"hessian: the inverse of the rotated Hessian with damp {damp} is not positive definite")
+    upper: torch.Tensor = factored.L
     return upper
 
 
-def quantize_tile_row(block: torch.Tensor, values: torch.Tensor, bits: int) -> tuple[np.ndarray, torch.Tensor, float]:
+def quantize_tile_row(
+    block: torch.Tensor, values: torch.Tensor, bits: int, window: int | None = None
+) -> tuple[np.ndarray, torch.Tensor, float]:
     """Code one tile row ``block`` float64 ``[16, N]``: (uint8 symbols ``[N/16, 256]``, the decoded float64
     ``[16, N]``, the summed search gap)."""
     n = block.shape[1]
     perm = torch.from_numpy(tile_perm())
     tiles = block.reshape(TILE, n // TILE, TILE).permute(1, 0, 2).reshape(n // TILE, TILE * TILE)
-    found = search_tiles(tiles[:, perm].to(torch.float32), values, bits)
+    found = search_tiles(tiles[:, perm].to(torch.float32), values, bits, window=window)
     decoded = torch.empty(n // TILE, TILE * TILE, dtype=torch.float64)
     decoded[:, perm] = values.to(torch.float64)[found.states]
     back = decoded.reshape(n // TILE, TILE, TILE).permute(1, 0, 2).reshape(TILE, n)
@@ -145,16 +149,20 @@ def quantize_exl3(
     seed: int = 0,
     damp: float = 0.01,
     feedback: bool = True,
+    window: int | None = None,
 ) -> EXL3Result:
     """Quantize ``weight [out, in]`` (in and out multiples of 128) to EXL3 at ``bits`` (1..8) per weight.
 
     ``hessian [in, in]`` (``2/N · Σ x xᵀ``, any float dtype; None: identity, plain trellis coding) weights the
     error; ``feedback`` False codes every tile row from the rotated weight alone (no LDLQ). ``seed`` draws the
-    sign flips: the same inputs and seed give the same symbols and bytes.
+    sign flips: the same inputs and seed give the same symbols and bytes. ``window``: the reduced tail-biting
+    search (:func:`qalgos.exl3_trellis_search.search_tiles`), None for the full two passes.
     """
     check_exl3_input(weight, hessian, bits, codebook)
     if not damp >= 0:
         raise SpecError(f"damp: expected a non-negative fraction, found {damp!r}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise SpecError(f"window: expected None or a positive number of positions, found {window!r}")
     out_f, in_f = weight.shape
     wt = weight.detach().to(torch.float64).T  # [K, N]
     gen = torch.Generator().manual_seed(seed)
@@ -175,7 +183,7 @@ def quantize_exl3(
     gap = 0.0
     for b in range(in_f // TILE):
         rows = slice(b * TILE, (b + 1) * TILE)
-        symbols[b], coded, row_gap = quantize_tile_row(target[rows], values, bits)
+        symbols[b], coded, row_gap = quantize_tile_row(target[rows], values, bits, window)
         gap += row_gap
         if factor is not None and (b + 1) * TILE < in_f:
             err = torch.linalg.solve_triangular(factor[rows, rows].T, target[rows] - coded, upper=False)

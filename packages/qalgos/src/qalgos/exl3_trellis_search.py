@@ -141,22 +141,32 @@ def viterbi(
 
 
 def search_tiles(
-    targets: torch.Tensor, values: torch.Tensor, bits: int, state_bits: int = STATE_BITS
+    targets: torch.Tensor, values: torch.Tensor, bits: int, state_bits: int = STATE_BITS, window: int | None = None
 ) -> TrellisResult:
     """Tail-biting symbols for ``targets`` float32 ``[T, n]`` (decode order), two passes as in the module
-    docstring, as many tiles at a time as :data:`WORKSPACE_ELEMENTS` holds. ``values``: float32 ``[2^L]`` (``codebook_values``)."""
+    docstring, as many tiles at a time as :data:`WORKSPACE_ELEMENTS` holds. ``values``: float32 ``[2^L]``
+    (``codebook_values``).
+
+    ``window`` (the reduced search): pass 1 runs over only the ``window`` positions on each side of the wrap
+    point instead of the whole rotated tile (``window=32``: 1.25 passes' work instead of 2). The overlap it
+    picks is then the free optimum's over that stretch, and ``bound`` the least cost of those ``2 · window``
+    positions alone (still a lower bound on the tile's best cycle, a weaker one). None: the whole tile."""
     check_search(targets, values, bits, state_bits)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise SpecError(f"window: expected None or a positive number of positions, found {window!r}")
     n = targets.shape[1]
+    half = n // 2
+    side = half if window is None else min(window, half)
     low_mask = (1 << (state_bits - bits)) - 1
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     batch_tiles = max(1, min(targets.shape[0], WORKSPACE_ELEMENTS // (n << (state_bits - bits))))
     workspace = torch.empty(batch_tiles * (n << (state_bits - bits)), dtype=torch.float32)
     for t0 in range(0, targets.shape[0], batch_tiles):
         batch = targets[t0 : t0 + batch_tiles]
-        half = n // 2
-        rolled = torch.roll(batch, -half, dims=1)  # rolled[:, j] = batch[:, (j + half) % n]
-        free_states, bound = viterbi(rolled, values, bits, None, state_bits, workspace)
-        overlap = free_states[:, (n - 1 - half) % n] & low_mask  # the free path's state at position n-1
+        rolled = torch.roll(batch, -half, dims=1)  # rolled[:, j] = batch[:, (j + half) % n]: the wrap mid-way
+        stretch = rolled[:, half - side : half + side]
+        free_states, bound = viterbi(stretch, values, bits, None, state_bits, workspace)
+        overlap = free_states[:, side - 1] & low_mask  # the free path's state at position n-1
         found, cost = viterbi(batch, values, bits, overlap, state_bits, workspace)
         parts.append((found, cost, bound))
     found = torch.cat([p[0] for p in parts])
