@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from qalgos.errors import ShapeError, SpecError
+from qalgos.errors import NumericalError, ShapeError, SpecError
 from qalgos.exl3 import EXL3Result, quantize_exl3
 from qalgos.rtn import quantize_rtn
 from qalgos.spec import QuantSpec
@@ -112,5 +112,7 @@ def test_bad_input_names_the_field() -> None:
         quantize_exl3(good, torch.full((128, 128), float("inf")), 4)
     with pytest.raises(SpecError, match="damp"):
         quantize_exl3(good, torch.eye(128), 4, damp=-1.0)
+    with pytest.raises(NumericalError, match="weight"):
+        quantize_exl3(good * 1e6, None, 4)
     with pytest.raises(SpecError, match="window"):
         quantize_exl3(good, torch.eye(128), 4, window=0)

@@ -171,7 +171,10 @@ def quantize_exl3(
     values = torch.from_numpy(codebook_values(codebook))
     codebook_rms = float(values.to(torch.float64).square().mean().sqrt())
     weight_rms = float(rotated.square().mean().sqrt())
-    scale16 = np.float16(weight_rms / (SCALE_FRACTION * codebook_rms) if weight_rms > 0 else 1.0)
+    wanted = weight_rms / (SCALE_FRACTION * codebook_rms) if weight_rms > 0 else 1.0
+    if not wanted <= float(np.finfo(np.float16).max):
+        raise NumericalError(f"weight: its scale {wanted:.3g} overflows the float16 svh")
+    scale16 = np.float16(wanted)
     scale = float(scale16) if float(scale16) > 0 else float(np.finfo(np.float16).tiny)
     target = rotated / scale
     factor = None
