@@ -118,7 +118,8 @@ class GramProcessor:
 def _head_blocks(head: torch.Tensor, width: int) -> torch.Tensor:
     """``blockdiag(H, ..., H)`` ``[width, width]`` (o_proj's columns per head)."""
     d = int(head.shape[0])
-    return torch.block_diag(*([head] * (width // d)))
+    blocks: torch.Tensor = torch.kron(torch.eye(width // d, dtype=head.dtype), head)
+    return blocks
 
 
 def rotation_terms(
