@@ -111,7 +111,7 @@ def test_the_rotation_setting_is_resolved_and_checked() -> None:
     assert resolve_rotation("hadamard") == {"kind": "hadamard", "seed": 0, "residual": "auto", "heads": "auto"}
     assert resolve_rotation({"kind": "random", "seed": 3, "heads": False})["heads"] is False
     cases = [
-        ({"kind": "learned"}, r"rotation\.kind"),
+        ({"kind": "spun"}, r"rotation\.kind"),
         ({"kind": "hadamard", "seed": -1}, r"rotation\.seed"),
         ({"kind": "hadamard", "seed": True}, r"rotation\.seed"),
         ({"kind": "hadamard", "residual": 1}, r"rotation\.residual"),

@@ -145,8 +145,9 @@ class QuantModel:
 
         A config with a ``rotation`` setting (:mod:`qhf.rotation`) first verifies the fold on a float64 replica
         (a part asked for explicitly that does not verify raises :class:`~qhf.errors.RotationError`), builds the
-        calibration rows from the unrotated model, then reads every weight rotated; the summary's ``rotation``
-        records what applied (and a tied output projection that became untied).
+        calibration rows from the unrotated model (kind ``"learned"`` then optimizes the residual rotation on
+        them, :mod:`qhf.rotation.learn`), then reads every weight rotated; the summary's ``rotation`` records what
+        applied (and a tied output projection that became untied).
         """
         from qlooper.allocator import release_free_memory
         from qlooper.api import quantize_model
@@ -209,6 +210,15 @@ class QuantModel:
             cal = given.prepared
             stats = CalibrationStats(cal.rows, cal.total_tokens, cal.dropped)
             calibration_seconds = time.perf_counter() - start
+        if rotated is not None and rotated.record.get("kind") == "learned":  # on the dense model's Grams
+            from .rotation.learn import learn_residual
+
+            self.source.materialize_base()
+            with kv_cache_off(self.model):
+                rotated = learn_residual(
+                    self.source, rotated, cal, spec, format=str(config.format),
+                    device=run_device if executor is None else None, cache_device=str(run_cache),
+                )  # fmt: skip
         source_identity = None
         if rotated is not None:  # after the calibration rows: they are the unrotated run's
             from qlooper.identity import source_fingerprint

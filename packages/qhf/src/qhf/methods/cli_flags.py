@@ -148,7 +148,7 @@ def _rotation(value: Any, given: GivenFlags) -> dict[str, Any]:
     seed = given["rotation_seed"]
     if value is None:
         if seed is not None:
-            raise FlagCombinationError("--rotation-seed: only together with --rotation hadamard|random")
+            raise FlagCombinationError("--rotation-seed: only together with --rotation hadamard|random|learned")
         return {}
     if value == "none":
         if seed is not None:
@@ -277,8 +277,9 @@ CALIBRATED_FLAGS: tuple[MethodFlag, ...] = (
     method_flag(
         "--rotation",
         "fold a rotation into the weights before quantizing (residual stream and per-head values; a randomized "
-        "Hadamard, or a random orthogonal matrix); the checkpoint stays a plain model (default: none)",
-        choices=("none", "hadamard", "random"),
+        "Hadamard, a random orthogonal matrix, or the Hadamard residual rotation optimized on the calibration rows: "
+        "learned); the checkpoint stays a plain model (default: none)",
+        choices=("none", "hadamard", "random", "learned"),
         default=None,
         config=_rotation,
     ),

@@ -13,7 +13,9 @@ The record (``meta.rotation`` of the saved config, ``QuantizeSummary.rotation``)
 ``residual`` / ``heads`` (applied or not), ``matrices`` (each applied matrix's size, kind and construction: a
 Hadamard order without a construction falls back to a random orthogonal matrix, and this says so),
 ``untied_embeddings`` when a tied output projection got its own tensor, ``refused`` (part -> reason) when an
-``"auto"`` part was left out.
+``"auto"`` part was left out. Kind ``"learned"`` draws the Hadamard matrices, records its ``steps`` / ``lr``, and
+:func:`qhf.rotation.learn.learn_residual` (after the calibration rows) replaces the residual matrix and adds
+``learned`` (how it was learned) and the matrix's ``sha256`` to ``matrices.residual``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..source.opened_source import OpenedSource
 from .check import ReplicaCheck
 from .fold import FoldedRotation
 from .plan import Plan, attention_shape, base_plan, final_norm, layer_plan, layer_roles
+from .setting import LEARNED, LEARNED_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +81,13 @@ def _decide(check: ReplicaCheck, setting: dict[str, Any], has_head: bool) -> tup
 def prepare_rotation(source: OpenedSource, setting: dict[str, Any]) -> PreparedRotation:
     """The run's rotation for the resolved ``setting`` (:mod:`qhf.rotation.setting`; not ``"none"``)."""
     kind, seed = str(setting["kind"]), int(setting["seed"])
+    draw = "hadamard" if kind == LEARNED else kind  # a learned rotation starts from the Hadamard one
     hidden = _hidden(source)
     attention = attention_shape(source.config)
-    residual = orthogonal_rotation(hidden, kind, seed, "residual")
+    residual = orthogonal_rotation(hidden, draw, seed, "residual")
     head: Rotation | None = None
     if attention is not None:
-        head = orthogonal_rotation(attention.head_dim, kind, seed, "head")
+        head = orthogonal_rotation(attention.head_dim, draw, seed, "head")
     definition = source.definition
     check = ReplicaCheck(
         source.model, definition, source.discovery.layer_structures, source.embed_weight, source.head_weight,
@@ -109,6 +113,8 @@ def prepare_rotation(source: OpenedSource, setting: dict[str, Any]) -> PreparedR
     record: dict[str, Any] = {
         "kind": kind, "seed": seed, "residual": use_residual, "heads": use_heads, "matrices": matrices,
     }  # fmt: skip
+    if kind == LEARNED:
+        record.update({key: setting[key] for key in LEARNED_KEYS})
     if untie:
         record["untied_embeddings"] = True
     if refused:
