@@ -154,6 +154,18 @@ def search_tiles(
     check_search(targets, values, bits, state_bits)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise SpecError(f"window: expected None or a positive number of positions, found {window!r}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # hundreds of short steps per tile batch: threads' barriers cost more than they save
+    try:
+        return _search(targets, values, bits, state_bits, window)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _search(
+    targets: torch.Tensor, values: torch.Tensor, bits: int, state_bits: int, window: int | None
+) -> TrellisResult:
+    """:func:`search_tiles` after its checks, on the calling thread."""
     n = targets.shape[1]
     half = n // 2
     side = half if window is None else min(window, half)
