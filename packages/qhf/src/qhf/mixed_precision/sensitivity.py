@@ -25,10 +25,10 @@ from qalgos.sensitivity import rtn_noise_to_signal
 from qalgos.spec import QuantSpec
 from qlooper.calibration import CalibrationSet
 from qlooper.definition import ResolvedGroup
-from qlooper.processors.base import LayerContext, ModuleResult, first_tensor
+from qlooper.processors.base import LayerContext, ModuleResult
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
+from ..input_hooks import HookedInputs
 from ..source.opened_source import OpenedSource
 
 #: Calibration rows the sensitivity pass reads at most (evenly spaced over the calibration set): 16 x 256 tokens
@@ -36,7 +36,7 @@ from ..source.opened_source import OpenedSource
 SENSITIVITY_ROWS = 16
 
 
-class SensitivityProcessor:
+class SensitivityProcessor(HookedInputs):
     """A qlooper processor that measures (module docstring) and quantizes nothing. ``errors``: module full name
     -> {width: noise-to-signal ratio}, filled layer by layer."""
 
@@ -60,24 +60,6 @@ class SensitivityProcessor:
             self._tokens[key] = 0
         self._power[key] += (rows.to(torch.float64) ** 2).sum(dim=0).cpu()
         self._tokens[key] += int(rows.shape[0])
-
-    def observe(self, ctx: LayerContext, group: ResolvedGroup, x: torch.Tensor) -> None:
-        """Lockstep: ``x`` ``[B, T, in]`` is the input every module of ``group`` reads."""
-        self._add(ctx, group.modules[0].input_key, x)
-
-    def attach(self, ctx: LayerContext, group: ResolvedGroup) -> list[RemovableHandle]:
-        handles = []
-        hooked: set[str] = set()
-        for mod in group.modules:
-            if mod.input_key in hooked:
-                continue
-            hooked.add(mod.input_key)
-
-            def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, key: str = mod.input_key) -> None:
-                self._add(ctx, key, first_tensor(inputs))
-
-            handles.append(mod.module.register_forward_hook(hook))
-        return handles
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
         for mod in group.modules:

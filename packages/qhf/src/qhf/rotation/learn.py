@@ -36,11 +36,10 @@ from qalgos.orthogonal import stream_seed
 from qalgos.spec import QuantSpec
 from qlooper.calibration import CalibrationSet
 from qlooper.definition import ResolvedGroup
-from qlooper.processors.base import LayerContext, ModuleResult, first_tensor
-from torch import nn
-from torch.utils.hooks import RemovableHandle
+from qlooper.processors.base import LayerContext, ModuleResult
 
 from ..errors import RotationError
+from ..input_hooks import HookedInputs
 from ..mixed_precision.sensitivity import TransientLayers, row_subset
 from ..source.opened_source import OpenedSource
 from .fold import FoldedRotation
@@ -53,7 +52,7 @@ logger = logging.getLogger(__name__)
 LEARN_ROWS = 16
 
 
-class GramProcessor:
+class GramProcessor(HookedInputs):
     """A qlooper processor that accumulates input Grams (module docstring) and quantizes nothing. ``grams``:
     module full name -> its input's ``sum x xᵀ`` float64 ``[in, in]``; ``tokens``: module -> tokens summed."""
 
@@ -76,24 +75,6 @@ class GramProcessor:
             self._counts[key] = 0
         self._sums[key] += rows.T @ rows
         self._counts[key] += int(rows.shape[0])
-
-    def observe(self, ctx: LayerContext, group: ResolvedGroup, x: torch.Tensor) -> None:
-        """Lockstep: ``x`` ``[B, T, in]`` is the input every module of ``group`` reads."""
-        self._add(ctx, group.modules[0].input_key, x)
-
-    def attach(self, ctx: LayerContext, group: ResolvedGroup) -> list[RemovableHandle]:
-        handles = []
-        hooked: set[str] = set()
-        for mod in group.modules:
-            if mod.input_key in hooked:
-                continue
-            hooked.add(mod.input_key)
-
-            def hook(_m: nn.Module, inputs: tuple[Any, ...], _out: Any, key: str = mod.input_key) -> None:
-                self._add(ctx, key, first_tensor(inputs))
-
-            handles.append(mod.module.register_forward_hook(hook))
-        return handles
 
     def process(self, ctx: LayerContext, group: ResolvedGroup) -> list[ModuleResult]:
         for mod in group.modules:
