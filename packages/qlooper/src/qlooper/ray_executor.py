@@ -210,36 +210,32 @@ class RayExecutor(ShardedExecutor):
             return False
         return True
 
-    def _replace(self, index: int, during: str, error: BaseException) -> LostWorker:
-        """Report the lost worker ``index`` and start a replacement under its name (layer and state loaded)."""
+    def _report(self, index: int, during: str, error: BaseException, action: str) -> LostWorker:
+        """Record and log worker ``index`` as lost during ``during`` (``action``: what the executor does next)."""
         who = self.identities[index]
         lost = LostWorker(who["name"], who["host"], int(who["pid"]), self._index, during, type(error).__name__)
         self.lost.append(lost)
         log.warning(
-            "ray worker %s (pid %s on %s) was lost during %s (%s); starting a replacement",
+            "ray worker %s (pid %s on %s) was lost during %s (%s); %s",
             lost.name,
             lost.pid,
             lost.host,
             during,
             lost.error,
+            action,
         )
+        return lost
+
+    def _replace(self, index: int, during: str, error: BaseException) -> LostWorker:
+        """Report the lost worker ``index`` and start a replacement under its name (layer and state loaded)."""
+        lost = self._report(index, during, error, "starting a replacement")
         self._actors[index], self.identities[index] = self._start(index)
         return lost
 
     def _retry(self, index: int, method: str, args: tuple[Any, ...], during: str, error: BaseException) -> Any:
         """Report the lost worker, start a replacement (same name), run the call again on it."""
         ray = _ray()
-        who = self.identities[index]
-        lost = LostWorker(who["name"], who["host"], int(who["pid"]), self._index, during, type(error).__name__)
-        self.lost.append(lost)
-        log.warning(
-            "ray worker %s (pid %s on %s) was lost during %s (%s); starting a replacement and repeating the call",
-            lost.name,
-            lost.pid,
-            lost.host,
-            during,
-            lost.error,
-        )
+        lost = self._report(index, during, error, "starting a replacement and repeating the call")
         try:
             self._actors[index], self.identities[index] = self._start(index)
             return ray.get(self._submit(index, method, args))
