@@ -81,19 +81,40 @@ def stored_dequantized(logical: QuantizedWeight, like: torch.Tensor) -> torch.Te
     Computed with torch, block by block of about :data:`DEQUANTIZE_BLOCK_ELEMENTS` output values: the same
     two float32 operations per value as qformats' numpy formula, ``(code - zero) * scale``, so the result is
     bit for bit ``logical.dequantize()`` (tested), on every thread torch has instead of numpy's one (a
-    ``[14336, 4096]`` weight: 2.2 -> 0.6 s here). Beside the float32 result the scratch is two gathered
-    ``[rows, in]`` float32 blocks of the scales and zeros, as in qformats."""
+    ``[14336, 4096]`` weight: 2.2 -> 0.6 s here). Each block is computed in one float32 scratch and written
+    into the result in ``like``'s dtype (the same rounding as converting a whole float32 result, without it).
+    When every group is a run of consecutive columns (``g_idx`` = column // group width: natural and
+    group-aware orders) the scales and zeros broadcast over ``[rows, groups, width]``; otherwise (activation
+    order) they are gathered per column, ``[rows, in]`` float32 each, as in qformats."""
     codes = torch.from_numpy(logical.codes)
     out_f, in_f = codes.shape
     g_idx = torch.from_numpy(logical.g_idx).to(torch.int64)
     scales_t = torch.from_numpy(np.ascontiguousarray(logical.scales.T, dtype=np.float32))  # [out, G], small
     zeros_t = torch.from_numpy(np.ascontiguousarray(logical.zeros.T, dtype=np.float32))
-    result = torch.empty(out_f, in_f, dtype=torch.float32)
+    width = _run_width(g_idx, scales_t.shape[1])
+    result = torch.empty(out_f, in_f, dtype=like.dtype)
     rows = max(1, DEQUANTIZE_BLOCK_ELEMENTS // max(1, in_f))
+    scratch = torch.empty(min(rows, out_f) * in_f, dtype=torch.float32)
     for r0 in range(0, out_f, rows):
         r1 = min(out_f, r0 + rows)
-        block = result[r0:r1]
+        block = scratch[: (r1 - r0) * in_f].view(r1 - r0, in_f)
         block.copy_(codes[r0:r1])
-        block.sub_(zeros_t[r0:r1].index_select(1, g_idx))
-        block.mul_(scales_t[r0:r1].index_select(1, g_idx))
-    return result.to(device=like.device, dtype=like.dtype)
+        if width:
+            runs = block.view(r1 - r0, in_f // width, width)
+            runs.sub_(zeros_t[r0:r1, :, None]).mul_(scales_t[r0:r1, :, None])
+        else:
+            block.sub_(zeros_t[r0:r1].index_select(1, g_idx))
+            block.mul_(scales_t[r0:r1].index_select(1, g_idx))
+        result[r0:r1].copy_(block)
+    return result.to(device=like.device)
+
+
+def _run_width(g_idx: torch.Tensor, groups: int) -> int:
+    """The group width ``w`` when ``g_idx [in]`` is ``column // w`` for all ``groups`` groups (each group a run
+    of ``w`` consecutive columns, ``in = groups * w``), else 0."""
+    in_f = int(g_idx.numel())
+    if groups <= 0 or in_f % groups:
+        return 0
+    width = in_f // groups
+    natural = torch.arange(in_f, dtype=torch.int64) // width
+    return width if torch.equal(g_idx, natural) else 0
