@@ -95,3 +95,26 @@ def test_rotation_flags_reach_the_rotation_setting() -> None:
         _config("--rotation-seed", "3")
     with pytest.raises(UsageError, match=r"--rotation"):
         _config("--method", "fp8", "--rotation", "hadamard")
+
+
+def test_best_for_a_target_that_loads_lora_adds_eora_and_without_one_does_not() -> None:
+    plain = _config("--preset", "best")
+    assert "adapter" not in plain
+    for target in ("vllm", "vllm:gptq", "transformers+gptqmodel"):
+        with_lora = _config("--preset", "best", "--target", target)
+        assert with_lora == {**plain, "adapter": {"rank": 32}}
+        assert read_quantize_config(with_lora).settings["adapter"] == {"name": "lora", "path": "eora", "rank": 32}
+    assert _config("--preset", "best", "--target", "llama.cpp") == plain
+    two = _config("--preset", "best", "--bits", "2", "--group-size", "32", "--target", "vllm")
+    assert (two["adapter"], two["sym"], two["format"]) == ({"rank": 32}, False, "gptq_v2")
+    assert _config("--preset", "reference", "--target", "vllm") == _config("--preset", "reference")
+
+
+def test_eora_rank_flags_win_over_what_best_adds_for_the_target() -> None:
+    assert _config("--preset", "best", "--target", "vllm", "--eora-rank", "8")["adapter"] == {"rank": 8}
+    off = _config("--preset", "best", "--target", "vllm", "--eora-rank", "0")
+    assert off["adapter"] is None and read_quantize_config(off).settings["adapter"] is None
+    refused = r"--awq-scales: --preset best --target vllm adds an EoRA adapter.*--eora-rank 0"
+    with pytest.raises(UsageError, match=refused):
+        _config("--preset", "best", "--target", "vllm", "--awq-scales")
+    assert _config("--preset", "best", "--target", "vllm", "--awq-scales", "--eora-rank", "0")["awq_scales"] is True

@@ -13,6 +13,7 @@ from qformats.engines import (
     facts_from_summary,
     format_report,
     kernels_for,
+    loads_lora_adapter,
     plan_target,
 )
 from qformats.engines.facts import GGUF
@@ -111,6 +112,17 @@ def test_unknown_target_lists_the_known_ones() -> None:
     with pytest.raises(EngineTargetError, match=r"'tgi'.*engines: vllm, transformers\+gptqmodel, llama\.cpp"):
         kernels_for("tgi")
     assert [k.kernel for k in kernels_for("llama.cpp")] == ["gguf"]
+
+
+def test_lora_adapters_load_in_vllm_and_gptqmodel_not_in_llama_cpp() -> None:
+    assert loads_lora_adapter("vllm") and loads_lora_adapter("vllm:gptq") and loads_lora_adapter("vllm:machete")
+    assert loads_lora_adapter("transformers+gptqmodel") and loads_lora_adapter("transformers+gptqmodel:torch")
+    assert not loads_lora_adapter("llama.cpp") and not loads_lora_adapter("llama.cpp:gguf")
+    cited = [k for k in KERNELS if k.loads_lora]
+    assert {k.engine for k in cited} == {"vllm", "transformers+gptqmodel"}
+    assert all("source:" in k.lora for k in cited)
+    with pytest.raises(EngineTargetError, match=r"'tgi'.*engines: vllm"):
+        loads_lora_adapter("tgi")
 
 
 def test_facts_from_a_written_checkpoint(tmp_path) -> None:

@@ -1,12 +1,14 @@
 """Presets by width: ``best`` at 2 bits is its own recipe (asymmetric, ``gptq_v2``), at 3 and 4 bits the earlier one
-(docs/algorithms.md, "Quality at 4, 3 and 2 bits"); the user's keys win at every width."""
+(docs/algorithms.md, "Quality at 4, 3 and 2 bits"); the user's keys win at every width. With a target engine that
+loads LoRA adapters ``best`` adds EoRA; without one (or for llama.cpp) it is unchanged."""
 
 from __future__ import annotations
 
 import pytest
+from qformats.engines import EngineTargetError
 from qhf.methods import get_method
 from qhf.methods.cli_flags import rewritten
-from qhf.presets import apply_preset, preset_settings
+from qhf.presets import BEST_ADAPTER_RANK, apply_preset, preset_settings, target_settings
 from qhf.quant_config import QuantConfigError, read_quantize_config
 
 BEST_3_4 = {"method": "gptq", "desc_act": True, "mse": 2.0, "rotation": "hadamard"}
@@ -47,3 +49,31 @@ def test_the_clis_symmetric_default_gives_way_to_the_two_bit_recipe() -> None:
     assert (read.sym, read.format, read.desc_act, read.group_size) == (False, "gptq_v2", True, 32)
     four = rewritten(flags, {"preset": "best"}, {**cli, "bits": 4})
     assert four == {**BEST_3_4, "bits": 4, "group_size": 32, "sym": True}
+
+
+@pytest.mark.parametrize("target", ["vllm", "vllm:gptq", "transformers+gptqmodel", "transformers+gptqmodel:torch"])
+def test_best_for_a_target_that_loads_lora_adds_the_eora_adapter(target: str) -> None:
+    assert target_settings("best", target) == {"adapter": {"rank": BEST_ADAPTER_RANK}}
+    for bits, recipe in ((4, BEST_3_4), (2, BEST_2)):
+        config = apply_preset("best", {"bits": bits, "group_size": 32}, target=target)
+        assert config == {**recipe, "adapter": {"rank": 32}, "bits": bits, "group_size": 32}
+        assert read_quantize_config(config).settings["adapter"] == {"name": "lora", "path": "eora", "rank": 32}
+
+
+@pytest.mark.parametrize("target", [None, "llama.cpp", "llama.cpp:gguf"])
+def test_best_without_a_lora_loading_target_stays_as_it_was(target: str | None) -> None:
+    assert target_settings("best", target) == {}
+    assert apply_preset("best", {"bits": 4}, target=target) == {**BEST_3_4, "bits": 4}
+    assert apply_preset("best", {"bits": 2}, target=target) == {**BEST_2, "bits": 2}
+
+
+def test_the_users_adapter_wins_and_reference_adds_none() -> None:
+    assert apply_preset("best", {"adapter": {"rank": 8}}, target="vllm")["adapter"] == {"rank": 8}
+    off = apply_preset("best", {"adapter": None}, target="vllm")
+    assert off["adapter"] is None and read_quantize_config(off).settings["adapter"] is None
+    assert apply_preset("reference", {"bits": 4}, target="vllm") == {"method": "gptq", "bits": 4}
+
+
+def test_an_unknown_target_is_refused_naming_the_engines() -> None:
+    with pytest.raises(EngineTargetError, match=r"'tgi'.*engines: vllm"):
+        target_settings("best", "tgi")

@@ -200,7 +200,8 @@ def _add_quantize(sub: argparse._SubParsersAction[LateFlagsParser]) -> None:
         default=None,
         metavar="ENGINE[:KERNEL]",
         help="make the result loadable by this engine (vllm, transformers+gptqmodel, llama.cpp; e.g. vllm:gptq): "
-        "adjust settings and say which, or refuse before any work",
+        "adjust settings and say which, or refuse before any work; with --preset best and an engine that loads LoRA "
+        "adapters (vllm, transformers+gptqmodel) also EoRA adapters of rank 32 in eora/ (--eora-rank 0: none)",
     )
     p.add_argument("--no-verify", action="store_true", help="skip reloading and comparing the saved checkpoint")
     p.add_argument("--plot", default=None, metavar="PNG", help="write a PNG of per-module loss (needs matplotlib)")

@@ -28,7 +28,7 @@ from .device_flags import check_compute_flags
 from .gguf_file_out import is_gguf_path, quantize_to_gguf_file
 from .main import EXIT_STOPPED
 from .output_guard import check_output, output_lock
-from .quantize_flags import quant_config, quant_method
+from .quantize_flags import preset_target_fields, quant_config, quant_method
 from .save_flags import check_save_flags
 
 if TYPE_CHECKING:
@@ -230,6 +230,9 @@ def _run(args: argparse.Namespace) -> int:
     method, calibrated = algorithm(cfg), needs_calibration(cfg)
     if target_line is not None:
         print(target_line, flush=True)
+    added_line = preset_adapter_text(args, cfg)
+    if added_line is not None:
+        print(added_line, flush=True)
     if is_weight_only(cfg):
         line = f"quantize     {method} {cfg.width}-bit -> format {cfg.format} (weight-only)"
         print(line, flush=True)
@@ -350,6 +353,24 @@ def _run(args: argparse.Namespace) -> int:
     if args.verbose:
         print(json.dumps(summary.report_dict(), indent=2, default=str))
     return 0
+
+
+def preset_adapter_text(args: argparse.Namespace, cfg: Any) -> str | None:
+    """The ``adapter`` line when ``--preset`` added an EoRA adapter for ``--target`` (None otherwise): its rank,
+    where it is saved and how vLLM serves it."""
+    from qhf.config_view import adapter
+
+    if preset_target_fields(args).get("adapter") is None:
+        return None
+    record = adapter(cfg)
+    if record is None:  # --eora-rank 0
+        return None
+    rank, path = record["rank"], Path(args.out) / record["path"]
+    return (
+        f"adapter      EoRA rank {rank} (--preset {args.preset} for --target {args.target}, which loads LoRA "
+        f"adapters; --eora-rank 0 leaves it out), saved to {path}; vLLM: --enable-lora --max-lora-rank {rank} "
+        f"--lora-modules eora={path}"
+    )
 
 
 def mixed_precision_text(record: Mapping[str, Any]) -> str:

@@ -61,7 +61,8 @@ def _weight_only_config(args: argparse.Namespace, method: Any) -> dict[str, Any]
 def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     """The qhf quantization config dict the flags describe (a flag the method does not take refused first): the
     common ``--bits`` / ``--format``, then what each of the method's flags gives (its ``MethodFlag.config``), then
-    the recipe flags' rewrites (``--preset``)."""
+    the recipe flags' rewrites (``--preset``) and what the preset adds for ``--target``
+    (:func:`preset_target_fields`)."""
     from qhf.methods.cli_flags import rewritten
 
     method = quant_method(args.method)
@@ -76,7 +77,31 @@ def quant_config(args: argparse.Namespace) -> dict[str, Any]:
     if args.format is not None:
         config["format"] = args.format
     config.update(_flag_fields(args, method))
-    return rewritten(method.cli_flags, _flag_values(args, method), config)
+    config = rewritten(method.cli_flags, _flag_values(args, method), config)
+    added = preset_target_fields(args)
+    if added.get("adapter") is not None and config.get("awq_scales") and "adapter" not in config:
+        raise UsageError(
+            f"--awq-scales: --preset {args.preset} --target {args.target} adds an EoRA adapter, which GPTQ on "
+            "AWQ-scaled weights does not take (its covariance would mix scaled and unscaled inputs); add --eora-rank 0 "
+            "to leave the adapter out"
+        )
+    return {**added, **config}
+
+
+def preset_target_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``--preset NAME`` adds for ``--target ENGINE[:KERNEL]`` (qhf's ``presets.target_settings``: ``best``
+    for an engine that loads LoRA adapters, an EoRA ``adapter``); nothing without both flags. The flags given
+    explicitly win over it (``--eora-rank``)."""
+    preset, target = getattr(args, "preset", None), getattr(args, "target", None)
+    if preset is None or target is None:
+        return {}
+    from qformats.engines import EngineTargetError
+    from qhf.presets import target_settings
+
+    try:
+        return target_settings(str(preset), str(target))
+    except EngineTargetError as exc:
+        raise UsageError(f"--target: {exc}") from None
 
 
 def _third_party_config(args: argparse.Namespace, method: Any) -> dict[str, Any]:

@@ -47,6 +47,16 @@ def kernels_for(target: str) -> list[EngineKernel]:
     return chosen
 
 
+def loads_lora_adapter(target: str) -> bool:
+    """Whether every kernel ``target`` (``ENGINE`` or ``ENGINE:KERNEL``) names applies a PEFT LoRA adapter saved
+    beside the checkpoint (:attr:`EngineKernel.lora`: vLLM's and GPT-QModel's GPTQ / AWQ kernels do, llama.cpp does
+    not), so the result loads with it whichever kernel the plan picks.
+
+    Raises :class:`EngineTargetError` for an unknown target, naming the known ones.
+    """
+    return all(kernel.loads_lora for kernel in kernels_for(target))
+
+
 def _rule(kernel: EngineKernel, kind: type) -> object | None:
     return next((r for r in kernel.rules if isinstance(r, kind)), None)
 

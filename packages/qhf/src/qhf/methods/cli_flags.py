@@ -189,11 +189,19 @@ def _foem(value: Any, given: GivenFlags) -> dict[str, Any]:
     return {"foem": {"alpha": given["foem_alpha"] or 0.0, "beta": value}}
 
 
+def _eora_rank(value: Any, _given: GivenFlags) -> dict[str, Any]:
+    """``--eora-rank R``: the reference's ``adapter: {rank}``; ``0``: ``adapter: None`` (no adapter, also none of
+    what a preset adds for the target engine)."""
+    if value is None:
+        return {}
+    return {"adapter": None} if value == 0 else {"adapter": {"rank": value}}
+
+
 def _awq_scales(value: Any, given: GivenFlags) -> dict[str, Any]:
     """``--awq-scales``: lowbit's ``awq_scales`` (plain GPTQ only: a GPTQ variant of its own)."""
     if not value:
         return {}
-    variants = (("--gptaq", given["gptaq"]), ("--foem", given["foem"]), ("--eora-rank", given["eora_rank"]))
+    variants = (("--gptaq", given["gptaq"]), ("--foem", given["foem"]), ("--eora-rank", given["eora_rank"] or None))
     others = [flag for flag, other in variants if other is not None]
     if others:
         with_what = " ".join([f"--method {given.method}", *others])
@@ -355,17 +363,19 @@ GPTQ_FLAGS: tuple[MethodFlag, ...] = (
     method_flag(
         "--eora-rank",
         "after the GPTQ-family solve, an EoRA low-rank adapter of rank R per module, saved to eora/ in the "
-        "checkpoint (the reference's adapter: {rank})",
+        "checkpoint (the reference's adapter: {rank}); 0: none (what --preset best --target ENGINE adds for an engine "
+        "that loads LoRA adapters is left out)",
         about="EoRA follows a GPTQ-family solve",
-        type="positive_int",
+        type="non_negative_int",
         default=None,
         metavar="R",
-        config=lambda value, _given: {} if value is None else {"adapter": {"rank": value}},
+        config=_eora_rank,
     ),
     method_flag(
         "--preset",
         "GPTQ recipe: reference (GPT-QModel's defaults) or best (Hadamard rotation folded in, act-order, MSE range "
-        "search; at --bits 2 also asymmetric, format gptq_v2); flags given explicitly override it",
+        "search; at --bits 2 also asymmetric, format gptq_v2; with --target vllm or transformers+gptqmodel, engines "
+        "that load LoRA adapters, also EoRA rank 32 in eora/); flags given explicitly override it",
         about="a GPTQ recipe",
         choices=("reference", "best"),
         default=None,
