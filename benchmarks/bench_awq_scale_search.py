@@ -95,6 +95,8 @@ def child(args: argparse.Namespace) -> None:
                 "float32": counts[0].float32 if counts else 0,
                 "float64": counts[0].float64 if counts else 20,
                 "fell_back": bool(counts and (counts[0].fell_back or counts[0].bfloat16_fell_back)),
+                "estimate": counts[0].estimate if counts else None,
+                "bfloat16_estimate": counts[0].bfloat16_estimate if counts else None,
                 "peak_gib": peak_rss_bytes() / 2**30,
                 "load": os.getloadavg()[0],
             }
@@ -211,6 +213,12 @@ def main() -> None:
             f"{'yes' if r['fell_back'] else 'no'} | {'yes' if same else 'NO'} | {r['peak_gib']:.2f} | "
             f"{r['load']:.1f} |"
         )
+    for r in results:
+        if r.get("estimate") is not None:
+            print(
+                f"{r['variant']}: error estimates E32 {r['estimate']:.3g}, E16 {r['bfloat16_estimate']:.3g} "
+                "(64x the error measured at the tier's best, or the floor)"
+            )
     for r in results:
         print(f"{r['variant']}: qalgos from {r['src']}, {r['threads']} threads")
 
