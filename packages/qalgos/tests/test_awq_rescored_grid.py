@@ -300,3 +300,20 @@ def test_one_or_two_threads_give_the_same_bits(rescore: bool, bfloat16: bool) ->
     assert one.ratio == two.ratio
     assert torch.equal(one.scales, two.scales)
     assert one.loss == pytest.approx(two.loss, rel=1e-12)
+
+
+def test_the_automatic_bfloat16_tier_skips_narrow_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``bfloat16=None`` a narrow search (``in`` below BFLOAT16_MIN_WIDTH) never scores in bfloat16, even on
+    a CPU with native bfloat16; the same search with ``bfloat16=True`` does."""
+    from qalgos import awq_gram
+
+    monkeypatch.setattr(awq_gram, "native_bfloat16", lambda: True)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 64, 96, generator=g)
+    weights = [torch.randn(32, 96, generator=g)]
+    automatic: list = []
+    forced: list = []
+    awq_gram.search_scales_gram(x, weights, SPEC, counts=automatic)
+    awq_gram.search_scales_gram(x, weights, SPEC, counts=forced, bfloat16=True)
+    assert automatic[-1].bfloat16 == 0
+    assert forced[-1].bfloat16 > 0
