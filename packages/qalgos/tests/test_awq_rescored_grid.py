@@ -1,12 +1,30 @@
-"""AWQ's rescored grid search: scored in float32, the near-best re-scored in float64, the float64 choice."""
+"""AWQ's rescored grid search: scored in bfloat16 and float32, the near-best re-scored in float64, the float64
+choice."""
 
 import math
 
 import pytest
 import torch
 from qalgos.awq import best_on_grid, grid_scales, grid_trial, search_statistics
-from qalgos.awq_gram import float32_output_mse, gram_matrix, gram_output_mse, search_scales_gram
-from qalgos.awq_rescored_grid import EPS32, SAFETY, best_on_grid_rescored, error_estimate, relative_error
+from qalgos.awq_gram import (
+    ReducedOperands,
+    gram_matrix,
+    gram_output_mse,
+    native_bfloat16,
+    reduced_output_mse,
+    search_scales_gram,
+)
+from qalgos.awq_rescored_grid import (
+    BF16_FLOOR,
+    EPS32,
+    EPS_BF16,
+    SAFETY,
+    best_on_grid_rescored,
+    bfloat16_error_estimate,
+    bfloat16_premise_holds,
+    error_estimate,
+    relative_error,
+)
 from qalgos.errors import NumericalError
 from qalgos.spec import QuantSpec
 
@@ -48,18 +66,27 @@ def by_ratio(x_mean, w_mean, weights, values):
     return loss
 
 
+@pytest.mark.parametrize("bfloat16", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize(("tokens", "outliers"), [(512, True), (512, False), (64, True), (64, False)])
-def test_rescored_gram_search_gives_the_float64_searchs_bits(seed: int, tokens: int, outliers: bool) -> None:
-    """Both float32 forms (Gram at 512 tokens, rows at 64 < in = 128), outlier-heavy and flat loss curves."""
+def test_rescored_gram_search_gives_the_float64_searchs_bits(
+    seed: int, tokens: int, outliers: bool, bfloat16: bool
+) -> None:
+    """Both reduced forms (Gram at 512 tokens, rows at 64 < in = 128), outlier-heavy and flat loss curves, with
+    and without the bfloat16 tier."""
     x, weights = problem(seed, tokens, outliers=outliers)
     exact = search_scales_gram(x, weights, SPEC, rescore=False)
     counts = []
-    rescored = search_scales_gram(x, weights, SPEC, counts=counts)
+    rescored = search_scales_gram(x, weights, SPEC, counts=counts, bfloat16=bfloat16)
     assert rescored.ratio == exact.ratio
     assert rescored.loss == exact.loss  # the same float64 loss of the same trial, not an approximation
     assert torch.equal(rescored.scales, exact.scales)
-    assert counts[0].float32 == 20 and 1 <= counts[0].float64 < 20 and not counts[0].fell_back
+    count = counts[0]
+    assert 1 <= count.float64 < 20 and not count.fell_back and not count.bfloat16_fell_back
+    if bfloat16:
+        assert count.bfloat16 == 20 and 1 <= count.float32 <= 20
+    else:
+        assert count.bfloat16 == 0 and count.float32 == 20
 
 
 @pytest.mark.parametrize("form", ["gram", "rows"])
@@ -68,8 +95,12 @@ def test_float32_loss_is_close_to_the_float64_loss(form: str) -> None:
     gram = gram_matrix(x)
     trial = [w + 0.01 for w in weights]
     operand = gram.to(torch.float32) if form == "gram" else x
-    low = float32_output_mse(operand, form, 512, weights, trial)
-    assert relative_error(low, gram_output_mse(gram, 512, weights, trial)) < error_estimate(0.0, 128)
+    exact = gram_output_mse(gram, 512, weights, trial)
+    low = reduced_output_mse(operand, form, 512, weights, trial)
+    assert relative_error(low, exact) < error_estimate(0.0, 128)
+    coarse = reduced_output_mse(operand.to(torch.bfloat16), form, 512, weights, trial)
+    assert coarse != low  # the product did run in bfloat16
+    assert relative_error(coarse, exact) < 4 * EPS_BF16  # D, G and D G each rounded once to bfloat16
 
 
 def test_a_near_tie_flipped_by_float32_is_chosen_by_float64() -> None:
@@ -140,6 +171,105 @@ def test_nan_estimates_are_rescored_and_all_nan_losses_raise() -> None:
         best_on_grid_rescored(x_mean, w_mean, weights, SPEC, lambda t: 1.0, lambda t: math.nan)
 
 
+def test_a_bfloat16_loss_off_by_more_than_its_bound_scores_every_ratio_in_float32() -> None:
+    """The bfloat16 best (ratio 0) is exact, so its estimate is the floor; ratio 3 is kept, its float32 loss
+    found 1e-2 away: the bfloat16 premise fails, all 20 are scored in float32, and ratio 15 (which bfloat16 put
+    far away) wins, as when every ratio is scored in float64."""
+    x, weights = problem(3)
+    x_mean, w_mean = search_statistics(x, weights, SPEC)
+    exact = [1.0] * 20
+    exact[0], exact[3], exact[15] = 0.5, 0.5 * (1 + 1e-2), 0.4
+    coarse = list(exact)
+    coarse[3], coarse[15] = 0.5, 0.9
+    estimate_of, float32_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
+    loss_of, exact_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
+    counts = []
+    result = best_on_grid_rescored(
+        x_mean,
+        w_mean,
+        weights,
+        SPEC,
+        estimate_of,
+        loss_of,
+        counts=counts,
+        coarse_of=by_ratio(x_mean, w_mean, weights, coarse),
+    )
+    plain = best_on_grid(x_mean, w_mean, weights, SPEC, by_ratio(x_mean, w_mean, weights, exact))
+    assert (result.ratio, result.loss) == (plain.ratio, plain.loss) == (0.75, 0.4)
+    assert torch.equal(result.scales, plain.scales)
+    assert len(float32_calls) == 20 and counts[0].bfloat16_fell_back and not counts[0].fell_back
+    assert counts[0].bfloat16 == 20 and counts[0].bfloat16_estimate == BF16_FLOOR
+    assert len(exact_calls) == 2  # the bfloat16 best (0), then the float32 best (15)
+
+
+def test_the_bfloat16_tier_narrows_what_float32_scores() -> None:
+    """bfloat16 1e-4 off everywhere: its estimate is 64e-4, so ratios 6-8 (within 1.3% of ratio 7) reach
+    float32, whose near tie 7/8 reaches float64, where 8 wins."""
+    x, weights = problem(7)
+    x_mean, w_mean = search_statistics(x, weights, SPEC)
+    exact = [1.0 + 0.1 * abs(i - 7) for i in range(20)]
+    exact[6], exact[8] = 1.01, 1.0 - 1e-9
+    float32 = list(exact)
+    float32[8] = 1.0 + 1e-7
+    coarse = [v * (1 + 1e-4) for v in float32]
+    estimate_of, float32_calls = counted(by_ratio(x_mean, w_mean, weights, float32))
+    loss_of, exact_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
+    counts = []
+    result = best_on_grid_rescored(
+        x_mean,
+        w_mean,
+        weights,
+        SPEC,
+        estimate_of,
+        loss_of,
+        counts=counts,
+        coarse_of=by_ratio(x_mean, w_mean, weights, coarse),
+    )
+    plain = best_on_grid(x_mean, w_mean, weights, SPEC, by_ratio(x_mean, w_mean, weights, exact))
+    assert (result.ratio, result.loss) == (plain.ratio, plain.loss) == (0.4, 1.0 - 1e-9)
+    assert len(float32_calls) == 3 and len(exact_calls) == 2
+    assert counts[0].bfloat16_estimate == pytest.approx(SAFETY * 1e-4)
+    assert not counts[0].bfloat16_fell_back and not counts[0].fell_back
+
+
+def test_a_non_finite_float32_estimate_scores_every_ratio_in_float64() -> None:
+    x, weights = problem(8)
+    x_mean, w_mean = search_statistics(x, weights, SPEC)
+    exact = [1.0 + 0.1 * abs(i - 4) for i in range(20)]
+    exact[17] = 0.5
+    estimate = list(exact)
+    estimate[17] = math.nan
+    loss_of, exact_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
+    counts = []
+    result = best_on_grid_rescored(
+        x_mean, w_mean, weights, SPEC, by_ratio(x_mean, w_mean, weights, estimate), loss_of, counts=counts
+    )
+    assert (result.ratio, result.loss) == (0.85, 0.5)
+    assert len(exact_calls) == 20 and counts[0].fell_back
+
+
+def test_bfloat16_premise_through_the_float32_loss() -> None:
+    assert bfloat16_premise_holds(1.001, 1.0, None, 2e-3, 1e-6)
+    assert not bfloat16_premise_holds(1.003, 1.0, None, 2e-3, 1e-6)
+    assert not bfloat16_premise_holds(1.0015, 1.0, None, 2e-3, 1e-3)  # the float32 error counts too
+    assert bfloat16_premise_holds(1.0015, 1.0, 1.0, 2e-3, 1e-3)  # the float64 loss, where known, decides
+    assert bfloat16_error_estimate(0.0) == BF16_FLOOR
+    assert bfloat16_error_estimate(1e-4) == pytest.approx(SAFETY * 1e-4)
+
+
+def test_reduced_operands_hold_one_copy_at_a_time() -> None:
+    gram = gram_matrix(problem(9)[0])
+    operands = ReducedOperands(gram, "gram")
+    low = operands.get(torch.bfloat16)
+    assert low.dtype == torch.bfloat16 and operands.get(torch.bfloat16) is low
+    single = operands.get(torch.float32)
+    assert operands.copy is single and torch.equal(single.to(torch.float64), gram)  # float32 values exactly
+    assert torch.equal(single.to(torch.bfloat16), low)  # the same rounding as from the float64 matrix
+    operands.release()
+    assert operands.copy is None
+    assert isinstance(native_bfloat16(), bool)
+
+
 def test_error_estimate_and_relative_error() -> None:
     assert error_estimate(0.0, 14336) == pytest.approx(math.sqrt(14336) * EPS32)
     assert error_estimate(1e-6, 128) == pytest.approx(SAFETY * 1e-6)
@@ -150,8 +280,8 @@ def test_error_estimate_and_relative_error() -> None:
     assert relative_error(1.01, 1.0) == pytest.approx(0.01)
 
 
-@pytest.mark.parametrize("rescore", [True, False])
-def test_one_or_two_threads_give_the_same_bits(rescore: bool) -> None:
+@pytest.mark.parametrize(("rescore", "bfloat16"), [(True, True), (True, False), (False, False)])
+def test_one_or_two_threads_give_the_same_bits(rescore: bool, bfloat16: bool) -> None:
     """Large enough for the GEMMs and the elementwise passes to split across threads. The chosen ratio and its
     scales (what reaches the checkpoint) are the same bits; the float64 loss is the same up to the order of its
     sum, which ATen splits by thread (on main as well)."""
@@ -161,10 +291,29 @@ def test_one_or_two_threads_give_the_same_bits(rescore: bool) -> None:
         results = []
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            results.append(search_scales_gram(x, weights, SPEC, rescore=rescore))
+            results.append(search_scales_gram(x, weights, SPEC, rescore=rescore, bfloat16=bfloat16))
+            results.append(search_scales_gram(x, weights, SPEC, rescore=rescore, bfloat16=bfloat16))
     finally:
         torch.set_num_threads(before)
-    one, two = results
+    one, again, two = results[0], results[1], results[2]
+    assert (one.ratio, one.loss) == (again.ratio, again.loss) and torch.equal(one.scales, again.scales)
     assert one.ratio == two.ratio
     assert torch.equal(one.scales, two.scales)
     assert one.loss == pytest.approx(two.loss, rel=1e-12)
+
+
+def test_the_automatic_bfloat16_tier_skips_narrow_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``bfloat16=None`` a narrow search (``in`` below BFLOAT16_MIN_WIDTH) never scores in bfloat16, even on
+    a CPU with native bfloat16; the same search with ``bfloat16=True`` does."""
+    from qalgos import awq_gram
+
+    monkeypatch.setattr(awq_gram, "native_bfloat16", lambda: True)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 64, 96, generator=g)
+    weights = [torch.randn(32, 96, generator=g)]
+    automatic: list = []
+    forced: list = []
+    awq_gram.search_scales_gram(x, weights, SPEC, counts=automatic)
+    awq_gram.search_scales_gram(x, weights, SPEC, counts=forced, bfloat16=True)
+    assert automatic[-1].bfloat16 == 0
+    assert forced[-1].bfloat16 > 0

@@ -11,17 +11,22 @@ The chosen ratio is the one the output-form search (:func:`qalgos.awq.search_sca
 float rounding of the loss: the two losses are equal in exact arithmetic, so only ratios whose losses
 agree to about 1e-6 relative can swap (tested on random and outlier-heavy inputs).
 
-Every ratio is scored first with the same loss in float32 (:func:`float32_output_mse`: the product ``D G`` in
-float32 on the Gram form, or ``x Dᵀ`` on the recorded inputs when they have fewer rows than ``in``, whichever
-is fewer FLOPs), and every ratio whose float32 loss is within a float32 error estimate of the float32 best is
-scored again in float64 and chosen by it (:func:`qalgos.awq_rescored_grid.best_on_grid_rescored`, which states
-the estimate and when the choice can differ from scoring all 20 in float64): at ``in`` = 14336 a float64
-product is 1.7 TFLOP, its float32 one about half the time. ``rescore=False`` scores every ratio in float64.
+Every ratio is scored first with the same loss in reduced precision (:func:`reduced_output_mse`: the product
+``D G`` on the Gram form, or ``x Dᵀ`` on the recorded inputs when they have fewer rows than ``in``, whichever is
+fewer FLOPs): in bfloat16 on a CPU with native bfloat16 dot products (:func:`native_bfloat16`), then in float32
+for the ratios near the bfloat16 best, then in float64 for those near the float32 best, chosen by float64
+(:func:`qalgos.awq_rescored_grid.best_on_grid_rescored`, which states each tier's error estimate and when the
+choice can differ from scoring all 20 in float64): at ``in`` = 14336 a float64 product is 1.7 TFLOP, its
+float32 one about half the time and its bfloat16 one about a fifth. The reduced copies of the Gram matrix
+(:class:`ReducedOperands`) are made from the float64 one when a tier needs them, one at a time, and dropped
+before a float64 product. ``rescore=False`` scores every ratio in float64.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -61,25 +66,74 @@ def gram_output_mse(
     return float(total / (tokens * outputs))
 
 
-def float32_output_mse(
-    operand32: torch.Tensor,
+def reduced_output_mse(
+    operand: torch.Tensor,
     form: Literal["gram", "rows"],
     tokens: int,
     weights: Sequence[torch.Tensor],
     trial: Sequence[torch.Tensor],
 ) -> float:
-    """:func:`gram_output_mse` with its product in float32. ``form`` ``"gram"``: ``operand32`` is the float32
-    Gram matrix ``[in, in]`` and the product ``D G``; ``"rows"``: ``operand32`` is the recorded inputs
-    ``[tokens, in]`` float32 and the product ``x Dᵀ`` (fewer FLOPs when ``tokens < in``). ``D`` is formed in
-    float32; the products with ``D`` (or the squares) are summed in float64."""
+    """:func:`gram_output_mse` with its product in ``operand``'s dtype (float32 or bfloat16). ``form``
+    ``"gram"``: ``operand`` is the Gram matrix ``[in, in]`` and the product ``D G``; ``"rows"``: ``operand`` is
+    the recorded inputs ``[tokens, in]`` and the product ``x Dᵀ`` (fewer FLOPs when ``tokens < in``). ``D`` is
+    formed in float32 and rounded to ``operand``'s dtype for the product; the product (widened to float32) is
+    multiplied by the float32 ``D`` (or squared) and summed in float64. In bfloat16 the product's inputs and
+    output are rounded to bfloat16 (torch's CPU bfloat16 GEMM accumulates in float32 and returns bfloat16)."""
     total = 0.0
     outputs = 0
     for wj, tj in zip(weights, trial, strict=True):
         diff = wj.to(torch.float32) - tj.to(torch.float32)
-        product = (diff @ operand32).mul_(diff) if form == "gram" else (operand32 @ diff.T).square_()
+        low = diff.to(operand.dtype)
+        if form == "gram":
+            product = (low @ operand).to(torch.float32).mul_(diff)
+        else:
+            product = (operand @ low.T).to(torch.float32).square_()
         total += float(product.sum(dtype=torch.float64))
         outputs += int(wj.shape[0])
     return total / (tokens * outputs)
+
+
+#: The narrowest ``in`` the automatic bfloat16 tier is used for: at SmolLM2's 576 / 1536 it saved nothing (3.6 against
+#: 3.6 CPU s) or cost 1.4x on a flat loss curve; at 4096 it took 0.77x and at 14336 0.72x of the float32-first search.
+BFLOAT16_MIN_WIDTH = 4096
+
+
+@functools.cache
+def native_bfloat16() -> bool:
+    """Whether this CPU has bfloat16 dot-product instructions (x86 ``avx512_bf16`` or ``amx_bf16``, Arm
+    ``bf16``; read from ``/proc/cpuinfo``, False where it cannot be read), where torch's bfloat16 GEMM is
+    about twice float32's speed; elsewhere it is emulated and slower than float32."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+class ReducedOperands:
+    """The reduced-precision copies of a search's float64 Gram matrix (or float32 input rows, ``form``
+    ``"rows"``) that its tiers read, at most one alive at a time: ``get(dtype)`` converts (and keeps) the
+    copy for ``dtype`` and drops any other; ``release()`` drops it. The copies' values are the float32 GEMM's
+    (the float64 Gram matrix holds float32 values exactly, so its bfloat16 rounding is the float32 one's)."""
+
+    def __init__(self, source: torch.Tensor, form: Literal["gram", "rows"]) -> None:
+        self.source = source
+        self.form: Literal["gram", "rows"] = form
+        self.copy: torch.Tensor | None = None
+
+    def get(self, dtype: torch.dtype) -> torch.Tensor:
+        if self.copy is None or self.copy.dtype != dtype:
+            self.copy = None
+            self.copy = self.source.to(dtype)
+        return self.copy
+
+    def release(self) -> None:
+        self.copy = None
 
 
 def search_scales_gram(
@@ -90,33 +144,51 @@ def search_scales_gram(
     duo_scaling: bool = True,
     rescore: bool = True,
     counts: list[RescoreCount] | None = None,
+    bfloat16: bool | None = None,
 ) -> ScaleSearchResult:
     """The AWQ grid search (:func:`qalgos.awq.best_on_grid`) for linears ``weights [out_j, in]`` that all read
     ``x [..., in]`` and are inspected on their own concatenated outputs (biases cancel in the difference);
     ``loss`` is that output MSE, computed in Gram form in float64. ``rescore``: score every ratio in float32
     and in float64 only those near the float32 best (see the module docstring; ``counts`` receives how many);
-    ``False`` scores every ratio in float64."""
+    ``False`` scores every ratio in float64. ``bfloat16``: with ``rescore``, score every ratio in bfloat16
+    first and in float32 only those near the bfloat16 best; None (the default) when this CPU has native
+    bfloat16 dot products (:func:`native_bfloat16`) and ``in`` is at least :data:`BFLOAT16_MIN_WIDTH`. The
+    chosen ratio, scales and loss are the same either way wherever the tiers' error premises hold (checked on
+    every ratio re-scored)."""
     x_mean, w_mean = search_statistics(x, weights, spec)
-    gram32 = float32_gram(x)
-    gram = gram32.to(torch.float64)  # gram_matrix(x); the float32 product is kept for the float32 scoring
+    gram = gram_matrix(x)
     in_ = x.shape[-1]
     tokens = max(1, x.numel() // in_)
     reference = [wj.detach() for wj in weights]
+    # fewer rows than in: x Dᵀ is 2·tokens·in·out FLOPs against D G's 2·out·in²
+    operands = ReducedOperands(float32_rows(x), "rows") if tokens < in_ else ReducedOperands(gram, "gram")
 
     def loss_of(trial: list[torch.Tensor]) -> float:
+        operands.release()  # the float64 product's temporaries take the reduced copy's place
         return gram_output_mse(gram, tokens, reference, trial)
 
     if not rescore:
-        del gram32
         return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)
-    if x.numel() // in_ < in_:  # fewer rows than in: x Dᵀ is 2·tokens·in·out FLOPs against D G's 2·out·in²
-        form: Literal["gram", "rows"] = "rows"
-        operand32 = float32_rows(x)
-        del gram32
-    else:
-        form, operand32 = "gram", gram32
 
     def estimate_of(trial: list[torch.Tensor]) -> float:
-        return float32_output_mse(operand32, form, tokens, reference, trial)
+        return reduced_output_mse(operands.get(torch.float32), operands.form, tokens, reference, trial)
 
-    return best_on_grid_rescored(x_mean, w_mean, weights, spec, estimate_of, loss_of, grid, duo_scaling, counts)
+    def coarse_of(trial: list[torch.Tensor]) -> float:
+        return reduced_output_mse(operands.get(torch.bfloat16), operands.form, tokens, reference, trial)
+
+    use_bfloat16 = (native_bfloat16() and in_ >= BFLOAT16_MIN_WIDTH) if bfloat16 is None else bfloat16
+    try:
+        return best_on_grid_rescored(
+            x_mean,
+            w_mean,
+            weights,
+            spec,
+            estimate_of,
+            loss_of,
+            grid,
+            duo_scaling,
+            counts,
+            coarse_of if use_bfloat16 else None,
+        )
+    finally:
+        operands.release()
