@@ -215,6 +215,55 @@ class SafetensorsFile:
 FP8_TAGS = ("F8_E4M3", "F8_E5M2")
 
 
+def stored_array(name: str, value: np.ndarray, dtypes: Mapping[str, str] | None = None) -> tuple[str, np.ndarray]:
+    """``(safetensors dtype, little-endian C-ordered array of the stored bytes)`` of tensor ``name``.
+
+    ``dtypes`` maps names to ``"BF16"`` (float32 stored as bfloat16) or an FP8 tag of :data:`FP8_TAGS` (uint8 bit
+    patterns stored under that dtype, as engines read FP8 weights)."""
+    arr = np.asarray(value)
+    wanted = (dtypes or {}).get(name)
+    if wanted == "BF16":
+        data = float32_to_bf16_bits(arr)
+        st_dtype = "BF16"
+    elif wanted in FP8_TAGS:
+        if arr.dtype != np.uint8:
+            raise CheckpointFormatError(
+                f"tensor {name!r}: {wanted} is written from uint8 bit patterns, found {arr.dtype}"
+            )
+        data, st_dtype = arr, wanted
+    else:
+        st_dtype = safetensors_dtype(arr, name)
+        data = arr
+    return st_dtype, np.asarray(data, dtype=data.dtype.newbyteorder("<"), order="C")  # keeps a 0-d tensor 0-d
+
+
+def file_order(entries: list[tuple[str, str, tuple[int, ...]]]) -> list[int]:
+    """Positions of ``(name, safetensors dtype, shape)`` entries in the order their bytes lie in the file: wider
+    dtypes first (alignment), then by name."""
+    return sorted(range(len(entries)), key=lambda i: (-DTYPE_RANK[entries[i][1]], entries[i][0]))
+
+
+def header_bytes(
+    entries: list[tuple[str, str, tuple[int, ...], int]],
+    metadata: Mapping[str, str] | None = None,
+    crc32s: Mapping[str, int] | None = None,
+) -> bytes:
+    """The header (length prefix included) of a file holding ``(name, safetensors dtype, shape, byte count)``
+    entries in this order; ``crc32s`` (name -> :func:`tensor_crc32`) adds ``__metadata__["qformats.crc32"]``."""
+    if crc32s is not None:
+        metadata = {**(metadata or {}), CHECKSUM_KEY: json.dumps(dict(crc32s), separators=(",", ":"), sort_keys=True)}
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
+    offset = 0
+    for name, st_dtype, shape, nbytes in entries:
+        header[name] = {"dtype": st_dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
 def encode_safetensors(
     tensors: Mapping[str, np.ndarray],
     metadata: Mapping[str, str] | None = None,
@@ -223,44 +272,14 @@ def encode_safetensors(
 ) -> tuple[bytes, list[tuple[str, np.ndarray]]]:
     """Header bytes (length prefix included) and the ordered ``(name, little-endian array)`` payload.
 
-    ``dtypes`` maps names to ``"BF16"`` (float32 stored as bfloat16) or an FP8 tag of :data:`FP8_TAGS`
-    (uint8 bit patterns stored under that dtype, as engines read FP8 weights).
-    ``checksums`` adds ``__metadata__["qformats.crc32"]``: each tensor's :func:`tensor_crc32` (dtype,
-    shape and stored bytes)
-    (readers verify it on load; other readers ignore the key).
+    ``dtypes``: see :func:`stored_array`. ``checksums`` adds ``__metadata__["qformats.crc32"]``: each tensor's
+    :func:`tensor_crc32` (dtype, shape and stored bytes) (readers verify it on load; other readers ignore the key).
     """
-    entries: list[tuple[str, str, np.ndarray]] = []
-    for name, value in tensors.items():
-        arr = np.asarray(value)
-        wanted = (dtypes or {}).get(name)
-        if wanted == "BF16":
-            data = float32_to_bf16_bits(arr)
-            st_dtype = "BF16"
-        elif wanted in FP8_TAGS:
-            if arr.dtype != np.uint8:
-                raise CheckpointFormatError(
-                    f"tensor {name!r}: {wanted} is written from uint8 bit patterns, found {arr.dtype}"
-                )
-            data, st_dtype = arr, wanted
-        else:
-            st_dtype = safetensors_dtype(arr, name)
-            data = arr
-        data = np.asarray(data, dtype=data.dtype.newbyteorder("<"), order="C")  # keeps a 0-d tensor 0-d
-        entries.append((name, st_dtype, data))
-    entries.sort(key=lambda e: (-DTYPE_RANK[e[1]], e[0]))
-    if checksums:
-        sums = {name: tensor_crc32(st_dtype, data.shape, data) for name, st_dtype, data in entries}
-        metadata = {**(metadata or {}), CHECKSUM_KEY: json.dumps(sums, separators=(",", ":"), sort_keys=True)}
-    header: dict[str, object] = {}
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
-    offset = 0
-    for name, st_dtype, data in entries:
-        header[name] = {"dtype": st_dtype, "shape": list(data.shape), "data_offsets": [offset, offset + data.nbytes]}
-        offset += data.nbytes
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text, [(name, data) for name, _, data in entries]
+    stored = [(name, *stored_array(name, value, dtypes)) for name, value in tensors.items()]
+    entries = [stored[i] for i in file_order([(name, st, data.shape) for name, st, data in stored])]
+    sums = {name: tensor_crc32(st, data.shape, data) for name, st, data in entries} if checksums else None
+    head = header_bytes([(name, st, data.shape, data.nbytes) for name, st, data in entries], metadata, sums)
+    return head, [(name, data) for name, _, data in entries]
 
 
 def write_safetensors(

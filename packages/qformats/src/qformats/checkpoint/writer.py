@@ -30,9 +30,9 @@ from .durable_files import write_file_durable
 from .fault_points import reach
 from .publish import staged_directory
 from .reader import INDEX_NAME, Checkpoint
-from .safetensors_io import write_safetensors
 from .shard_size import parse_shard_size
 from .side_files import copy_side_files
+from .streamed_shard import StreamedShard
 
 
 @dataclass
@@ -45,6 +45,7 @@ class WriteReport:
 
 
 def _tensor_bytes(arr: np.ndarray, dtypes: Mapping[str, str], name: str) -> int:
+    """Stored bytes of ``arr`` (float32 written as bfloat16 takes two bytes an element)."""
     return arr.size * 2 if dtypes.get(name) == "BF16" else arr.nbytes
 
 
@@ -62,30 +63,37 @@ def _write_shards(
     """Write numbered temp shards; returns ``[(temp file, names)]`` and the total tensor bytes."""
     shards: list[tuple[str, list[str]]] = []
     seen: set[str] = set()
-    current: dict[str, np.ndarray] = {}
-    current_size = 0
+    current: StreamedShard | None = None
     total = 0
 
     def flush() -> None:
-        nonlocal current, current_size
-        if current:
-            name = f"shard-{len(shards):05d}.safetensors"
-            write_safetensors(tmp / name, current, metadata, dtypes, checksums=True)
-            shards.append((name, list(current)))
-            current, current_size = {}, 0
+        nonlocal current
+        if current is not None:
+            if current.entries:
+                current.finish()
+                shards.append((current.path.name, current.names))
+            else:
+                current.abort()
+        current = None
 
-    for name, value in tensors:
-        if name in seen:
-            raise CheckpointFormatError(f"duplicate tensor name {name!r} in the tensors to write")
-        seen.add(name)
-        arr = np.asarray(value)
-        size = _tensor_bytes(arr, dtypes, name)
-        if current and current_size + size > limit:
-            flush()
-        current[name] = arr
-        current_size += size
-        total += size
-    flush()
+    try:
+        for name, value in tensors:
+            if name in seen:
+                raise CheckpointFormatError(f"duplicate tensor name {name!r} in the tensors to write")
+            seen.add(name)
+            arr = np.asarray(value)
+            size = _tensor_bytes(arr, dtypes, name)
+            if current is not None and current.entries and current.size + size > limit:
+                flush()
+            if current is None:
+                current = StreamedShard(tmp / f"shard-{len(shards):05d}.safetensors", metadata, dtypes, checksums=True)
+            current.add(name, arr)
+            del arr, value  # the shard holds the bytes on disk, not the array
+            total += size
+        flush()
+    finally:
+        if current is not None:
+            current.abort()
     return shards, total
 
 
