@@ -141,17 +141,11 @@ def test_equal_float64_losses_keep_the_first_ratio() -> None:
 def test_an_estimate_off_by_more_than_its_bound_scores_every_ratio_in_float64() -> None:
     """The float32 best is exact, so the estimate is the floor; ratio 3 is re-scored and found 1e-3 off:
     the premise fails and all 20 are scored in float64 (ratio 15, which float32 put far away, wins)."""
-    x, weights = problem(3)
-    x_mean, w_mean = search_statistics(x, weights, SPEC)
     exact = [1.0] * 20
     exact[0], exact[3], exact[15] = 0.5, 0.5 * (1 + 1e-3), 0.4
     estimate = list(exact)
     estimate[3], estimate[15] = 0.5, 0.9
-    loss_of, exact_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
-    counts = []
-    result = best_on_grid_rescored(
-        x_mean, w_mean, weights, SPEC, by_ratio(x_mean, w_mean, weights, estimate), loss_of, counts=counts
-    )
+    result, _, _, exact_calls, counts = tiered_search(3, exact, estimate)
     assert (result.ratio, result.loss) == (0.75, 0.4)
     assert len(exact_calls) == 20 and counts[0].fell_back
 
@@ -171,30 +165,31 @@ def test_nan_estimates_are_rescored_and_all_nan_losses_raise() -> None:
         best_on_grid_rescored(x_mean, w_mean, weights, SPEC, lambda t: 1.0, lambda t: math.nan)
 
 
+def tiered_search(seed: int, exact: list[float], float32: list[float], coarse: list[float] | None = None):
+    """The rescored search on ``problem(seed)`` with per-ratio losses given for each tier (no bfloat16 tier when
+    ``coarse`` is None), beside the plain float64 search: ``(result, plain, float32 calls, float64 calls, counts)``."""
+    x, weights = problem(seed)
+    x_mean, w_mean = search_statistics(x, weights, SPEC)
+    estimate_of, float32_calls = counted(by_ratio(x_mean, w_mean, weights, float32))
+    loss_of, exact_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
+    counts: list = []
+    coarse_of = None if coarse is None else by_ratio(x_mean, w_mean, weights, coarse)
+    result = best_on_grid_rescored(
+        x_mean, w_mean, weights, SPEC, estimate_of, loss_of, counts=counts, coarse_of=coarse_of
+    )
+    plain = best_on_grid(x_mean, w_mean, weights, SPEC, by_ratio(x_mean, w_mean, weights, exact))
+    return result, plain, float32_calls, exact_calls, counts
+
+
 def test_a_bfloat16_loss_off_by_more_than_its_bound_scores_every_ratio_in_float32() -> None:
     """The bfloat16 best (ratio 0) is exact, so its estimate is the floor; ratio 3 is kept, its float32 loss
     found 1e-2 away: the bfloat16 premise fails, all 20 are scored in float32, and ratio 15 (which bfloat16 put
     far away) wins, as when every ratio is scored in float64."""
-    x, weights = problem(3)
-    x_mean, w_mean = search_statistics(x, weights, SPEC)
     exact = [1.0] * 20
     exact[0], exact[3], exact[15] = 0.5, 0.5 * (1 + 1e-2), 0.4
     coarse = list(exact)
     coarse[3], coarse[15] = 0.5, 0.9
-    estimate_of, float32_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
-    loss_of, exact_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
-    counts = []
-    result = best_on_grid_rescored(
-        x_mean,
-        w_mean,
-        weights,
-        SPEC,
-        estimate_of,
-        loss_of,
-        counts=counts,
-        coarse_of=by_ratio(x_mean, w_mean, weights, coarse),
-    )
-    plain = best_on_grid(x_mean, w_mean, weights, SPEC, by_ratio(x_mean, w_mean, weights, exact))
+    result, plain, float32_calls, exact_calls, counts = tiered_search(3, exact, exact, coarse)
     assert (result.ratio, result.loss) == (plain.ratio, plain.loss) == (0.75, 0.4)
     assert torch.equal(result.scales, plain.scales)
     assert len(float32_calls) == 20 and counts[0].bfloat16_fell_back and not counts[0].fell_back
@@ -205,27 +200,12 @@ def test_a_bfloat16_loss_off_by_more_than_its_bound_scores_every_ratio_in_float3
 def test_the_bfloat16_tier_narrows_what_float32_scores() -> None:
     """bfloat16 1e-4 off everywhere: its estimate is 64e-4, so ratios 6-8 (within 1.3% of ratio 7) reach
     float32, whose near tie 7/8 reaches float64, where 8 wins."""
-    x, weights = problem(7)
-    x_mean, w_mean = search_statistics(x, weights, SPEC)
     exact = [1.0 + 0.1 * abs(i - 7) for i in range(20)]
     exact[6], exact[8] = 1.01, 1.0 - 1e-9
     float32 = list(exact)
     float32[8] = 1.0 + 1e-7
     coarse = [v * (1 + 1e-4) for v in float32]
-    estimate_of, float32_calls = counted(by_ratio(x_mean, w_mean, weights, float32))
-    loss_of, exact_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
-    counts = []
-    result = best_on_grid_rescored(
-        x_mean,
-        w_mean,
-        weights,
-        SPEC,
-        estimate_of,
-        loss_of,
-        counts=counts,
-        coarse_of=by_ratio(x_mean, w_mean, weights, coarse),
-    )
-    plain = best_on_grid(x_mean, w_mean, weights, SPEC, by_ratio(x_mean, w_mean, weights, exact))
+    result, plain, float32_calls, exact_calls, counts = tiered_search(7, exact, float32, coarse)
     assert (result.ratio, result.loss) == (plain.ratio, plain.loss) == (0.4, 1.0 - 1e-9)
     assert len(float32_calls) == 3 and len(exact_calls) == 2
     assert counts[0].bfloat16_estimate == pytest.approx(SAFETY * 1e-4)
@@ -233,17 +213,11 @@ def test_the_bfloat16_tier_narrows_what_float32_scores() -> None:
 
 
 def test_a_non_finite_float32_estimate_scores_every_ratio_in_float64() -> None:
-    x, weights = problem(8)
-    x_mean, w_mean = search_statistics(x, weights, SPEC)
     exact = [1.0 + 0.1 * abs(i - 4) for i in range(20)]
     exact[17] = 0.5
     estimate = list(exact)
     estimate[17] = math.nan
-    loss_of, exact_calls = counted(by_ratio(x_mean, w_mean, weights, exact))
-    counts = []
-    result = best_on_grid_rescored(
-        x_mean, w_mean, weights, SPEC, by_ratio(x_mean, w_mean, weights, estimate), loss_of, counts=counts
-    )
+    result, _, _, exact_calls, counts = tiered_search(8, exact, estimate)
     assert (result.ratio, result.loss) == (0.85, 0.5)
     assert len(exact_calls) == 20 and counts[0].fell_back
 
