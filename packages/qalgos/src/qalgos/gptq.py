@@ -193,7 +193,7 @@ class GPTQ:
             return fall_back(weight, spec, reason, self.nsamples)
         wt = transposed_in_order(weight, plan, dead)  # the solve runs on the CPU, on this copy
         if spec.group_size == -1 or spec.static_groups:  # parameters of the natural groups, before any update
-            w = torch.empty_like(wt.T)
+            w = torch.empty(wt.shape[1], wt.shape[0], dtype=torch.float32)  # contiguous, as the weight was
             w[:, plan.perm] = wt.T
             if spec.group_size == -1:
                 scale, zero = gptq_params(w, spec)
