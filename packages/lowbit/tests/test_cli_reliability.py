@@ -58,11 +58,13 @@ def test_a_full_disk_during_the_save_is_one_line_and_publishes_nothing(
     tiny_llama: Path, tmp_path: Path, monkeypatch
 ) -> None:
     import qformats.checkpoint.safetensors_io as io
+    import qformats.checkpoint.streamed_shard as streamed_shard
 
     def full(path: Path) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(io, "open_new", full)
+    monkeypatch.setattr(streamed_shard, "open_body", full)  # the checkpoint writer's shards start with a body file
     out = tmp_path / "out"
     result = run_lowbit(
         "quantize", str(tiny_llama), "--out", str(out), "--method", "rtn", "--group-size", "32", "--quiet"

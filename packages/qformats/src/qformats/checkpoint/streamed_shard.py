@@ -25,6 +25,12 @@ from .safetensors_io import file_order, header_bytes, stored_array, tensor_crc32
 COPY_CHUNK = 64 * 2**20
 
 
+def open_body(path: Path) -> int:
+    """Create the body file ``path`` for reading and writing (fails if it exists; mode 0o600: it never outlives
+    the shard)."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+
 class StreamedShard:
     """A shard at ``path`` being filled: :meth:`add` each tensor, then :meth:`finish` (or :meth:`abort`).
 
@@ -48,7 +54,7 @@ class StreamedShard:
         self.crc32s: dict[str, int] = {}
         self.size = 0
         self._body_path = temp_path(self.path.with_name(self.path.name + ".body"))
-        self._body = os.open(self._body_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        self._body = open_body(self._body_path)
 
     @property
     def names(self) -> list[str]:
