@@ -6,7 +6,8 @@ Protocol (issues 17 and 34):
   each decoded from its ``.gguf`` to a dense float32 Hugging Face directory: that dense model is the baseline;
 * calibration: the bundled docs' even documents (``qhf.corpus.bundled_docs("calibration")``: sorted keys,
   joined with blank lines), first ``rows * length`` tokens cut into ``rows`` consecutive rows
-  (default 128 x 256), given to both tools as token ids;
+  (default 128 x 256; ``--calibration-offset K`` skips the first ``K`` rows: another subset of the same text,
+  to see how much a row's difference between the tools moves with the rows), given to both tools as token ids;
 * evaluation: perplexity over non-overlapping 512-token windows (tokens 1..511 of each scored), the first
   ``--windows`` windows of the bundled docs' odd documents (in-domain) and of Jane Austen's *Persuasion*
   (out-of-domain; Debian's ``r-cran-janeaustenr``, see ``austen_text.py``). A model whose tokenizer starts
@@ -146,12 +147,14 @@ def result_name(tool: str, row: str) -> str:
     return f"{tool}__{row.replace(' ', '_')}"
 
 
-def prepare(work: Path, model: str, rows: int, length: int, austen: Path) -> dict[str, Any]:
-    """Dense HF directory, calibration rows and evaluation token ids under ``work`` (made once)."""
+def prepare(work: Path, model: str, rows: int, length: int, austen: Path, offset: int = 0) -> dict[str, Any]:
+    """Dense HF directory, calibration rows (``rows`` after the first ``offset``) and evaluation token ids under
+    ``work`` (made once)."""
     manifest = work / "inputs.json"
     if manifest.exists():
         data: dict[str, Any] = json.loads(manifest.read_text())
-        if data["rows"] == rows and data["length"] == length and data.get("model", "smollm2") == model:
+        same = (data["rows"], data["length"], data.get("model", "smollm2"), data.get("offset", 0))
+        if same == (rows, length, model, offset):
             return data
     import qhf
     from qhf.corpus import bundled_docs, corpus_identity
@@ -162,11 +165,12 @@ def prepare(work: Path, model: str, rows: int, length: int, austen: Path) -> dic
     base.source.materialize_all().save_pretrained(dense_dir)
     base.tokenizer.save_pretrained(dense_dir)
     bos = default_bos(base.tokenizer)  # a tokenizer that starts every text with BOS (Gemma 3): every row and window
-    cal = calibration_rows(base.tokenizer, rows, length - (bos is not None))
+    cal = calibration_rows(base.tokenizer, rows, length - (bos is not None), offset)
     data = {
         "model": model,
         "bos": bos,
         "rows": rows,
+        "offset": offset,
         "length": length,
         "calibration": [[bos, *row] for row in cal] if bos is not None else cal,
         "texts": {
@@ -342,6 +346,12 @@ def main() -> None:
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--calibration-rows", type=int, default=128)
     parser.add_argument("--length", type=int, default=256)
+    parser.add_argument(
+        "--calibration-offset",
+        type=int,
+        default=0,
+        help="calibration rows skipped at the start of the text (another subset of the same rows; use its own --work)",
+    )
     parser.add_argument("--windows", type=int, default=32, help="512-token windows of the in-domain text")
     parser.add_argument("--austen-windows", type=int, default=16, help="512-token windows of the out-of-domain text")
     parser.add_argument(
@@ -372,7 +382,7 @@ def main() -> None:
         print_table(args.work, rows)
         return
     args.work.mkdir(parents=True, exist_ok=True)
-    inputs = prepare(args.work, args.model, args.calibration_rows, args.length, args.austen)
+    inputs = prepare(args.work, args.model, args.calibration_rows, args.length, args.austen, args.calibration_offset)
     jobs = [("dense", "dense")] + [(t, r) for r in rows for t in args.tools.split(",")]
     for tool, row in jobs:
         if row != "dense" and row not in ROWS:

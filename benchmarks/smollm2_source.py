@@ -14,13 +14,14 @@ def smollm2_gguf() -> Path:
     return sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0]
 
 
-def calibration_rows(tokenizer: object, rows: int, length: int) -> list[list[int]]:
+def calibration_rows(tokenizer: object, rows: int, length: int, offset: int = 0) -> list[list[int]]:
     """``rows`` consecutive rows of ``length`` token ids from the bundled docs' calibration text (the quality
-    bench's slice); refuses a text too short for them."""
+    bench's slice), after the first ``offset`` rows (another subset of the same text); refuses a text too short
+    for them."""
     from qhf.corpus import bundled_docs
     from qhf.tokenizer import encode
 
     ids = encode(tokenizer, bundled_docs("calibration").joined())
-    if len(ids) < rows * length:
-        raise SystemExit(f"calibration slice has {len(ids)} tokens, fewer than {rows} x {length}")
-    return [ids[i * length : (i + 1) * length] for i in range(rows)]
+    if len(ids) < (offset + rows) * length:
+        raise SystemExit(f"calibration slice has {len(ids)} tokens, fewer than ({offset} + {rows}) x {length}")
+    return [ids[i * length : (i + 1) * length] for i in range(offset, offset + rows)]

@@ -28,6 +28,11 @@ def test_best_for_vllm_writes_eora_adapters_and_says_how_to_serve_them(tiny_llam
     peft = json.loads((out / "eora" / "adapter_config.json").read_text())
     assert peft["r"] == peft["lora_alpha"] == 32 and peft["peft_type"] == "LORA"
     assert (out / "eora" / "adapter_model.safetensors").stat().st_size > 0
+    shown = run_lowbit("inspect", str(out), "--json")  # inspect reports the adapter and finds nothing wrong
+    assert shown.returncode == 0, shown.stderr
+    summary = json.loads(shown.stdout)
+    assert summary["violation_count"] == 0
+    assert summary["adapter"]["rank"] == 32 and summary["adapter"]["modules"] == len(summary["modules"]) > 0
 
 
 def test_best_without_the_adapter_is_the_same_checkpoint_byte_for_byte(tiny_llama: Path, tmp_path: Path) -> None:

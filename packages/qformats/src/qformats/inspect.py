@@ -5,7 +5,8 @@ the stored words are consistent with (GPTQ family: measured by :mod:`qformats.ze
 AWQ: true zeros by rule AWQ-005; GPTQ Marlin: the implicit ``2**(bits-1)``), every quantized module
 with its layout, dimensions, tensor shapes and dtypes and violations, violations outside any module
 (``CONFIG-EXCLUDED`` packed tensors under a negative dynamic rule, ``CONFIG-LAYERS``), warnings (unknown
-tensors inside quantized modules ...), the dense tensors, the files and their total tensor size.
+tensors inside quantized modules ...), the dense tensors, the files and their total tensor size, and the LoRA
+(EoRA) adapter the config names, if any (:mod:`qformats.adapter_summary`: its problems count as violations).
 ``--json`` prints the same as JSON. Exit status: 0 clean, 1 violations found, 2 unreadable checkpoint.
 """
 
@@ -18,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .adapter_summary import adapter_summary
+from .checkpoint.config_files import find_quant_config
 from .checkpoint.family_modules import is_family
 from .checkpoint.reader import Checkpoint
 from .checkpoint.weight_only_modules import is_weight_only, module_tensor_names, weight_only_modules
@@ -68,6 +71,8 @@ class CheckpointSummary:
     other_violations: list[str] = field(default_factory=list)
     #: Weight-only checkpoints: stored type -> ``[modules, bytes]``.
     types: dict[str, list[int]] = field(default_factory=dict)
+    #: The adapter the config names (:func:`qformats.adapter_summary.adapter_summary`), or None.
+    adapter: dict[str, object] | None = None
 
     @property
     def violation_count(self) -> int:
@@ -154,8 +159,15 @@ def _inspect_weight_only(ck: Checkpoint) -> CheckpointSummary:
 def inspect(path: str | Path) -> CheckpointSummary:
     """Open, validate every module and summarize the checkpoint at ``path``."""
     ck = Checkpoint(path)
-    if is_weight_only(ck):
-        return _inspect_weight_only(ck)
+    summary = _inspect_weight_only(ck) if is_weight_only(ck) else _inspect_modules(ck)
+    config_path, raw = find_quant_config(ck.root)
+    summary.adapter, problems = adapter_summary(ck.root, raw, config_path.name)
+    summary.other_violations.extend(problems)
+    return summary
+
+
+def _inspect_modules(ck: Checkpoint) -> CheckpointSummary:
+    """The summary of a checkpoint of quantized modules (GPTQ, AWQ and the other packed families)."""
     problems = ck.validate()
     modules = []
     for entry in ck.modules():
@@ -219,6 +231,12 @@ def format_text(summary: CheckpointSummary) -> str:
         lines.append(f"WARNING      the words are {zc['convention']} but the label says {zc.get('label')}")
     lines.extend(f"WARNING      {w}" for w in summary.warnings)
     lines.extend(f"  ! {v}" for v in summary.other_violations)
+    if summary.adapter is not None:
+        a = summary.adapter
+        lines.append(
+            f"adapter      {a.get('name')} rank {a.get('rank')} in {a.get('path')}/: {a.get('modules', 0)} modules, "
+            f"{a.get('bytes', 0)} bytes, target_modules {a.get('target_modules')}"
+        )
     if summary.types:
         tallies = ", ".join(f"{t} {n} modules {size} bytes" for t, (n, size) in summary.types.items())
         lines.append(f"types        {tallies}")
