@@ -9,7 +9,7 @@ finalizers. The loop never branches on the processor's class: it reads ``needs_c
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -147,3 +147,29 @@ def replace_weight(module: nn.Module, dequantized: torch.Tensor) -> None:
     weight = module_tensor(module, "weight")
     with torch.no_grad():
         weight.copy_(dequantized.to(dtype=weight.dtype, device=weight.device))
+
+
+def install_result(module: nn.Module, result: Any) -> Any:
+    """Write ``result.dequantized`` ``[out, in]`` into ``module``'s weight (:func:`replace_weight`) and return
+    ``result`` holding that weight itself as its ``dequantized`` when the weight now equals it exactly (same
+    dtype, device and shape, so the copy was exact, and the weight owns its whole storage): a solved module
+    keeps one ``[out, in]`` tensor instead of two while the layer's results wait for their finalizers (a
+    Llama-3-8B layer: 436 MB of bfloat16; a 128-expert MoE layer's 384 expert weights: 1.2 GB). Otherwise
+    ``result`` is returned as it was.
+
+    The values are the same either way; what changes is that a later in-place change of the module's weight
+    also changes the result's ``dequantized``: a processor that changes a solved module's weight afterwards
+    calls :func:`own_copy` first (EoRA adds its adapter's product to the weight)."""
+    replace_weight(module, result.dequantized)
+    weight = module_tensor(module, "weight")
+    source = result.dequantized
+    if (weight.dtype, weight.device, weight.shape) != (source.dtype, source.device, source.shape):
+        return result
+    if weight.storage_offset() != 0 or weight.untyped_storage().nbytes() != weight.numel() * weight.element_size():
+        return result  # a view of a larger tensor (a fused expert's slice): pickling it would carry the whole
+    return replace(result, dequantized=weight.detach())
+
+
+def own_copy(result: Any) -> Any:
+    """``result`` with a ``dequantized`` of its own (a clone; see :func:`install_result`)."""
+    return replace(result, dequantized=result.dequantized.clone())

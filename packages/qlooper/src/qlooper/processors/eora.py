@@ -20,7 +20,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup
 from ..errors import ProcessorError
-from .base import LayerContext, ModuleResult, replace_weight
+from .base import LayerContext, ModuleResult, own_copy, replace_weight
 
 
 class EoRAProcessor:
@@ -64,6 +64,7 @@ class EoRAProcessor:
             quantized = row.result.dequantized.to(torch.float32)
             adapter = eora_adapter(originals[row.name] - quantized, cov, self.rank)
             self.adapters[row.name] = adapter
+            row.result = own_copy(row.result)  # the weight changes below; the result keeps the quantized values
             replace_weight(mod.module, quantized + adapter.delta())
             row.notes["eora_rank"] = adapter.rank
             if adapter.dropped:

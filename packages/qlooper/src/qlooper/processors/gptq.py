@@ -29,7 +29,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..definition import ResolvedGroup, ResolvedModule
 from ..worker_statistics import HessianRowsHook
-from .base import LayerContext, ModuleResult, first_tensor, module_specs_description, replace_weight
+from .base import LayerContext, ModuleResult, first_tensor, install_result, module_specs_description
 
 
 class GPTQProcessor:
@@ -128,8 +128,9 @@ class GPTQProcessor:
     def _finished(
         self, ctx: LayerContext, mod: ResolvedModule, result: Any, tokens: int, seconds: float
     ) -> ModuleResult:
-        """Install ``result``'s dequantized weight in the module and report it (both solve paths)."""
-        replace_weight(mod.module, result.dequantized)
+        """Install ``result``'s dequantized weight in the module and report it (both solve paths); the result then
+        holds the module's weight as its dequantized weight, not a copy of it (:func:`~.base.install_result`)."""
+        result = install_result(mod.module, result)
         return ModuleResult(
             mod.full_name,
             ctx.index,
