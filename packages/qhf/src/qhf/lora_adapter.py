@@ -17,13 +17,10 @@ import stat
 from pathlib import Path
 
 import torch
+from qformats.adapter_summary import CONFIG_FILE, KEY_PREFIX, WEIGHTS_FILE
 from torch import nn
 
 from .errors import SourceFormatError
-
-WEIGHTS_FILE = "adapter_model.safetensors"
-CONFIG_FILE = "adapter_config.json"
-KEY_PREFIX = "base_model.model."
 
 
 class LoraLinear(nn.Module):
