@@ -7,7 +7,9 @@ Protocol (issues 17 and 34):
 * calibration: the bundled docs' even documents (``qhf.corpus.bundled_docs("calibration")``: sorted keys,
   joined with blank lines), first ``rows * length`` tokens cut into ``rows`` consecutive rows
   (default 128 x 256; ``--calibration-offset K`` skips the first ``K`` rows: another subset of the same text,
-  to see how much a row's difference between the tools moves with the rows), given to both tools as token ids;
+  to see how much a row's difference between the tools moves with the rows; ``--calibration-shuffle S`` gives
+  both tools the same rows in another order, a permutation seeded by ``S``: the same Hessians up to float
+  rounding, so the spread it causes is the noise floor of a row), given to both tools as token ids;
 * evaluation: perplexity over non-overlapping 512-token windows (tokens 1..511 of each scored), the first
   ``--windows`` windows of the bundled docs' odd documents (in-domain) and of Jane Austen's *Persuasion*
   (out-of-domain; Debian's ``r-cran-janeaustenr``, see ``austen_text.py``). A model whose tokenizer starts
@@ -40,6 +42,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import subprocess
 import sys
@@ -147,14 +150,22 @@ def result_name(tool: str, row: str) -> str:
     return f"{tool}__{row.replace(' ', '_')}"
 
 
-def prepare(work: Path, model: str, rows: int, length: int, austen: Path, offset: int = 0) -> dict[str, Any]:
-    """Dense HF directory, calibration rows (``rows`` after the first ``offset``) and evaluation token ids under
-    ``work`` (made once)."""
+def prepare(
+    work: Path, model: str, rows: int, length: int, austen: Path, offset: int = 0, shuffle: int = 0
+) -> dict[str, Any]:
+    """Dense HF directory, calibration rows (``rows`` after the first ``offset``; ``shuffle`` > 0: permuted by
+    ``random.Random(shuffle)``) and evaluation token ids under ``work`` (made once)."""
     manifest = work / "inputs.json"
     if manifest.exists():
         data: dict[str, Any] = json.loads(manifest.read_text())
-        same = (data["rows"], data["length"], data.get("model", "smollm2"), data.get("offset", 0))
-        if same == (rows, length, model, offset):
+        same = (
+            data["rows"],
+            data["length"],
+            data.get("model", "smollm2"),
+            data.get("offset", 0),
+            data.get("shuffle", 0),
+        )
+        if same == (rows, length, model, offset, shuffle):
             return data
     import qhf
     from qhf.corpus import bundled_docs, corpus_identity
@@ -166,11 +177,14 @@ def prepare(work: Path, model: str, rows: int, length: int, austen: Path, offset
     base.tokenizer.save_pretrained(dense_dir)
     bos = default_bos(base.tokenizer)  # a tokenizer that starts every text with BOS (Gemma 3): every row and window
     cal = calibration_rows(base.tokenizer, rows, length - (bos is not None), offset)
+    if shuffle:
+        random.Random(shuffle).shuffle(cal)
     data = {
         "model": model,
         "bos": bos,
         "rows": rows,
         "offset": offset,
+        "shuffle": shuffle,
         "length": length,
         "calibration": [[bos, *row] for row in cal] if bos is not None else cal,
         "texts": {
@@ -352,6 +366,13 @@ def main() -> None:
         default=0,
         help="calibration rows skipped at the start of the text (another subset of the same rows; use its own --work)",
     )
+    parser.add_argument(
+        "--calibration-shuffle",
+        type=int,
+        default=0,
+        metavar="SEED",
+        help="give both tools the calibration rows permuted by this seed (0: in text order; use its own --work)",
+    )
     parser.add_argument("--windows", type=int, default=32, help="512-token windows of the in-domain text")
     parser.add_argument("--austen-windows", type=int, default=16, help="512-token windows of the out-of-domain text")
     parser.add_argument(
@@ -382,7 +403,15 @@ def main() -> None:
         print_table(args.work, rows)
         return
     args.work.mkdir(parents=True, exist_ok=True)
-    inputs = prepare(args.work, args.model, args.calibration_rows, args.length, args.austen, args.calibration_offset)
+    inputs = prepare(
+        args.work,
+        args.model,
+        args.calibration_rows,
+        args.length,
+        args.austen,
+        args.calibration_offset,
+        args.calibration_shuffle,
+    )
     jobs = [("dense", "dense")] + [(t, r) for r in rows for t in args.tools.split(",")]
     for tool, row in jobs:
         if row != "dense" and row not in ROWS:
