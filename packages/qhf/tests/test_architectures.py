@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from qhf.architectures import definition_for, overridden_model_types
 from qhf.source.skeleton import meta_skeleton
 from tiny_models import tiny_config
@@ -89,3 +90,18 @@ def test_llama4_batched_experts_are_unfused_and_its_router_stays_dense() -> None
 def test_parallel_attention_shares_one_group() -> None:
     groups = [g.modules for g in _definition("falcon").groups]
     assert ("self_attention.query_key_value", "mlp.dense_h_to_4h") in groups
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
+def test_norms_of_a_half_precision_model_are_found_as_in_float32(model_type: str, dtype: str) -> None:
+    """A bfloat16 norm's product ``f(x) * weight`` is rounded to 8 significant bits; the probe runs on a float32
+    copy, so the groups keep their norms (bfloat16 models lost them, and AWQ left those groups unscaled)."""
+    config = tiny_config(model_type)
+    skeleton = meta_skeleton(config, dtype=getattr(torch, dtype))
+    assert next(iter(skeleton.parameters())).dtype == getattr(torch, dtype)
+    half = definition_for(skeleton, config).definition
+    full = _definition(model_type)
+    assert [(g.modules, g.prev_op) for g in half.groups] == [(g.modules, g.prev_op) for g in full.groups]
+    assert half.norm_weight_offset == full.norm_weight_offset
+    assert sum(g.prev_op is not None for g in half.groups) >= 2

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -74,11 +75,17 @@ def _wildcard(name: str, containers: dict[str, int]) -> tuple[str, int | None]:
 def probe_norm_offset(module: nn.Module, x: torch.Tensor) -> float | None:
     """``c`` when ``module(x)`` equals ``f(x) * (c + weight)`` per channel with ``c`` 0 or 1, else None.
 
-    The weight is set to zeros, ones and random values (bias zeroed) and restored afterwards.
+    The weight is set to zeros, ones and random values (bias zeroed) and restored afterwards. A norm whose weight
+    is narrower than float32 is probed as a float32 copy on ``x`` in float32: in bfloat16 the product
+    ``f(x) * weight`` keeps 8 significant bits (relative error up to 2**-8), more than the tolerance, and every
+    bfloat16 model's norms failed the probe (AWQ then left their groups unscaled).
     """
     weight = module._parameters.get("weight")
     if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
         return None
+    if weight.dtype in (torch.float16, torch.bfloat16):
+        module, x = copy.deepcopy(module).float(), x.float()
+        weight = module._parameters["weight"]
     bias = module._parameters.get("bias")
     saved = (weight.detach().clone(), bias.detach().clone() if isinstance(bias, torch.Tensor) else None)
     generator = torch.Generator().manual_seed(0)
