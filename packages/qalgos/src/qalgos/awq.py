@@ -26,6 +26,7 @@ from .errors import NumericalError, ShapeError, SpecError
 from .group_params import awq_params
 from .result import QuantResult, build_logical, check_weight, stored_dequantized
 from .rtn import natural_g_idx, quantize_groups
+from .scratch_buffers import ScratchBuffers
 from .spec import QuantSpec
 
 ForwardWith = Callable[[list[torch.Tensor]], torch.Tensor]
@@ -158,9 +159,20 @@ def grid_scales(x_mean: torch.Tensor, w_mean: torch.Tensor, ratio: float, duo_sc
     return torch.where(torch.isfinite(scales), scales, torch.ones_like(scales))
 
 
-def grid_trial(weights: Sequence[torch.Tensor], scales: torch.Tensor, spec: QuantSpec) -> list[torch.Tensor]:
-    """The trial weights ``Q(W * s) / s`` of one grid ratio's ``scales [in]``, each in its weight's dtype."""
-    return [fake_quantize_awq_(wj.to(torch.float32) * scales, spec).div_(scales).to(wj.dtype) for wj in weights]
+def grid_trial(
+    weights: Sequence[torch.Tensor], scales: torch.Tensor, spec: QuantSpec, scratch: ScratchBuffers | None = None
+) -> list[torch.Tensor]:
+    """The trial weights ``Q(W * s) / s`` of one grid ratio's ``scales [in]``, each in its weight's dtype.
+    ``scratch``: float32 trials are written into its tensors ``trial0``, ``trial1`` ... (the same values; the
+    previous ratio's trial is overwritten, so use each before asking for the next)."""
+    if scratch is None:
+        return [fake_quantize_awq_(wj.to(torch.float32) * scales, spec).div_(scales).to(wj.dtype) for wj in weights]
+    trials = []
+    for j, wj in enumerate(weights):
+        buffer = scratch.take(f"trial{j}", wj.shape, torch.float32, wj.device)
+        product = torch.mul(wj.to(torch.float32), scales, out=buffer)
+        trials.append(fake_quantize_awq_(product, spec).div_(scales).to(wj.dtype))
+    return trials
 
 
 def best_on_grid(
@@ -264,12 +276,42 @@ def quantize_awq(weight: torch.Tensor, spec: QuantSpec, clip: torch.Tensor | Non
     _check_awq_spec(spec)
     check_weight(weight)
     w = weight.detach().to(torch.float32)
-    source = apply_clip(w, clip, spec) if clip is not None else w
-    codes, scales, zeros, _ = quantize_groups(source, spec, awq_params)
+    if w.shape[1] % spec.group_width(w.shape[1]):
+        source = apply_clip(w, clip, spec) if clip is not None else w
+        codes, scales, zeros, _ = quantize_groups(source, spec, awq_params)
+    else:
+        codes, scales, zeros = awq_codes_full_groups(w, clip, spec)
     logical = build_logical(codes, scales, zeros, natural_g_idx(w.shape[1], spec), spec, {"algorithm": "awq"})
     deq = stored_dequantized(logical, w)
-    loss = float(((deq - w) ** 2).mean())
+    diff = torch.sub(deq, w, out=codes)  # the codes are stored: their float32 scratch takes the difference
+    loss = float(diff.square_().mean())
     return QuantResult(logical, deq.to(weight.dtype), loss, None, 0, None)
+
+
+def awq_codes_full_groups(
+    w: torch.Tensor, clip: torch.Tensor | None, spec: QuantSpec
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``quantize_groups(apply_clip(w, clip, spec) or w, spec, awq_params)[:3]`` for a float32 ``w [out, in]``
+    whose groups are all full: float codes ``[out, in]``, ``scales`` and ``zeros [G, out]`` float32. Every group
+    is a row of one ``[out * G, width]`` view of a single scratch copy (clamped to ``±clip [out, G]`` when given),
+    turned into its codes in place with :func:`~qalgos.group_params.codes_of`'s operations in their order: the
+    same values without the per-group temporaries (each a fresh mapping, faulted in page by page)."""
+    out, in_ = w.shape
+    width = spec.group_width(in_)
+    groups = in_ // width
+    codes = torch.empty(out, in_, dtype=torch.float32, device=w.device)
+    runs = codes.view(out, groups, width)
+    if clip is None:
+        runs.copy_(w.view(out, groups, width))
+    else:
+        if tuple(clip.shape) != (out, groups):
+            raise ShapeError(f"clip: expected [out, G] = {(out, groups)}, found {tuple(clip.shape)}")
+        bound = clip.to(device=w.device, dtype=torch.float32)[:, :, None]
+        torch.clamp(w.view(out, groups, width), -bound, bound, out=runs)
+    rows = codes.view(out * groups, width)
+    scale, zero = awq_params(rows, spec)
+    rows.div_(scale[:, None]).round_().add_(zero[:, None]).clamp_(0, spec.maxq)
+    return codes, scale.view(out, groups).T.contiguous(), zero.view(out, groups).T.contiguous()
 
 
 @dataclass(frozen=True)

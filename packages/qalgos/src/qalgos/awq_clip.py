@@ -14,6 +14,7 @@ import torch
 from .errors import ShapeError
 from .group_params import awq_params
 from .result import check_weight
+from .scratch_buffers import ScratchBuffers
 from .spec import QuantSpec
 
 CLIP_SKIP_MARKERS = ("q_", "k_", "query", "key", "Wqkv")
@@ -32,25 +33,35 @@ def _pseudo_quant_rows_(w: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     return w.div_(scale).round_().add_(zero).clamp_(0, spec.maxq).sub_(zero).mul_(scale)
 
 
-def _search_part(w: torch.Tensor, x: torch.Tensor, spec: QuantSpec, grid: int, max_shrink: float) -> torch.Tensor:
-    """Best max values ``[out, Gp]`` for ``w [out, Gp, n]`` and ``x [tokens, Gp, n]``."""
+def _search_part(
+    w: torch.Tensor, x: torch.Tensor, spec: QuantSpec, grid: int, max_shrink: float, scratch: ScratchBuffers
+) -> torch.Tensor:
+    """Best max values ``[out, Gp]`` for ``w [out, Gp, n]`` and ``x [tokens, Gp, n]``.
+
+    Output rows go in batches of 256 (64 when ``out`` is not a multiple of 256). The clipped candidate
+    ``[ob, Gp, n]``, the reference product and the candidate's product ``[Gp, tokens, ob]`` are ``scratch``
+    tensors rewritten by every batch and shrink step (``out=`` and in-place operations: the values of the fresh
+    tensors they replace; fresh ones per step made a 14336-row weight's search fault in about 3 GB of new pages)."""
     out, groups, width = w.shape
     xg = x.permute(1, 0, 2).contiguous()  # [Gp, t, n]
+    tokens = xg.shape[1]
     batch = 256 if out % 256 == 0 else 64
     best_all = torch.empty(out, groups, dtype=torch.float32, device=w.device)
     for o0 in range(0, out, batch):
         wb = w[o0 : o0 + batch]  # [ob, Gp, n]
         rows = wb.shape[0]
-        reference = torch.bmm(xg, wb.permute(1, 2, 0))  # [Gp, t, ob]
+        products = (groups, tokens, rows)
+        reference = torch.bmm(xg, wb.permute(1, 2, 0), out=scratch.take("reference", products, torch.float32, w.device))
         org_max = wb.abs().amax(dim=2)  # [ob, Gp]
         best = org_max.clone()
         min_err = torch.full((rows, groups), float("inf"), device=w.device)
         for i in range(int(max_shrink * grid)):
             max_val = org_max * (1 - i / grid)
-            clipped = torch.clamp(wb, -max_val[..., None], max_val[..., None])
-            q = _pseudo_quant_rows_(clipped.reshape(rows * groups, width), spec).reshape(rows, groups, width)
-            diff = torch.bmm(xg, q.permute(1, 2, 0)) - reference  # [Gp, t, ob]
-            err = diff.square().mean(dim=1).T  # [ob, Gp]
+            clipped = scratch.take("clipped", (rows, groups, width), w.dtype, w.device)
+            torch.clamp(wb, -max_val[..., None], max_val[..., None], out=clipped)
+            q = _pseudo_quant_rows_(clipped.view(rows * groups, width), spec).view(rows, groups, width)
+            product = torch.bmm(xg, q.permute(1, 2, 0), out=scratch.take("product", products, torch.float32, w.device))
+            err = product.sub_(reference).square_().mean(dim=1).T  # [ob, Gp]
             better = err < min_err
             min_err = torch.where(better, err, min_err)
             best = torch.where(better, max_val, best)
@@ -65,12 +76,15 @@ def search_clip(
     grid: int = 20,
     max_shrink: float = 0.5,
     max_tokens: int = 512,
+    scratch: ScratchBuffers | None = None,
 ) -> torch.Tensor:
     """Best clipping maxima ``[out, G]`` float32 for ``weight [out, in]`` given inputs ``x [..., in]``.
 
     Tokens are subsampled with a fixed stride to at most about ``max_tokens``; the search runs in float32.
+    ``scratch``: where its per-step temporaries live (default: a new :class:`ScratchBuffers`, dropped at the end).
     """
     check_weight(weight)
+    scratch = scratch or ScratchBuffers()
     out, in_ = weight.shape
     x = x.detach().reshape(-1, in_).to(torch.float32)
     step = max(1, x.shape[0] // max_tokens)
@@ -83,10 +97,10 @@ def search_clip(
         cols = full * width
         w_full = w[:, :cols].reshape(out, full, width)
         x_full = x[:, :cols].reshape(-1, full, width)
-        parts.append(_search_part(w_full, x_full, spec, grid, max_shrink))
+        parts.append(_search_part(w_full, x_full, spec, grid, max_shrink, scratch))
     if full * width < in_:
         tail = slice(full * width, in_)
-        parts.append(_search_part(w[:, tail][:, None, :], x[:, tail][:, None, :], spec, grid, max_shrink))
+        parts.append(_search_part(w[:, tail][:, None, :], x[:, tail][:, None, :], spec, grid, max_shrink, scratch))
     return torch.cat(parts, dim=1)
 
 

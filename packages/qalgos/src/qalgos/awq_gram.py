@@ -33,6 +33,7 @@ import torch
 
 from .awq import ScaleSearchResult, best_on_grid, search_statistics
 from .awq_rescored_grid import RescoreCount, best_on_grid_rescored
+from .scratch_buffers import ScratchBuffers
 from .spec import QuantSpec
 
 
@@ -53,15 +54,23 @@ def gram_matrix(x: torch.Tensor) -> torch.Tensor:
 
 
 def gram_output_mse(
-    gram: torch.Tensor, tokens: int, weights: Sequence[torch.Tensor], trial: Sequence[torch.Tensor]
+    gram: torch.Tensor,
+    tokens: int,
+    weights: Sequence[torch.Tensor],
+    trial: Sequence[torch.Tensor],
+    scratch: ScratchBuffers | None = None,
 ) -> float:
     """Mean over ``tokens x sum(out_j)`` of the squared output difference of ``weights`` and ``trial``
-    (each ``[out_j, in]``) on the inputs whose Gram matrix is ``gram [in, in]`` float64."""
+    (each ``[out_j, in]``) on the inputs whose Gram matrix is ``gram [in, in]`` float64. ``scratch``: the float64
+    difference and product are written into its tensors ``diff64`` and ``product64`` (the same values)."""
+    scratch = scratch or ScratchBuffers()
     total = torch.zeros((), dtype=torch.float64)
     outputs = 0
     for wj, tj in zip(weights, trial, strict=True):
-        diff = wj.to(torch.float64) - tj.to(torch.float64)
-        total += ((diff @ gram) * diff).sum()
+        shape = (int(wj.shape[0]), int(wj.shape[1]))
+        diff = scratch.take("diff64", shape, torch.float64, wj.device).copy_(wj).sub_(tj)
+        product = torch.mm(diff, gram, out=scratch.take("product64", shape, torch.float64, wj.device))
+        total += product.mul_(diff).sum()
         outputs += int(wj.shape[0])
     return float(total / (tokens * outputs))
 
@@ -72,24 +81,41 @@ def reduced_output_mse(
     tokens: int,
     weights: Sequence[torch.Tensor],
     trial: Sequence[torch.Tensor],
+    scratch: ScratchBuffers | None = None,
 ) -> float:
     """:func:`gram_output_mse` with its product in ``operand``'s dtype (float32 or bfloat16). ``form``
     ``"gram"``: ``operand`` is the Gram matrix ``[in, in]`` and the product ``D G``; ``"rows"``: ``operand`` is
     the recorded inputs ``[tokens, in]`` and the product ``x Dᵀ`` (fewer FLOPs when ``tokens < in``). ``D`` is
     formed in float32 and rounded to ``operand``'s dtype for the product; the product (widened to float32) is
     multiplied by the float32 ``D`` (or squared) and summed in float64. In bfloat16 the product's inputs and
-    output are rounded to bfloat16 (torch's CPU bfloat16 GEMM accumulates in float32 and returns bfloat16)."""
+    output are rounded to bfloat16 (torch's CPU bfloat16 GEMM accumulates in float32 and returns bfloat16).
+    ``scratch``: ``D``, its rounding and the products are written into its tensors ``diff``, ``diff_low``,
+    ``product_low`` and ``product`` (the same values) instead of fresh ones."""
+    scratch = scratch or ScratchBuffers()
     total = 0.0
     outputs = 0
     for wj, tj in zip(weights, trial, strict=True):
-        diff = wj.to(torch.float32) - tj.to(torch.float32)
-        low = diff.to(operand.dtype)
+        out_j, in_ = int(wj.shape[0]), int(wj.shape[1])
+        diff = torch.sub(
+            wj.to(torch.float32), tj.to(torch.float32), out=scratch.take("diff", (out_j, in_), torch.float32, wj.device)
+        )
+        low = diff
+        if operand.dtype != torch.float32:
+            low = scratch.take("diff_low", (out_j, in_), operand.dtype, wj.device).copy_(diff)
+        shape = (out_j, in_) if form == "gram" else (int(operand.shape[0]), out_j)
+        product = scratch.take("product", shape, torch.float32, wj.device)
+        product_low = product
+        if operand.dtype != torch.float32:
+            product_low = scratch.take("product_low", shape, operand.dtype, wj.device)
         if form == "gram":
-            product = (low @ operand).to(torch.float32).mul_(diff)
+            torch.mm(low, operand, out=product_low)
         else:
-            product = (operand @ low.T).to(torch.float32).square_()
+            torch.mm(operand, low.T, out=product_low)
+        if product_low is not product:
+            product.copy_(product_low)
+        product = product.mul_(diff) if form == "gram" else product.square_()
         total += float(product.sum(dtype=torch.float64))
-        outputs += int(wj.shape[0])
+        outputs += out_j
     return total / (tokens * outputs)
 
 
@@ -145,6 +171,7 @@ def search_scales_gram(
     rescore: bool = True,
     counts: list[RescoreCount] | None = None,
     bfloat16: bool | None = None,
+    scratch: ScratchBuffers | None = None,
 ) -> ScaleSearchResult:
     """The AWQ grid search (:func:`qalgos.awq.best_on_grid`) for linears ``weights [out_j, in]`` that all read
     ``x [..., in]`` and are inspected on their own concatenated outputs (biases cancel in the difference);
@@ -154,7 +181,8 @@ def search_scales_gram(
     first and in float32 only those near the bfloat16 best; None (the default) when this CPU has native
     bfloat16 dot products (:func:`native_bfloat16`) and ``in`` is at least :data:`BFLOAT16_MIN_WIDTH`. The
     chosen ratio, scales and loss are the same either way wherever the tiers' error premises hold (checked on
-    every ratio re-scored)."""
+    every ratio re-scored). ``scratch``: where the trials and the losses' products live (default: a new
+    :class:`~qalgos.scratch_buffers.ScratchBuffers`, reused ratio after ratio and dropped at the end)."""
     x_mean, w_mean = search_statistics(x, weights, spec)
     gram = gram_matrix(x)
     in_ = x.shape[-1]
@@ -163,18 +191,23 @@ def search_scales_gram(
     # fewer rows than in: x Dᵀ is 2·tokens·in·out FLOPs against D G's 2·out·in²
     operands = ReducedOperands(float32_rows(x), "rows") if tokens < in_ else ReducedOperands(gram, "gram")
 
+    scratch = scratch or ScratchBuffers()
+
     def loss_of(trial: list[torch.Tensor]) -> float:
         operands.release()  # the float64 product's temporaries take the reduced copy's place
-        return gram_output_mse(gram, tokens, reference, trial)
+        scratch.release("diff", "diff_low", "product", "product_low")
+        return gram_output_mse(gram, tokens, reference, trial, scratch)
 
     if not rescore:
         return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)
 
     def estimate_of(trial: list[torch.Tensor]) -> float:
-        return reduced_output_mse(operands.get(torch.float32), operands.form, tokens, reference, trial)
+        scratch.release("diff_low", "product_low", "diff64", "product64")  # the other tiers', if they ran
+        return reduced_output_mse(operands.get(torch.float32), operands.form, tokens, reference, trial, scratch)
 
     def coarse_of(trial: list[torch.Tensor]) -> float:
-        return reduced_output_mse(operands.get(torch.bfloat16), operands.form, tokens, reference, trial)
+        scratch.release("diff64", "product64")
+        return reduced_output_mse(operands.get(torch.bfloat16), operands.form, tokens, reference, trial, scratch)
 
     use_bfloat16 = (native_bfloat16() and in_ >= BFLOAT16_MIN_WIDTH) if bfloat16 is None else bfloat16
     try:
@@ -189,6 +222,8 @@ def search_scales_gram(
             duo_scaling,
             counts,
             coarse_of if use_bfloat16 else None,
+            scratch,
         )
     finally:
         operands.release()
+        scratch.release()

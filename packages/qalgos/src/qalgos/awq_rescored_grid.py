@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from .awq import ScaleSearchResult, best_on_grid_from, grid_scales, grid_trial
+from .scratch_buffers import ScratchBuffers
 from .spec import QuantSpec
 
 logger = logging.getLogger(__name__)
@@ -145,19 +146,21 @@ def best_on_grid_rescored(
     duo_scaling: bool = True,
     counts: list[RescoreCount] | None = None,
     coarse_of: Loss | None = None,
+    scratch: ScratchBuffers | None = None,
 ) -> ScaleSearchResult:
     """``best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)`` computing ``loss_of``
     (float64) only for the ratios whose ``estimate_of`` (the same loss in float32) is within the float32 error
     estimate of the float32 best, and, with ``coarse_of`` (the same loss in bfloat16), ``estimate_of`` only for
     the ratios whose bfloat16 loss is within the bfloat16 error estimate of the bfloat16 best (see the module
     docstring). Trial weights are rebuilt for each tier rather than kept (one ``[out, in]`` trial per linear in
-    memory at a time). ``counts``: a list to append the search's :class:`RescoreCount` to."""
+    memory at a time; with ``scratch`` written into its tensors, :func:`qalgos.awq.grid_trial`). ``counts``: a list to
+    append the search's :class:`RescoreCount` to."""
     ratios = [i / grid for i in range(grid)]
     everything = list(range(grid))
     width = int(weights[0].shape[-1]) if weights else 1
 
     def trial(i: int) -> list[torch.Tensor]:
-        return grid_trial(weights, grid_scales(x_mean, w_mean, ratios[i], duo_scaling), spec)
+        return grid_trial(weights, grid_scales(x_mean, w_mean, ratios[i], duo_scaling), spec, scratch)
 
     def exact_of(i: int) -> float:
         return loss_of(trial(i))

@@ -111,13 +111,14 @@ def _mse_search(
 
 
 def awq_params(x: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """AWQ scale and zero of each row of ``x: [rows, n]`` (the AWQ pseudo-quantizer's formulas)."""
+    """AWQ scale and zero of each row of ``x: [rows, n]`` (the AWQ pseudo-quantizer's formulas). The row's
+    ``max |x|`` is taken as ``max(max x, -min x)`` (the same value, without an ``|x|`` copy of ``x``)."""
+    xmin, xmax = torch.aminmax(x, dim=1)
     if spec.sym:
-        scale = finish_scale(x.abs().amax(dim=1).clamp(min=1e-5) / ((1 << (spec.bits - 1)) - 1), spec)
+        absmax = torch.maximum(xmax, xmin.neg_())
+        scale = finish_scale(absmax.clamp(min=1e-5) / ((1 << (spec.bits - 1)) - 1), spec)
         zero = torch.full_like(scale, float(1 << (spec.bits - 1)))
         return scale, zero
-    xmax = x.amax(dim=1)
-    xmin = x.amin(dim=1)
     scale = finish_scale((xmax - xmin).clamp(min=1e-5) / spec.maxq, spec)
     zero = torch.clamp(-torch.round(xmin / scale), 0, spec.maxq)
     return scale, zero
