@@ -111,6 +111,16 @@ def test_scratch_clip_search_and_quantization_keep_the_bits(
         assert result.loss == loss
 
 
+def test_quantize_awq_of_a_transposed_view_keeps_the_bits() -> None:
+    w = torch.randn(128, 64, generator=torch.Generator().manual_seed(6)).T  # [64, 128], not contiguous
+    spec = QuantSpec(bits=4, group_size=32, desc_act=False, act_group_aware=False)
+    for bound in (None, torch.full((64, 4), 0.7)):
+        result = quantize_awq(w, spec, clip=bound)
+        logical, deq, loss = _quantize_awq_fresh(w, spec, bound)
+        np.testing.assert_array_equal(result.weight.codes, logical.codes)
+        assert torch.equal(result.dequantized, deq) and result.loss == loss
+
+
 def test_quantize_awq_leaves_a_float32_weight_unchanged() -> None:
     w = torch.randn(64, 128, generator=torch.Generator().manual_seed(5))
     before = w.clone()

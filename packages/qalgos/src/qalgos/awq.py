@@ -302,12 +302,12 @@ def awq_codes_full_groups(
     codes = torch.empty(out, in_, dtype=torch.float32, device=w.device)
     runs = codes.view(out, groups, width)
     if clip is None:
-        runs.copy_(w.view(out, groups, width))
+        runs.copy_(w.reshape(out, groups, width))
     else:
         if tuple(clip.shape) != (out, groups):
             raise ShapeError(f"clip: expected [out, G] = {(out, groups)}, found {tuple(clip.shape)}")
         bound = clip.to(device=w.device, dtype=torch.float32)[:, :, None]
-        torch.clamp(w.view(out, groups, width), -bound, bound, out=runs)
+        torch.clamp(w.reshape(out, groups, width), -bound, bound, out=runs)
     rows = codes.view(out * groups, width)
     scale, zero = awq_params(rows, spec)
     rows.div_(scale[:, None]).round_().add_(zero[:, None]).clamp_(0, spec.maxq)
