@@ -85,7 +85,10 @@ def probe_norm_offset(module: nn.Module, x: torch.Tensor) -> float | None:
         return None
     if weight.dtype in (torch.float16, torch.bfloat16):
         module, x = copy.deepcopy(module).float(), x.float()
-        weight = module._parameters["weight"]
+        copied = module._parameters.get("weight")
+        if not isinstance(copied, torch.Tensor):
+            return None
+        weight = copied
     bias = module._parameters.get("bias")
     saved = (weight.detach().clone(), bias.detach().clone() if isinstance(bias, torch.Tensor) else None)
     generator = torch.Generator().manual_seed(0)
