@@ -23,7 +23,7 @@ import torch
 
 from .awq_clip import apply_clip, clip_allowed, search_clip
 from .errors import NumericalError, ShapeError, SpecError
-from .group_params import awq_params
+from .group_params import awq_codes_, awq_params
 from .result import QuantResult, build_logical, check_weight, stored_dequantized
 from .rtn import natural_g_idx, quantize_groups
 from .scratch_buffers import ScratchBuffers
@@ -72,9 +72,8 @@ def fake_quantize_awq_(w: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     if in_ % width or w.dtype != torch.float32 or not w.is_contiguous():
         return fake_quantize_awq(w, spec)
     rows = w.view(out * (in_ // width), width)
-    scale, zero = awq_params(rows, spec)
-    scale, zero = scale[:, None], zero[:, None]
-    rows.div_(scale).round_().add_(zero).clamp_(0, spec.maxq).sub_(zero).mul_(scale)
+    scale, zero = awq_codes_(rows, spec)
+    rows.sub_(zero[:, None]).mul_(scale[:, None])
     return w
 
 
@@ -308,9 +307,7 @@ def awq_codes_full_groups(
             raise ShapeError(f"clip: expected [out, G] = {(out, groups)}, found {tuple(clip.shape)}")
         bound = clip.to(device=w.device, dtype=torch.float32)[:, :, None]
         torch.clamp(w.reshape(out, groups, width), -bound, bound, out=runs)
-    rows = codes.view(out * groups, width)
-    scale, zero = awq_params(rows, spec)
-    rows.div_(scale[:, None]).round_().add_(zero[:, None]).clamp_(0, spec.maxq)
+    scale, zero = awq_codes_(codes.view(out * groups, width), spec)
     return codes, scale.view(out, groups).T.contiguous(), zero.view(out, groups).T.contiguous()
 
 

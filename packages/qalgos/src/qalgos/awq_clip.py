@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .errors import ShapeError
-from .group_params import awq_params
+from .group_params import awq_codes_
 from .result import check_weight
 from .scratch_buffers import ScratchBuffers
 from .spec import QuantSpec
@@ -28,9 +28,8 @@ def clip_allowed(name: str) -> bool:
 def _pseudo_quant_rows_(w: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     """AWQ fake quantization of every row of ``w [rows, n]`` as one group, written into ``w`` (a scratch
     tensor): ``codes_of`` then ``dequant_of``'s operations in their order, so their values."""
-    scale, zero = awq_params(w, spec)
-    scale, zero = scale[:, None], zero[:, None]
-    return w.div_(scale).round_().add_(zero).clamp_(0, spec.maxq).sub_(zero).mul_(scale)
+    scale, zero = awq_codes_(w, spec)
+    return w.sub_(zero[:, None]).mul_(scale[:, None])
 
 
 def _search_part(

@@ -110,6 +110,16 @@ def _mse_search(
     return best_scale, best_zero
 
 
+def awq_codes_(rows: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """AWQ codes of every row of a float32 ``rows [n_rows, width]`` (one group a row), written into ``rows``:
+    :func:`codes_of`'s operations in their order (``clamp(round(x / scale) + zero, 0, maxq)``), so its values.
+    Returns the rows' ``(scale, zero)`` ``[n_rows]`` from :func:`awq_params`; ``rows.sub_(zero).mul_(scale)``
+    (broadcast over the row) then gives :func:`dequant_of`'s values."""
+    scale, zero = awq_params(rows, spec)
+    rows.div_(scale[:, None]).round_().add_(zero[:, None]).clamp_(0, spec.maxq)
+    return scale, zero
+
+
 def awq_params(x: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
     """AWQ scale and zero of each row of ``x: [rows, n]`` (the AWQ pseudo-quantizer's formulas). The row's
     ``max |x|`` is taken as ``max(max x, -min x)`` (the same value, without an ``|x|`` copy of ``x``)."""
