@@ -3,10 +3,12 @@ they replaced (kept here as the oracle: a fresh tensor per group and per shrink 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
-from qalgos.awq import grid_scales, grid_trial, quantize_awq, search_statistics
+from qalgos.awq import grid_scales, grid_trial, quantize_awq, search_scales, search_statistics
 from qalgos.awq_clip import _pseudo_quant_rows_, apply_clip, search_clip
 from qalgos.awq_gram import gram_matrix, gram_output_mse, reduced_output_mse
 from qalgos.group_params import awq_params, finish_scale
@@ -173,6 +175,39 @@ def test_scratch_trials_and_reduced_losses_keep_the_bits() -> None:
     assert scratch.nbytes() > 0
     scratch.release()
     assert scratch.nbytes() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_forward_form_search_with_scratch_keeps_every_ratios_loss(dtype: torch.dtype) -> None:
+    """The inspected-block search with its trials and loss difference in scratch tensors: every ratio's
+    output, the chosen ratio, scales and loss equal those of fresh temporaries. The block copies each trial
+    into its own weights (converting to ``dtype``), as qlooper's AWQ processor does."""
+    gen = torch.Generator().manual_seed(13)
+    spec = QuantSpec(bits=4, group_size=32, desc_act=False, act_group_aware=False)
+    gate, up = torch.randn(96, 64, generator=gen), torch.randn(96, 64, generator=gen)
+    down = torch.randn(64, 96, generator=gen).to(dtype)
+    x = (torch.randn(150, 64, generator=gen) * torch.rand(64, generator=gen) * 3).to(dtype)
+
+    def block(outputs: list[torch.Tensor]) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+        held = [torch.empty(96, 64, dtype=dtype), torch.empty(96, 64, dtype=dtype)]
+
+        def forward_with(trial: list[torch.Tensor]) -> torch.Tensor:
+            for mine, w in zip(held, trial, strict=True):
+                mine.copy_(w)
+            out = (torch.nn.functional.silu(x @ held[0].T) * (x @ held[1].T)) @ down.T
+            outputs.append(out.clone())
+            return out.to(torch.float32)
+
+        return forward_with
+
+    fresh_outputs: list[torch.Tensor] = []
+    reused_outputs: list[torch.Tensor] = []
+    fresh = search_scales(x, [gate, up], block(fresh_outputs), spec)
+    reused = search_scales(x, [gate, up], block(reused_outputs), spec, scratch=ScratchBuffers())
+    assert len(fresh_outputs) == len(reused_outputs) == 21
+    assert all(torch.equal(a, b) for a, b in zip(fresh_outputs, reused_outputs, strict=True))
+    assert (reused.ratio, reused.loss) == (fresh.ratio, fresh.loss)
+    assert torch.equal(reused.scales, fresh.scales)
 
 
 def test_scratch_buffers_reuse_and_regrow() -> None:

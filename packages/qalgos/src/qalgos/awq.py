@@ -87,15 +87,19 @@ def weight_importance(weights: Sequence[torch.Tensor], spec: QuantSpec) -> torch
     return normalised.mean(dim=0)
 
 
-def _output_mse(reference64: torch.Tensor, output: torch.Tensor) -> float:
+def _output_mse(reference64: torch.Tensor, output: torch.Tensor, scratch: ScratchBuffers | None = None) -> float:
     """Mean of ``(reference - output)**2`` in float64; ``reference64`` is the reference already in float64
-    (converted once per search). One float64 buffer per call, reused in place for the difference and its
-    square: the same elementwise operations and reduction as the plain expression, so the same value."""
+    (converted once per search). One float64 buffer, reused in place for the difference and its square (the
+    ``scratch`` tensor ``output_diff`` when given, else a fresh one per call): the same elementwise operations
+    and reduction as the plain expression, so the same value."""
     if tuple(output.shape) != tuple(reference64.shape):
         raise ShapeError(
             f"forward_with: expected an output of shape {tuple(reference64.shape)}, found {tuple(output.shape)}"
         )
-    diff = output.to(torch.float64, copy=True)
+    if scratch is None:
+        diff = output.to(torch.float64, copy=True)
+    else:
+        diff = scratch.take("output_diff", output.shape, torch.float64, output.device).copy_(output)
     torch.sub(reference64, diff, out=diff)
     return float(diff.square_().mean())
 
@@ -128,6 +132,7 @@ def search_scales(
     grid: int = 20,
     duo_scaling: bool = True,
     reference: torch.Tensor | None = None,
+    scratch: ScratchBuffers | None = None,
 ) -> ScaleSearchResult:
     """Grid search of ``s = x_mean**r / (w_mean**(1-r) + 1e-4)`` for ``r = i / grid``.
 
@@ -135,13 +140,23 @@ def search_scales(
     ``forward_with(weights)``: the inspected block's output with those weights substituted (the caller
     owns the model). ``reference``: the block's full-precision output if already known. Each candidate is
     clamped to >= 1e-4, normalised by ``sqrt(max * min)``, and non-finite entries are set to 1.
+    ``scratch``: float32 trial weights and the loss's float64 difference are written into its tensors ratio
+    after ratio (the same values): a trial handed to ``forward_with`` is overwritten by the next ratio's, so
+    ``forward_with`` copies it out and keeps no reference to it.
     """
     x_mean, w_mean = search_statistics(x, weights, spec)
     if reference is None:
         reference = forward_with(list(weights))
     reference64 = reference.detach().to(torch.float64)
     return best_on_grid(
-        x_mean, w_mean, weights, spec, lambda trial: _output_mse(reference64, forward_with(trial)), grid, duo_scaling
+        x_mean,
+        w_mean,
+        weights,
+        spec,
+        lambda trial: _output_mse(reference64, forward_with(trial), scratch),
+        grid,
+        duo_scaling,
+        scratch,
     )
 
 
@@ -182,13 +197,16 @@ def best_on_grid(
     loss_of: Callable[[list[torch.Tensor]], float],
     grid: int = 20,
     duo_scaling: bool = True,
+    scratch: ScratchBuffers | None = None,
 ) -> ScaleSearchResult:
     """The grid ratio ``r = i / grid`` whose trial weights ``Q(W * s) / s`` (in each weight's dtype) give the
-    lowest ``loss_of(trial)``; the first of equal losses wins and a NaN loss never does."""
+    lowest ``loss_of(trial)``; the first of equal losses wins and a NaN loss never does. ``scratch``: as in
+    :func:`grid_trial` (each trial overwritten by the next ratio's)."""
     scored = []
     for i in range(grid):
         ratio = i / grid
-        scored.append((ratio, loss_of(grid_trial(weights, grid_scales(x_mean, w_mean, ratio, duo_scaling), spec))))
+        trial = grid_trial(weights, grid_scales(x_mean, w_mean, ratio, duo_scaling), spec, scratch)
+        scored.append((ratio, loss_of(trial)))
     return best_on_grid_from(x_mean, w_mean, scored, grid, duo_scaling)
 
 

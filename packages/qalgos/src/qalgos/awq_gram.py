@@ -199,7 +199,7 @@ def search_scales_gram(
         return gram_output_mse(gram, tokens, reference, trial, scratch)
 
     if not rescore:
-        return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)
+        return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling, scratch)
 
     def estimate_of(trial: list[torch.Tensor]) -> float:
         scratch.release("diff_low", "product_low", "diff64", "product64")  # the other tiers', if they ran

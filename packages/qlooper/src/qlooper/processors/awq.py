@@ -21,10 +21,12 @@ from qalgos import awq
 from qalgos.awq_clip import search_clip
 from qalgos.awq_gram import search_scales_gram
 from qalgos.fallback import fall_back
+from qalgos.scratch_buffers import ScratchBuffers
 from qalgos.spec import QuantSpec
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ..allocator import recycled_heap
 from ..definition import ResolvedGroup, ResolvedModule
 from ..errors import ProcessorError
 from ..module_access import module_tensor
@@ -155,7 +157,7 @@ class AWQProcessor:
             try:
                 with torch.no_grad():
                     for mod, w in zip(group.modules, weights, strict=False):
-                        mod.weight.copy_(w.to(mod.weight.dtype))
+                        mod.weight.copy_(w)  # converts as w.to(mod.weight.dtype) would, without the copy
                     calls = spread_calls(self._inspect_calls[group.index], self.search_tokens)
                     outs = [_output_tensor(group.inspect(*a, **kw), group) for a, kw in calls]
             finally:
@@ -229,12 +231,16 @@ class AWQProcessor:
         x0 = next(iter(xs.values()))
         if reason is None and x0 is not None and x0.shape[0] > 0:
             start = time.perf_counter()
-            weights = [m.weight.detach().to(torch.float32) for m in group.modules]
-            if group.inspect is None and self.gram_loss:
-                found, scored = search_scales_gram(x0, weights, self.search_spec), f"{x0.shape[0]} (gram)"
-            else:
-                found = awq.search_scales(x0, weights, self._forward_with(group, x0), self.search_spec)
-                scored = str(self._scored_tokens(group, x0))
+            # every grid ratio makes the same large temporaries: reuse their pages (qlooper.allocator)
+            with recycled_heap():
+                weights = [m.weight.detach().to(torch.float32) for m in group.modules]
+                if group.inspect is None and self.gram_loss:
+                    found, scored = search_scales_gram(x0, weights, self.search_spec), f"{x0.shape[0]} (gram)"
+                else:
+                    forward_with = self._forward_with(group, x0)
+                    found = awq.search_scales(x0, weights, forward_with, self.search_spec, scratch=ScratchBuffers())
+                    scored = str(self._scored_tokens(group, x0))
+                del weights
             scales = found.scales.to(torch.float32)
             self._fold(group, scales, ctx.definition.norm_weight_offset)
             notes = {"scale_ratio": float(found.ratio), "scale_loss": float(found.loss), "scale_tokens": scored}
