@@ -15,9 +15,8 @@ import sys
 
 import pytest
 
-CHILD = r"""
+LIBC = r"""
 import ctypes, ctypes.util, sys
-from qlooper.allocator import pin_mmap_threshold
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -29,6 +28,12 @@ libc.mallinfo2.restype = MallInfo2
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
+"""  # a child's glibc malloc/free and mallinfo2 (hblkhd: bytes in blocks with their own mapping)
+
+CHILD = (
+    LIBC
+    + r"""
+from qlooper.allocator import pin_mmap_threshold
 pinned = pin_mmap_threshold() if sys.argv[1] == "pin" else False
 size = 4 << 20
 libc.free(libc.malloc(size))
@@ -36,22 +41,13 @@ block = libc.malloc(size)
 print(int(pinned), libc.mallinfo2().hblkhd >= size)
 libc.free(block)
 """
+)
 
 
-RECYCLING_CHILD = r"""
-import ctypes, ctypes.util
+RECYCLING_CHILD = (
+    LIBC
+    + r"""
 from qlooper.allocator import recycled_heap
-
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-libc = ctypes.CDLL(ctypes.util.find_library("c"))
-libc.mallinfo2.restype = MallInfo2
-libc.malloc.restype = ctypes.c_void_p
-libc.malloc.argtypes = [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
 
 def rss():
     with open("/proc/self/statm") as f:
@@ -75,6 +71,7 @@ after_mapped = libc.mallinfo2().hblkhd >= size
 libc.free(c)
 print(int(active), inside_mapped, reused, after_mapped, released >= big // 2)
 """
+)
 
 
 def test_a_recycled_heap_reuses_large_blocks_then_restores_the_pin_and_returns_the_pages() -> None:
