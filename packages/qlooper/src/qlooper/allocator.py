@@ -44,10 +44,11 @@ PINNED_MMAP_THRESHOLD = 128 * 1024
 M_TRIM_THRESHOLD = -1
 #: glibc's default trim threshold (bytes of free memory at the heap's top it keeps before returning them).
 DEFAULT_TRIM_THRESHOLD = 128 * 1024
-#: Inside :func:`recycled_heap`: bytes from which an allocation still gets its own mapping (32 MiB, the largest
-#: threshold every glibc accepts). Blocks below it (a forward's per-call activations) are recycled; larger ones
-#: (trial weights, held in scratch tensors by their owner) stay mappings, so the heap keeps no large holes: at
-#: the 8B MLP shape 32 MiB saved as many page faults as 1 GiB for 0.02 instead of 0.43 GiB of extra peak.
+#: Inside :func:`recycled_heap`: bytes from which an allocation still gets its own mapping (32 MiB, glibc's own
+#: ceiling for its dynamic threshold on 64-bit systems). Blocks below it (a forward's per-call activations) are
+#: recycled; larger ones (trial weights, held in scratch tensors by their owner) stay mappings, so the heap keeps no
+#: large holes: at the 8B MLP shape 32 MiB saved as many page faults as 1 GiB for 0.02 instead of 0.43 GiB of extra
+#: peak.
 RECYCLING_MMAP_THRESHOLD = 32 << 20
 #: Inside :func:`recycled_heap`: the trim threshold (the largest ``int``: glibc never trims on its own).
 RECYCLING_TRIM_THRESHOLD = 2**31 - 1
