@@ -26,13 +26,13 @@ import argparse
 import os
 import resource
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # torch's huge-page allocation, as the lowbit command sets it
 
 import torch
 from cpu_info import cpu_line
+from peak_memory import peak_rss_bytes, reset_peak, rss_bytes
 from qalgos import awq
 from qalgos.scratch_buffers import ScratchBuffers
 from qalgos.spec import QuantSpec
@@ -42,19 +42,10 @@ SPEC = QuantSpec(bits=4, group_size=128, desc_act=False, act_group_aware=False)
 HIDDEN, INTERMEDIATE, CALL_TOKENS = 4096, 14336, 512
 
 
-def _status_gib(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 2**20
-    return float("nan")
-
-
 def measured(fn: Callable[[], Any]) -> tuple[Any, float, float, int, float]:
     """``fn()``'s value, user and system CPU s, minor faults and peak RSS above the start (GiB) while it ran."""
-    start = _status_gib("VmRSS")
-    clear_refs = Path("/proc/self/clear_refs")
-    if clear_refs.exists():
-        clear_refs.write_text("5")  # resets VmHWM to the current resident set
+    start = rss_bytes()
+    reset_peak()
     before = resource.getrusage(resource.RUSAGE_SELF)
     value = fn()
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -63,7 +54,7 @@ def measured(fn: Callable[[], Any]) -> tuple[Any, float, float, int, float]:
         after.ru_utime - before.ru_utime,
         after.ru_stime - before.ru_stime,
         after.ru_minflt - before.ru_minflt,
-        _status_gib("VmHWM") - start,
+        (peak_rss_bytes() - start) / 2**30,
     )
 
 

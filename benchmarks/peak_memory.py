@@ -12,9 +12,24 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def _status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit(f"/proc/self/status has no {field} line: memory is measured on Linux only")
+
+
 def peak_rss_bytes() -> int:
     """``VmHWM`` of this process, in bytes; refuses a system without it (the benchmarks need Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise SystemExit("/proc/self/status has no VmHWM line: peak memory is measured on Linux only")
+    return _status_bytes("VmHWM")
+
+
+def rss_bytes() -> int:
+    """``VmRSS`` of this process (its resident set now), in bytes."""
+    return _status_bytes("VmRSS")
+
+
+def reset_peak() -> None:
+    """Set ``VmHWM`` back to the current resident set (``/proc/self/clear_refs``), so that
+    :func:`peak_rss_bytes` then reports the peak of what runs after."""
+    Path("/proc/self/clear_refs").write_text("5")
