@@ -11,7 +11,9 @@ times ``qalgos.awq_gram.search_scales_gram`` alone (process CPU and wall seconds
 ``float64`` with ``rescore=False`` (every grid ratio scored in float64, the search before issue 33's change and
 the baseline), ``float32`` with ``rescore=True, bfloat16=False`` (every ratio in float32, the near-best in
 float64: the default before the bfloat16 tier), ``bfloat16`` with ``rescore=True, bfloat16=True`` (every ratio in
-bfloat16, the near-best in float32, theirs in float64: the default on a CPU with native bfloat16). Printed: a
+bfloat16, the near-best in float32, theirs in float64: the default on a CPU with native bfloat16); each of the
+last two scores its float32 tier through the Gram matrix's Cholesky factor where that pays, and its ``-gram``
+twin (``factor=False``) through the Gram matrix itself, as before the factor form. Printed: a
 table (variant, CPU s, wall s, CPU/wall, ratio to the baseline, chosen ratio, the bfloat16/float32/float64 losses
 computed, whether the chosen ratio and its float64 loss bits equal the baseline's, peak RSS, load).
 
@@ -41,8 +43,14 @@ from cpu_info import cpu_line  # noqa: E402
 from peak_memory import peak_rss_bytes  # noqa: E402
 from thread_cpu import busiest_share, thread_cpu  # noqa: E402
 
-#: variant -> search_scales_gram's ``(rescore, bfloat16)``
-VARIANTS = {"float64": (False, False), "float32": (True, False), "bfloat16": (True, True)}
+#: variant -> search_scales_gram's ``(rescore, bfloat16, factor)``
+VARIANTS = {
+    "float64": (False, False, False),
+    "float32-gram": (True, False, False),
+    "float32": (True, False, True),
+    "bfloat16-gram": (True, True, False),
+    "bfloat16": (True, True, True),
+}
 
 
 def problem(args: argparse.Namespace):
@@ -78,9 +86,9 @@ def child(args: argparse.Namespace) -> None:
     spec = QuantSpec(bits=4, group_size=128, sym=False)
     weight, x = problem(args)
     counts: list = []
-    rescore, bfloat16 = VARIANTS[args.variant]
+    rescore, bfloat16, factor = VARIANTS[args.variant]
     found, cpu, wall = timed(
-        lambda: search_scales_gram(x, [weight], spec, rescore=rescore, counts=counts, bfloat16=bfloat16)
+        lambda: search_scales_gram(x, [weight], spec, rescore=rescore, counts=counts, bfloat16=bfloat16, factor=factor)
     )
     print(
         json.dumps(
@@ -108,7 +116,8 @@ def stages(args: argparse.Namespace) -> None:
     """One ratio's steps, each timed alone on ``--threads`` threads (CPU/wall near 1: that step is serial)."""
     import torch
     from qalgos.awq import grid_scales, grid_trial, search_statistics
-    from qalgos.awq_gram import gram_matrix
+    from qalgos.awq_gram import factor_output_mse, gram_matrix
+    from qalgos.hessian_inverse import cholesky_in_place
     from qalgos.spec import QuantSpec
 
     torch.set_num_threads(args.threads)
@@ -137,6 +146,9 @@ def stages(args: argparse.Namespace) -> None:
     )
     p32 = step("D @ G float32", lambda: diff32 @ gram32)
     step("mul + sum(float64) float32", lambda: float(p32.mul_(diff32).sum(dtype=torch.float64)))
+    step("cholesky_in_place (float32)", lambda: cholesky_in_place(gram32))
+    tokens = x.shape[0]
+    step("factor_output_mse (float32)", lambda: factor_output_mse(gram32, tokens, [weight], [trial]))
     diff64 = step("D float64", lambda: weight.to(torch.float64) - trial.to(torch.float64))
     p64 = step("D @ G float64", lambda: diff64 @ gram)
     step("mul + sum float64", lambda: float((p64 * diff64).sum()))

@@ -60,3 +60,16 @@ def test_gram_search_checks_shapes_like_the_output_search() -> None:
         search_scales_gram(x, [torch.randn(8, 64), torch.randn(8, 32)], SPEC)
     with pytest.raises(ShapeError, match=r"x: expected \[\.\.\., 32\]"):
         search_scales_gram(x, [torch.randn(8, 32)], SPEC)
+
+
+def test_gram_matrix_is_one_product_when_narrow_and_mirrored_blocks_when_wide() -> None:
+    """Under 2048 inputs the one float32 product ``xᵀx``, bit for bit; wider, the products of its lower-triangle
+    blocks mirrored: exactly symmetric and within float32 rounding of the full product."""
+    gen = torch.Generator().manual_seed(4)
+    narrow = torch.randn(3, 100, 576, generator=gen)
+    flat = narrow.reshape(300, 576)
+    assert torch.equal(gram_matrix(narrow), (flat.T @ flat).to(torch.float64))
+    wide = torch.randn(600, 2100, generator=gen)
+    gram = gram_matrix(wide)
+    assert torch.equal(gram, gram.T)
+    torch.testing.assert_close(gram, wide.double().T @ wide.double(), rtol=1e-5, atol=1e-3)

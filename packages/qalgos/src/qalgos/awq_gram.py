@@ -3,7 +3,7 @@
 When the inspected block is the scaled linears themselves (``o_proj``, ``down_proj``: no ``inspect``
 module), the block output error of a trial ``W_q`` is linear in the weight difference ``D = W - W_q``:
 ``mean((x Wᵀ - x W_qᵀ)²) = tr(D G Dᵀ) / (tokens · out)`` with ``G = xᵀx [in, in]``. ``G`` is built once
-per search (float32 GEMM over the tokens, then held in float64); each grid ratio then costs an
+per search (float32 GEMMs over the tokens, held in float64); each grid ratio then costs an
 ``[out, in] x [in, in]`` product instead of a ``[tokens, in] x [in, out]`` forward plus the loss, which
 is cheaper whenever ``in < tokens`` (SmolLM2's ``down_proj`` at 8192 tokens: 5x fewer FLOPs per ratio).
 
@@ -17,14 +17,19 @@ fewer FLOPs): in bfloat16 on a CPU with native bfloat16 dot products (:func:`nat
 for the ratios near the bfloat16 best, then in float64 for those near the float32 best, chosen by float64
 (:func:`qalgos.awq_rescored_grid.best_on_grid_rescored`, which states each tier's error estimate and when the
 choice can differ from scoring all 20 in float64): at ``in`` = 14336 a float64 product is 1.7 TFLOP, its
-float32 one about half the time and its bfloat16 one about a fifth. The reduced copies of the Gram matrix
-(:class:`ReducedOperands`) are made from the float64 one when a tier needs them, one at a time, and dropped
-before a float64 product. ``rescore=False`` scores every ratio in float64.
+float32 one about half the time and its bfloat16 one about a fifth (a fifteenth with AMX). Where the float32 tier
+scores enough ratios to pay for it (:func:`factor_pays`), it scores them through the Gram matrix's lower Cholesky
+factor ``L`` instead (:func:`factor_output_mse`: ``‖D L‖²``, the zero triangle skipped: 0.57x of ``D G``'s time
+at ``in`` = 14336, the factorisation costing about 1.8 ratios' savings); a Gram matrix that is not positive
+definite in float32 (a dead input) is scored through itself. The reduced copies of the Gram matrix and the
+factor (:class:`ReducedOperands`) are made from the float64 one when a tier needs them, one at a time, and
+dropped before a float64 product. ``rescore=False`` scores every ratio in float64.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -33,6 +38,8 @@ import torch
 
 from .awq import ScaleSearchResult, best_on_grid, search_statistics
 from .awq_rescored_grid import RescoreCount, best_on_grid_rescored
+from .hessian import add_gram
+from .hessian_inverse import LEAF, cholesky_in_place
 from .scratch_buffers import ScratchBuffers
 from .spec import QuantSpec
 
@@ -42,15 +49,15 @@ def float32_rows(x: torch.Tensor) -> torch.Tensor:
     return x.detach().reshape(-1, x.shape[-1]).to(torch.float32)
 
 
-def float32_gram(x: torch.Tensor) -> torch.Tensor:
-    """``G = xᵀx`` ``[in, in]`` as the float32 GEMM of inputs ``x [..., in]`` (what :func:`gram_matrix` widens)."""
-    rows = float32_rows(x)
-    return rows.T @ rows
-
-
 def gram_matrix(x: torch.Tensor) -> torch.Tensor:
-    """``G = xᵀx`` ``[in, in]`` float64 of inputs ``x [..., in]`` (accumulated as a float32 GEMM)."""
-    return float32_gram(x).to(torch.float64)
+    """``G = xᵀx`` ``[in, in]`` float64 of inputs ``x [..., in]``: float32 GEMMs over the tokens into the blocks of
+    its lower triangle, mirrored (:func:`qalgos.hessian.add_gram`: one product under 2048 inputs; at 14336, 36/64 of
+    a full ``xᵀx``'s multiply-adds and no ``[in, in]`` float32 matrix beside the result). Each value is a float32
+    dot product over every token, held exactly in float64."""
+    rows = float32_rows(x)
+    gram = torch.zeros(rows.shape[1], rows.shape[1], dtype=torch.float64, device=rows.device)
+    add_gram(gram, rows)
+    return gram
 
 
 def gram_output_mse(
@@ -119,6 +126,51 @@ def reduced_output_mse(
     return total / (tokens * outputs)
 
 
+def factor_output_mse(
+    factor: torch.Tensor,
+    tokens: int,
+    weights: Sequence[torch.Tensor],
+    trial: Sequence[torch.Tensor],
+    scratch: ScratchBuffers | None = None,
+) -> float:
+    """:func:`gram_output_mse` in float32 through the lower Cholesky factor ``L`` of the Gram matrix (``factor
+    [in, in]`` float32, ``G = L Lᵀ``, zero above the diagonal): ``tr(D G Dᵀ) = ‖D L‖²``. ``D L`` is formed block
+    column by block column over :data:`qalgos.hessian_inverse.LEAF` (columns ``s:e`` are ``D[:, s:] L[s:, s:e]``:
+    the zero triangle is skipped, ``(k + 1) / 2k`` of ``D G``'s multiply-adds with ``k`` blocks, 15/28 at ``in`` =
+    14336), each block squared and summed in float64. Every term of the sum is a square, so float32 rounding
+    does not cancel as it can in ``D G`` times ``D``. ``scratch``: ``D`` and the blocks are written into its
+    tensors ``diff`` and ``factor_product``."""
+    scratch = scratch or ScratchBuffers()
+    in_ = int(factor.shape[0])
+    edges = [*range(0, in_, LEAF), in_]
+    total = 0.0
+    outputs = 0
+    for wj, tj in zip(weights, trial, strict=True):
+        out_j = int(wj.shape[0])
+        diff = torch.sub(
+            wj.to(torch.float32), tj.to(torch.float32), out=scratch.take("diff", (out_j, in_), torch.float32, wj.device)
+        )
+        for s, e in itertools.pairwise(edges):
+            block = scratch.take("factor_product", (out_j, e - s), torch.float32, wj.device)
+            torch.mm(diff[:, s:], factor[s:, s:e], out=block)
+            total += float(block.square_().sum(dtype=torch.float64))
+        outputs += out_j
+    return total / (tokens * outputs)
+
+
+#: :func:`factor_pays`' break-even, measured (``benchmarks/bench_awq_scale_search.py --stages``, an 8B ``down_proj``,
+#: out 4096, in 14336, 2-core Intel Xeon with AMX): a float32 loss through the factor took 6.4 CPU s against 11.4
+#: through the Gram matrix, the factorisation 8.7, so it pays from 1.8 ratios: ``count · out >= 0.5 · in``.
+FACTOR_BREAK_EVEN = 0.5
+
+
+def factor_pays(count: int, outputs: int, in_: int) -> bool:
+    """Whether scoring ``count`` ratios of linears with ``outputs`` rows in all and ``in_`` inputs through the Gram
+    matrix's Cholesky factor is cheaper than through the Gram matrix, the factorisation included:
+    ``count · outputs >= FACTOR_BREAK_EVEN · in_``."""
+    return count * outputs >= FACTOR_BREAK_EVEN * in_
+
+
 #: The narrowest ``in`` the automatic bfloat16 tier is used for: at SmolLM2's 576 / 1536 it saved nothing (3.6 against
 #: 3.6 CPU s) or cost 1.4x on a flat loss curve; at 4096 it took 0.77x and at 14336 0.72x of the float32-first search.
 BFLOAT16_MIN_WIDTH = 4096
@@ -151,15 +203,34 @@ class ReducedOperands:
         self.source = source
         self.form: Literal["gram", "rows"] = form
         self.copy: torch.Tensor | None = None
+        self.is_factor = False
+        self.not_definite = False
 
     def get(self, dtype: torch.dtype) -> torch.Tensor:
-        if self.copy is None or self.copy.dtype != dtype:
+        if self.copy is None or self.copy.dtype != dtype or self.is_factor:
             self.copy = None
+            self.is_factor = False
             self.copy = self.source.to(dtype)
+        return self.copy
+
+    def factor(self) -> torch.Tensor | None:
+        """The float32 lower Cholesky factor of the Gram matrix (form ``"gram"``), kept as the copy (any other
+        dropped); None when the Gram matrix is not positive definite in float32 (remembered: not tried again)."""
+        if self.form != "gram" or self.not_definite:
+            return None
+        if self.copy is None or not self.is_factor:
+            self.copy = None
+            self.is_factor = False
+            lower = self.source.to(torch.float32)
+            if not cholesky_in_place(lower):
+                self.not_definite = True
+                return None
+            self.copy, self.is_factor = lower, True
         return self.copy
 
     def release(self) -> None:
         self.copy = None
+        self.is_factor = False
 
 
 def search_scales_gram(
@@ -172,6 +243,7 @@ def search_scales_gram(
     counts: list[RescoreCount] | None = None,
     bfloat16: bool | None = None,
     scratch: ScratchBuffers | None = None,
+    factor: bool = True,
 ) -> ScaleSearchResult:
     """The AWQ grid search (:func:`qalgos.awq.best_on_grid`) for linears ``weights [out_j, in]`` that all read
     ``x [..., in]`` and are inspected on their own concatenated outputs (biases cancel in the difference);
@@ -182,7 +254,10 @@ def search_scales_gram(
     bfloat16 dot products (:func:`native_bfloat16`) and ``in`` is at least :data:`BFLOAT16_MIN_WIDTH`. The
     chosen ratio, scales and loss are the same either way wherever the tiers' error premises hold (checked on
     every ratio re-scored). ``scratch``: where the trials and the losses' products live (default: a new
-    :class:`~qalgos.scratch_buffers.ScratchBuffers`, reused ratio after ratio and dropped at the end)."""
+    :class:`~qalgos.scratch_buffers.ScratchBuffers`, reused ratio after ratio and dropped at the end). ``factor``:
+    with ``rescore`` and the Gram form, the float32 tier scores through the Gram matrix's Cholesky factor
+    (:func:`factor_output_mse`) when it pays for the factorisation (:func:`factor_pays`) and the Gram matrix is
+    positive definite in float32; ``False``: always through the Gram matrix."""
     x_mean, w_mean = search_statistics(x, weights, spec)
     gram = gram_matrix(x)
     in_ = x.shape[-1]
@@ -201,8 +276,19 @@ def search_scales_gram(
     if not rescore:
         return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling, scratch)
 
+    outputs = sum(int(wj.shape[0]) for wj in weights)
+    through_factor: list[bool] = []  # decided once, at the float32 tier's first call
+
+    def before_float32(count: int) -> None:
+        if not through_factor:
+            through_factor.append(operands.form == "gram" and factor_pays(count, outputs, in_))
+
     def estimate_of(trial: list[torch.Tensor]) -> float:
         scratch.release("diff_low", "product_low", "diff64", "product64")  # the other tiers', if they ran
+        factor = operands.factor() if through_factor and through_factor[0] else None
+        if factor is not None:
+            scratch.release("product")
+            return factor_output_mse(factor, tokens, reference, trial, scratch)
         return reduced_output_mse(operands.get(torch.float32), operands.form, tokens, reference, trial, scratch)
 
     def coarse_of(trial: list[torch.Tensor]) -> float:
@@ -223,6 +309,7 @@ def search_scales_gram(
             counts,
             coarse_of if use_bfloat16 else None,
             scratch,
+            before_float32 if factor else None,
         )
     finally:
         operands.release()

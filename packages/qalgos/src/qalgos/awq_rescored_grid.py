@@ -147,6 +147,7 @@ def best_on_grid_rescored(
     counts: list[RescoreCount] | None = None,
     coarse_of: Loss | None = None,
     scratch: ScratchBuffers | None = None,
+    before_float32: Callable[[int], None] | None = None,
 ) -> ScaleSearchResult:
     """``best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling)`` computing ``loss_of``
     (float64) only for the ratios whose ``estimate_of`` (the same loss in float32) is within the float32 error
@@ -154,7 +155,9 @@ def best_on_grid_rescored(
     the ratios whose bfloat16 loss is within the bfloat16 error estimate of the bfloat16 best (see the module
     docstring). Trial weights are rebuilt for each tier rather than kept (one ``[out, in]`` trial per linear in
     memory at a time; with ``scratch`` written into its tensors, :func:`qalgos.awq.grid_trial`). ``counts``: a list to
-    append the search's :class:`RescoreCount` to."""
+    append the search's :class:`RescoreCount` to. ``before_float32``: called with the number of ratios the float32
+    tier is about to score, before it scores them (and again before a bfloat16 fall-back scores the rest), so
+    ``estimate_of`` can pick a form whose set-up pays for that many."""
     ratios = [i / grid for i in range(grid)]
     everything = list(range(grid))
     width = int(weights[0].shape[-1]) if weights else 1
@@ -177,6 +180,8 @@ def best_on_grid_rescored(
         coarse = {i: coarse_of(trial(i)) for i in everything}
         coarse_estimate, candidates = near_best(coarse, exact, exact_of, bfloat16_error_estimate)
         coarse_fell_back = candidates is None
+    if before_float32 is not None:
+        before_float32(len(candidates or everything))
     estimates = {i: estimate_of(trial(i)) for i in candidates or everything}
     estimate, kept = near_best(estimates, exact, exact_of, float32_error)
     if coarse and not coarse_fell_back and len(estimates) < grid:
@@ -190,6 +195,8 @@ def best_on_grid_rescored(
                 coarse_estimate,
                 grid,
             )
+            if before_float32 is not None:
+                before_float32(grid - len(estimates))
             estimates.update({i: estimate_of(trial(i)) for i in everything if i not in estimates})
             estimate, kept = near_best(estimates, exact, exact_of, float32_error)
     fell_back = kept is None

@@ -14,8 +14,8 @@ blocks made the products slower than one full ``xᵀx`` (``in`` = 1536: 339 ms f
 ms for the one full product, per 4096 tokens on 2 cores), so inputs under 2048 form one full product (their
 sums are small). A block's float32 values equal the full product's bit for bit (the GEMM's reduction over
 tokens does not depend on the output tiling; ``test_hessian`` holds it for blocks from 256 columns; on an Intel
-Xeon with AMX, MKL's products into 72- and 192-column blocks differ in the last bits), so the block width never changes a
-result. Buffering makes the products large matmuls (a 256-token batch
+Xeon with AMX, MKL's products into 72- and 192-column blocks differ in the last bits), so the block width never
+changes a result. Buffering makes the products large matmuls (a 256-token batch
 alone is a thin one: 3.4x slower per token for ``in`` = 5632 here). Chunk boundaries depend only on token
 counts, never on batch sizes' timing or the thread count, and a state dict carries the unflushed rows, so
 a resumed accumulator continues exactly where it stopped.

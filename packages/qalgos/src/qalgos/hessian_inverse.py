@@ -15,6 +15,7 @@ threaded factorisation is not).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,21 +97,7 @@ def cholesky_with_inverse(
     work = a if overwrite else a.clone()
     inverse = torch.zeros_like(a)
     edges = [*range(0, n, LEAF), n]
-    try:
-        for j in range(len(edges) - 1):
-            s, e = edges[j], edges[j + 1]
-            top = work[s:e, s:e].clone() if keep_upper else None  # the update and the leaf overwrite its upper part
-            if s:
-                work[s:, s:e].addmm_(work[s:, :s], work[s:e, :s].T, alpha=-1)
-            try:
-                _leaf(work[s:e, s:e], work[s:e, s:e], inverse[s:e, s:e])
-            finally:
-                if top is not None:
-                    block = work[s:e, s:e]
-                    block.copy_(torch.where(_strict_upper(e - s, block.device), top, block))
-            if e < n:
-                work[e:, s:e] = work[e:, s:e] @ inverse[s:e, s:e].T
-    except _NotPositiveDefinite:
+    if not _factor_columns(work, edges, lambda s, e: inverse[s:e, s:e], keep_upper):
         return None
     for j in range(len(edges) - 2):
         sj, ej = edges[j], edges[j + 1]
@@ -119,6 +106,48 @@ def cholesky_with_inverse(
             partial = work[si:ei, sj:si] @ inverse[sj:si, sj:ej]
             inverse[si:ei, sj:ej] = (inverse[si:ei, si:ei] @ partial).neg_()
     return (work.tril_() if lower else None), inverse
+
+
+def _factor_columns(
+    work: torch.Tensor, edges: list[int], leaf_inverse: Callable[[int, int], torch.Tensor], keep_upper: bool
+) -> bool:
+    """The left-looking blocked Cholesky of :func:`cholesky_with_inverse` over the block ``edges``, in place in
+    the lower triangle of ``work [n, n]``; each diagonal block's triangular inverse is written into
+    ``leaf_inverse(s, e)`` (a ``[e - s, e - s]`` tensor, read again for the blocks below it). False when a leaf is
+    not positive definite (``work`` then holds partial values; with ``keep_upper`` its strict upper triangle is
+    unchanged)."""
+    n = work.shape[0]
+    try:
+        for j in range(len(edges) - 1):
+            s, e = edges[j], edges[j + 1]
+            top = work[s:e, s:e].clone() if keep_upper else None  # the update and the leaf overwrite its upper part
+            if s:
+                work[s:, s:e].addmm_(work[s:, :s], work[s:e, :s].T, alpha=-1)
+            inverse = leaf_inverse(s, e)
+            try:
+                _leaf(work[s:e, s:e], work[s:e, s:e], inverse)
+            finally:
+                if top is not None:
+                    block = work[s:e, s:e]
+                    block.copy_(torch.where(_strict_upper(e - s, block.device), top, block))
+            if e < n:
+                work[e:, s:e] = work[e:, s:e] @ inverse.T
+    except _NotPositiveDefinite:
+        return False
+    return True
+
+
+def cholesky_in_place(a: torch.Tensor) -> bool:
+    """Overwrite a symmetric ``[n, n]`` matrix with its lower Cholesky factor ``L`` (``a = L Lᵀ``; the strict upper
+    triangle zeroed): the factorisation of :func:`cholesky_with_inverse` without the inverse, so one ``[LEAF,
+    LEAF]`` matrix beside ``a`` instead of a second ``[n, n]`` one, and the same values for every torch thread
+    count. False when ``a`` is not positive definite (``a`` then holds partial values)."""
+    n = a.shape[0]
+    scratch = torch.empty(min(LEAF, n), min(LEAF, n), dtype=a.dtype, device=a.device)
+    if not _factor_columns(a, [*range(0, n, LEAF), n], lambda s, e: scratch[: e - s, : e - s], False):
+        return False
+    a.tril_()
+    return True
 
 
 REVERSE_CHUNK = 1 << 18
