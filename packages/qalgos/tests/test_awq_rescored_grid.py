@@ -194,7 +194,7 @@ def test_a_bfloat16_loss_off_by_more_than_its_bound_scores_every_ratio_in_float3
     assert torch.equal(result.scales, plain.scales)
     assert len(float32_calls) == 20 and counts[0].bfloat16_fell_back and not counts[0].fell_back
     assert counts[0].bfloat16 == 20 and counts[0].bfloat16_estimate == BF16_FLOOR
-    assert len(exact_calls) == 2  # the bfloat16 best (0), then the float32 best (15)
+    assert len(exact_calls) == 2  # the float32 best of the first kept (0), then the float32 best of all (15)
 
 
 def test_the_bfloat16_tier_narrows_what_float32_scores() -> None:
@@ -209,6 +209,21 @@ def test_the_bfloat16_tier_narrows_what_float32_scores() -> None:
     assert (result.ratio, result.loss) == (plain.ratio, plain.loss) == (0.4, 1.0 - 1e-9)
     assert len(float32_calls) == 3 and len(exact_calls) == 2
     assert counts[0].bfloat16_estimate == pytest.approx(SAFETY * 1e-4)
+    assert not counts[0].bfloat16_fell_back and not counts[0].fell_back
+
+
+def test_the_bfloat16_best_is_measured_against_its_float32_loss() -> None:
+    """The bfloat16 tier's error is measured at its best (ratio 5) against the float32 loss the next tier computes
+    anyway, not a float64 product: 1.1e-3 off gives an estimate of 0.07, so ratios 5-7 reach float32, whose
+    best (6) is clear, and the one float64 product is ratio 6's."""
+    exact = [1.0 + 0.1 * abs(i - 6) for i in range(20)]
+    exact[5] = 1.001
+    coarse = list(exact)
+    coarse[5] = 1.0 - 1e-4
+    result, plain, float32_calls, exact_calls, counts = tiered_search(2, exact, exact, coarse)
+    assert (result.ratio, result.loss) == (plain.ratio, plain.loss) == (0.3, 1.0)
+    assert len(float32_calls) == 3 and len(exact_calls) == 1
+    assert counts[0].bfloat16_estimate == pytest.approx(SAFETY * (1.001 - (1.0 - 1e-4)) / 1.001)
     assert not counts[0].bfloat16_fell_back and not counts[0].fell_back
 
 

@@ -10,7 +10,10 @@ native bfloat16 dot products) a first tier narrows the ratios the float32 tier s
 
 Which ratios could be the float64 best follows from an error estimate ``E`` (relative) of the tier:
 
-* measured: the tier's best ratio is always scored in float64 too; ``e = |L - L64| / L64`` there;
+* measured: the tier's best ratio is always scored by the next tier too; ``e = |L - L64| / L64`` there for
+  float32, ``e = |L - L32| / L32`` for bfloat16 (its float32 loss, which the float32 tier needs anyway, since the
+  bfloat16 best is always kept: float32's own error, about 1e-9, is far under bfloat16's floor; so the bfloat16
+  tier adds no float64 product);
 * ``E = max(SAFETY * e, floor)``: ``SAFETY`` (64) for ratios whose errors are larger than the measured one, the
   floor for a measured error that is small by luck: for float32, ``sqrt(in)`` float32 ulps (the probabilistic
   rounding error of one length-``in`` float32 dot product); for bfloat16, :data:`BF16_FLOOR` (half of
@@ -82,7 +85,7 @@ def error_estimate(measured: float, width: int) -> float:
 
 def bfloat16_error_estimate(measured: float) -> float:
     """``E`` (relative) of every ratio's bfloat16 loss: ``max(SAFETY * measured, BF16_FLOOR)``; ``measured``:
-    the bfloat16 best ratio's relative error against its float64 loss."""
+    the bfloat16 best ratio's relative error against its float32 loss."""
     return max(SAFETY * measured, BF16_FLOOR)
 
 
@@ -102,26 +105,33 @@ class RescoreCount:
     bfloat16_fell_back: bool = False
 
 
+def within(scores: dict[int, float], estimate: float) -> list[int] | None:
+    """The indices whose score is within ``estimate`` of the best's: ``L <= L_b (1 + E) / (1 - E)``, in index
+    order; None when a score is not finite or ``E >= 1``."""
+    if not scores or not all(math.isfinite(v) for v in scores.values()) or not estimate < 1.0:
+        return None
+    ceiling = min(scores.values()) * (1.0 + estimate) / (1.0 - estimate)
+    return [i for i in sorted(scores) if scores[i] <= ceiling]
+
+
 def near_best(
     scores: dict[int, float],
-    exact: dict[int, float],
-    exact_of: Callable[[int], float],
+    reference: dict[int, float],
+    reference_of: Callable[[int], float],
     estimate_of_error: Callable[[float], float],
 ) -> tuple[float, list[int] | None]:
-    """One tier's rule: ``(E, kept)``. ``scores``: the tier's loss per ratio index; ``exact``: the float64
-    losses so far (the tier's best is added, by ``exact_of(i)``); ``estimate_of_error``: ``E`` from the measured
-    relative error. ``kept``: the indices with ``L <= L_b (1 + E) / (1 - E)`` in index order, None when a
-    score is not finite or ``E >= 1`` (the caller falls back)."""
+    """One tier's rule: ``(E, kept)``. ``scores``: the tier's loss per ratio index; ``reference``: the more exact
+    losses so far (float64 for the float32 tier, float32 for the bfloat16 one; the tier's best is added, by
+    ``reference_of(i)``); ``estimate_of_error``: ``E`` from the measured relative error. ``kept``: the indices
+    with ``L <= L_b (1 + E) / (1 - E)`` in index order, None when a score is not finite or ``E >= 1`` (the
+    caller falls back)."""
     if not scores or not all(math.isfinite(v) for v in scores.values()):
         return math.inf, None
     best = min(scores, key=lambda i: (scores[i], i))  # the first of equal scores
-    if best not in exact:
-        exact[best] = exact_of(best)
-    estimate = estimate_of_error(relative_error(scores[best], exact[best]))
-    if not estimate < 1.0:
-        return estimate, None
-    ceiling = scores[best] * (1.0 + estimate) / (1.0 - estimate)
-    return estimate, [i for i in sorted(scores) if scores[i] <= ceiling]
+    if best not in reference:
+        reference[best] = reference_of(best)
+    estimate = estimate_of_error(relative_error(scores[best], reference[best]))
+    return estimate, within(scores, estimate)
 
 
 def bfloat16_premise_holds(
@@ -168,21 +178,27 @@ def best_on_grid_rescored(
     def exact_of(i: int) -> float:
         return loss_of(trial(i))
 
+    def float32_of(i: int) -> float:
+        return estimate_of(trial(i))
+
     def float32_error(measured: float) -> float:
         return error_estimate(measured, width)
 
     exact: dict[int, float] = {}
+    estimates: dict[int, float] = {}
     candidates: list[int] | None = everything
     coarse: dict[int, float] = {}
     coarse_estimate = math.inf
     coarse_fell_back = False
     if coarse_of is not None:
         coarse = {i: coarse_of(trial(i)) for i in everything}
-        coarse_estimate, candidates = near_best(coarse, exact, exact_of, bfloat16_error_estimate)
+        if before_float32 is not None:  # at least the ratios within the floor go on to float32
+            before_float32(len(within(coarse, BF16_FLOOR) or everything))
+        coarse_estimate, candidates = near_best(coarse, estimates, float32_of, bfloat16_error_estimate)
         coarse_fell_back = candidates is None
-    if before_float32 is not None:
-        before_float32(len(candidates or everything))
-    estimates = {i: estimate_of(trial(i)) for i in candidates or everything}
+    elif before_float32 is not None:
+        before_float32(grid)
+    estimates.update({i: float32_of(i) for i in candidates or everything if i not in estimates})
     estimate, kept = near_best(estimates, exact, exact_of, float32_error)
     if coarse and not coarse_fell_back and len(estimates) < grid:
         coarse_fell_back = not all(
