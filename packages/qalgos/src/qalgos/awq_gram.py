@@ -219,8 +219,7 @@ class ReducedOperands:
         if self.form != "gram" or self.not_definite:
             return None
         if self.copy is None or not self.is_factor:
-            self.copy = None
-            self.is_factor = False
+            self.copy = None  # dropped before the factor's copy is made
             lower = self.source.to(torch.float32)
             if not cholesky_in_place(lower):
                 self.not_definite = True
@@ -277,15 +276,16 @@ def search_scales_gram(
         return best_on_grid(x_mean, w_mean, weights, spec, loss_of, grid, duo_scaling, scratch)
 
     outputs = sum(int(wj.shape[0]) for wj in weights)
-    through_factor: list[bool] = []  # decided once, at the float32 tier's first call
+    through_factor: bool | None = None  # decided once, at the float32 tier's first call
 
     def before_float32(count: int) -> None:
-        if not through_factor:
-            through_factor.append(operands.form == "gram" and factor_pays(count, outputs, in_))
+        nonlocal through_factor
+        if through_factor is None:
+            through_factor = operands.form == "gram" and factor_pays(count, outputs, in_)
 
     def estimate_of(trial: list[torch.Tensor]) -> float:
         scratch.release("diff_low", "product_low", "diff64", "product64")  # the other tiers', if they ran
-        factor = operands.factor() if through_factor and through_factor[0] else None
+        factor = operands.factor() if through_factor else None
         if factor is not None:
             scratch.release("product")
             return factor_output_mse(factor, tokens, reference, trial, scratch)

@@ -213,7 +213,7 @@ def best_on_grid_rescored(
             )
             if before_float32 is not None:
                 before_float32(grid - len(estimates))
-            estimates.update({i: estimate_of(trial(i)) for i in everything if i not in estimates})
+            estimates.update({i: float32_of(i) for i in everything if i not in estimates})
             estimate, kept = near_best(estimates, exact, exact_of, float32_error)
     fell_back = kept is None
     if kept is not None:
